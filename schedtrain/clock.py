@@ -1,0 +1,176 @@
+"""The ``Clock`` interface and ``LoopClock``, the clock a training loop drives.
+
+The clock is the only thing that advances time. Its counters are plain
+attributes so the trigger table can compare them on the hot path without
+building a ``Timestamp``; snapshots are made only when something may fire.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from typing import Any, ClassVar
+
+from schedtrain.time import Timestamp
+
+__all__ = ["Clock", "LoopClock"]
+
+
+class Clock(abc.ABC):
+    """Counters of completed training time, read by the trigger table.
+
+    Implementations keep the counters as plain attributes (read on every
+    step) and return ``Timestamp`` snapshots on demand.
+    """
+
+    step: int
+    batch: int
+    epoch: int
+    step_in_epoch: int
+    sample: int
+    token: int
+    seconds: float
+
+    @abc.abstractmethod
+    def now(self) -> Timestamp:
+        """A snapshot of the counters at this moment."""
+
+    @abc.abstractmethod
+    def previous(self, event: str) -> Timestamp:
+        """The counters at the previous evaluation point of ``event``.
+
+        Periodic triggers fire when a counter crosses a grid point between
+        ``previous(event)`` and ``now()``. Only ``step_end`` needs a real
+        snapshot (samples, tokens and seconds jump by arbitrary amounts per
+        step); at other events a trigger's own counter moves by exactly one.
+        """
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters (and the previous step-end snapshot) as plain data."""
+        prev = self.previous("step_end")
+        return {
+            "now": _ts_to_dict(self.now()),
+            "previous_step_end": _ts_to_dict(prev),
+        }
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore counters saved by ``state_dict``."""
+
+
+def _ts_to_dict(ts: Timestamp) -> dict[str, Any]:
+    return {
+        "step": ts.step,
+        "batch": ts.batch,
+        "epoch": ts.epoch,
+        "step_in_epoch": ts.step_in_epoch,
+        "sample": ts.sample,
+        "token": ts.token,
+        "seconds": ts.seconds,
+    }
+
+
+def ts_from_dict(data: dict[str, Any]) -> Timestamp:
+    """Inverse of the clock's per-timestamp state."""
+    return Timestamp(**data)
+
+
+def step_back(now: Timestamp, event: str) -> Timestamp:
+    """The previous point of ``event`` for events whose own counter moves by one."""
+    if event == "epoch_end":
+        return Timestamp(now.step, now.batch, max(now.epoch - 1, 0), now.step_in_epoch,
+                         now.sample, now.token, now.seconds)
+    if event == "batch_end":
+        return Timestamp(now.step, max(now.batch - 1, 0), now.epoch, now.step_in_epoch,
+                         now.sample, now.token, now.seconds)
+    return now
+
+
+class LoopClock(Clock):
+    """The clock of a real training loop.
+
+    The loop calls ``start_train``, ``start_epoch``, ``end_batch`` (with the
+    samples and tokens the batch reports), ``end_step`` and ``end_epoch``.
+    ``seconds`` is training wall time, carried across resume; time between
+    ``stop_train`` and the next ``start_train`` (downtime) is excluded.
+    """
+
+    _timer: ClassVar = staticmethod(time.perf_counter)
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.batch = 0
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.sample = 0
+        self.token = 0
+        self.seconds = 0.0
+        self._prev_sample = 0
+        self._prev_token = 0
+        self._prev_seconds = 0.0
+        self._t0 = self._timer()
+        self._base_seconds = 0.0
+
+    def start_train(self) -> None:
+        """Start (or resume) the wall-time count."""
+        self._base_seconds = self.seconds
+        self._t0 = self._timer()
+
+    def stop_train(self) -> None:
+        """Freeze the wall-time count (called at train end)."""
+        self.seconds = self._base_seconds + (self._timer() - self._t0)
+
+    def start_epoch(self) -> None:
+        """A new epoch begins: ``step_in_epoch`` restarts at 0."""
+        self.step_in_epoch = 0
+
+    def end_batch(self, samples: int = 0, tokens: int = 0) -> None:
+        """A micro-batch completed, having seen ``samples`` samples and ``tokens`` tokens."""
+        self.batch += 1
+        self.sample += samples
+        self.token += tokens
+
+    def end_step(self) -> None:
+        """An optimizer step completed."""
+        self._prev_sample = self._last_sample
+        self._prev_token = self._last_token
+        self._prev_seconds = self._last_seconds
+        self.step += 1
+        self.step_in_epoch += 1
+        self.seconds = self._base_seconds + (self._timer() - self._t0)
+        self._last_sample = self.sample
+        self._last_token = self.token
+        self._last_seconds = self.seconds
+
+    def end_epoch(self) -> None:
+        """An epoch completed."""
+        self.epoch += 1
+
+    # The counters at the last step end; kept apart from the live counters because
+    # batches of the next step advance samples and tokens before its step end.
+    _last_sample = 0
+    _last_token = 0
+    _last_seconds = 0.0
+
+    def now(self) -> Timestamp:
+        return Timestamp(self.step, self.batch, self.epoch, self.step_in_epoch,
+                         self.sample, self.token, self.seconds)
+
+    def previous(self, event: str) -> Timestamp:
+        now = self.now()
+        if event != "step_end":
+            return step_back(now, event)
+        return Timestamp(max(self.step - 1, 0), now.batch, now.epoch, now.step_in_epoch,
+                         self._prev_sample, self._prev_token, self._prev_seconds)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        now = ts_from_dict(state["now"])
+        prev = ts_from_dict(state["previous_step_end"])
+        self.step, self.batch, self.epoch = now.step, now.batch, now.epoch
+        self.step_in_epoch, self.sample, self.token = now.step_in_epoch, now.sample, now.token
+        self.seconds = now.seconds
+        self._last_sample, self._last_token, self._last_seconds = (
+            now.sample, now.token, now.seconds)
+        self._prev_sample, self._prev_token, self._prev_seconds = (
+            prev.sample, prev.token, prev.seconds)
+        self._base_seconds = self.seconds

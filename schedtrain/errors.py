@@ -1,0 +1,74 @@
+"""The library's exceptions and warnings.
+
+Factored out so every module can raise them without import cycles.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+__all__ = [
+    "Problem",
+    "ScheduleError",
+    "ScheduleWarning",
+    "SpecError",
+    "StopTraining",
+    "did_you_mean",
+]
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with a schedule, located by its key path.
+
+    Args:
+        path: where the problem is, e.g. ``callbacks.validate.trigger.any[1].every``.
+        message: what was expected and what was found.
+        file: the spec file, when the schedule came from one.
+    """
+
+    path: str
+    message: str
+    file: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}: " if self.file else ""
+        return f"{where}{self.path}: {self.message}" if self.path else f"{where}{self.message}"
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot run; lists every problem found, each with its key path."""
+
+    def __init__(self, problems: Sequence[Problem] | str) -> None:
+        if isinstance(problems, str):
+            problems = (Problem("", problems),)
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if len(self.problems) == 1:
+            return str(self.problems[0])
+        lines = [f"{len(self.problems)} problems:"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class SpecError(ScheduleError):
+    """A TOML schedule that is malformed; lists every problem with file and key path."""
+
+
+class ScheduleWarning(UserWarning):
+    """A schedule that will run but probably not as meant (e.g. a metric nobody produces)."""
+
+
+class StopTraining(Exception):  # noqa: N818 - the tensorpack name users know
+    """Raised by a callback to end training cleanly; train-end callbacks still run."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,153 @@
+"""``Schedule``: named callbacks, each with the trigger that says when it runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from schedtrain.events import BUILTIN_EVENTS, check_event_name
+from schedtrain.time import Timestamp
+from schedtrain.triggers.base import Predicate, Trigger
+
+if TYPE_CHECKING:
+    from schedtrain.table import TriggerTable
+
+__all__ = ["Schedule", "Scheduled"]
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-#]*$")
+
+HookGate = Callable[[Timestamp], bool]
+"""Decides, at the moment a lifecycle hook would run, whether it runs (``EnableCallbackIf``)."""
+
+
+def _check_name(_i: object, _a: object, value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not _NAME_RE.match(value)):
+        raise ValueError(
+            f"invalid callback name {value!r}: use letters, digits, '_', '-', '.' and start "
+            "with a letter or '_'"
+        )
+
+
+def _check_trigger(_i: object, _a: object, value: object) -> None:
+    if not isinstance(value, Trigger):
+        raise TypeError(f"expected a trigger such as every('500 steps'), got {value!r}")
+
+
+@attrs.frozen
+class Scheduled:
+    """A callback (any object; the core never looks inside) and when it runs.
+
+    Args:
+        trigger: when the callback's ``_trigger`` runs.
+        callback: the callback object, or ``None`` when bound later by name.
+        name: the name in the schedule; defaults to the callback's ``name`` or class name.
+        gate: optional; decides whether the callback's other hooks run
+            (tensorpack's ``EnableCallbackIf`` / ``PeriodicCallback``).
+    """
+
+    trigger: Trigger = attrs.field(validator=_check_trigger)
+    callback: Any = None
+    name: str | None = attrs.field(default=None, validator=_check_name)
+    gate: HookGate | None = None
+
+    def default_name(self) -> str:
+        """The name to use when none was given."""
+        if self.name is not None:
+            return self.name
+        cb = self.callback
+        name = getattr(cb, "name", None)
+        return name if isinstance(name, str) else type(cb).__name__
+
+
+def _to_entries(value: Mapping[str, Trigger] | Iterable[Scheduled]) -> tuple[Scheduled, ...]:
+    if isinstance(value, Mapping):
+        return tuple(Scheduled(trigger, None, name) for name, trigger in value.items())
+    entries: list[Scheduled] = []
+    used: set[str] = set()
+    for item in value:
+        if not isinstance(item, Scheduled):
+            raise TypeError(f"expected Scheduled entries or a mapping of triggers, got {item!r}")
+        name = item.default_name()
+        base, n = name, 1
+        while name in used:  # two unnamed callbacks of one class: Foo, Foo#2
+            n += 1
+            name = f"{base}#{n}"
+        used.add(name)
+        entries.append(attrs.evolve(item, name=name))
+    return tuple(entries)
+
+
+def _check_unique(_i: object, _a: object, value: tuple[Scheduled, ...]) -> None:
+    seen: set[str | None] = set()
+    for e in value:
+        if e.name in seen:
+            raise ValueError(f"callback name {e.name!r} is used twice")
+        seen.add(e.name)
+
+
+def _to_events(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    return tuple(check_event_name(e) for e in value)
+
+
+@attrs.frozen
+class Schedule:
+    """Named callbacks in declared order, each with a trigger.
+
+    ``Schedule({"checkpoint": every("500 steps"), "final": on("train_end")})``
+
+    Args:
+        entries: a mapping of name to trigger, or ``Scheduled`` values.
+        events: custom events the schedule's triggers may name (``on("swa_start")``).
+    """
+
+    entries: tuple[Scheduled, ...] = attrs.field(converter=_to_entries, validator=_check_unique)
+    events: tuple[str, ...] = attrs.field(default=(), converter=_to_events)
+
+    def __attrs_post_init__(self) -> None:
+        clash = set(self.events) & set(BUILTIN_EVENTS)
+        if clash:
+            raise ValueError(f"custom events {sorted(clash)} clash with built-in events")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Callback names in declared order."""
+        return tuple(e.default_name() for e in self.entries)
+
+    def __getitem__(self, name: str) -> Trigger:
+        for e in self.entries:
+            if e.name == name:
+                return e.trigger
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[Scheduled]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def triggers(self) -> dict[str, Trigger]:
+        """Name to trigger, in declared order."""
+        return {e.default_name(): e.trigger for e in self.entries}
+
+    def compile(
+        self,
+        *,
+        predicates: Mapping[str, Predicate] | None = None,
+        produced_metrics: Collection[str] | None = None,
+    ) -> TriggerTable:
+        """Check the schedule and compile it into a ``TriggerTable``.
+
+        Args:
+            predicates: predicates registered by name for ``when`` conditions;
+                ``None`` leaves them undecided (planning).
+            produced_metrics: metric names something will produce; conditions on
+                others get a ``ScheduleWarning``. ``None`` skips that check.
+        """
+        from schedtrain.table import compile_schedule
+
+        return compile_schedule(self, predicates=predicates, produced_metrics=produced_metrics)

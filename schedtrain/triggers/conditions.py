@@ -1,0 +1,317 @@
+"""``when``: runtime conditions, parsed by a small grammar and never ``eval``-ed.
+
+Grammar (keywords are lower case)::
+
+    expr       := disj
+    disj       := conj ("or" conj)*
+    conj       := neg ("and" neg)*
+    neg        := "not" neg | "(" expr ")" | comparison | PREDICATE
+    comparison := operand OP operand (OP operand)*     # chained: 0.1 < val/loss < 0.5
+    operand    := NUMBER | METRIC
+    OP         := "<" | "<=" | ">" | ">=" | "==" | "!="
+
+A bare name is a predicate registered from Python; a name in a comparison is
+a metric. A missing metric makes its comparison false.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Iterator
+from typing import Final
+
+import attrs
+
+from schedtrain.triggers.base import Point, Predicate, Trigger
+
+__all__ = ["Condition", "When", "parse_condition", "when"]
+
+_OPS: Final[dict[str, Callable[[float, float], bool]]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+_TOKEN_RE: Final = re.compile(
+    r"\s*(?:(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf\b)"
+    r"|(?P<op><=|>=|==|!=|<|>)"
+    r"|(?P<paren>[()])"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_./@\-]*))"
+)
+_KEYWORDS: Final = ("and", "or", "not")
+
+
+@attrs.frozen
+class _Tok:
+    kind: str
+    text: str
+    pos: int
+
+
+def _tokenize(text: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    pos = 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        m = _TOKEN_RE.match(text, pos)
+        if m is None or m.end() == pos:
+            bad = len(text) - len(text[pos:].lstrip())
+            raise ValueError(
+                f"invalid condition {text!r}: unexpected {text[bad]!r} at "
+                f"position {bad + 1}; "
+                "a condition compares metrics with numbers ('val/loss < 0.5') or names "
+                "a registered predicate, joined by and/or/not"
+            )
+        kind = m.lastgroup or ""
+        tok_text = m.group(kind)
+        start = m.start(kind)
+        if kind == "name" and tok_text in _KEYWORDS:
+            kind = tok_text
+        toks.append(_Tok(kind, tok_text, start))
+        pos = m.end()
+    return toks
+
+
+# -- the syntax tree ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Compare:
+    """``operand OP operand (OP operand)*``; operands are metric names or numbers."""
+
+    operands: tuple[str | float, ...]
+    ops: tuple[str, ...]
+
+
+@attrs.frozen
+class PredicateRef:
+    """A predicate registered by name."""
+
+    name: str
+
+
+@attrs.frozen
+class BoolOp:
+    """``and`` / ``or`` over several terms, or ``not`` over one."""
+
+    op: str
+    terms: tuple[Condition, ...]
+
+
+Condition = Compare | PredicateRef | BoolOp
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.toks = _tokenize(text)
+        self.i = 0
+
+    def error(self, expected: str) -> ValueError:
+        if self.i < len(self.toks):
+            tok = self.toks[self.i]
+            found = f"{tok.text!r} at position {tok.pos + 1}"
+        else:
+            found = "the end of the text"
+        return ValueError(f"invalid condition {self.text!r}: expected {expected}, found {found}")
+
+    def peek(self) -> _Tok | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self, kind: str) -> _Tok | None:
+        tok = self.peek()
+        if tok is not None and tok.kind == kind:
+            self.i += 1
+            return tok
+        return None
+
+    def parse(self) -> Condition:
+        if not self.toks:
+            raise ValueError("invalid condition '': it is empty")
+        node = self.disj()
+        if self.peek() is not None:
+            raise self.error("'and', 'or' or the end")
+        return node
+
+    def disj(self) -> Condition:
+        terms = [self.conj()]
+        while self.take("or"):
+            terms.append(self.conj())
+        return terms[0] if len(terms) == 1 else BoolOp("or", tuple(terms))
+
+    def conj(self) -> Condition:
+        terms = [self.neg()]
+        while self.take("and"):
+            terms.append(self.neg())
+        return terms[0] if len(terms) == 1 else BoolOp("and", tuple(terms))
+
+    def neg(self) -> Condition:
+        if self.take("not"):
+            return BoolOp("not", (self.neg(),))
+        if self.take("paren"):
+            if self.toks[self.i - 1].text != "(":
+                self.i -= 1
+                raise self.error("a metric, a number, a predicate name, 'not' or '('")
+            node = self.disj()
+            close = self.take("paren")
+            if close is None or close.text != ")":
+                if close is not None:
+                    self.i -= 1
+                raise self.error("')'")
+            return node
+        return self.comparison()
+
+    def operand(self) -> str | float | None:
+        tok = self.peek()
+        if tok is None:
+            return None
+        if tok.kind == "num":
+            self.i += 1
+            return float(tok.text)
+        if tok.kind == "name":
+            self.i += 1
+            return tok.text
+        return None
+
+    def comparison(self) -> Condition:
+        first = self.operand()
+        if first is None:
+            raise self.error("a metric, a number, a predicate name, 'not' or '('")
+        operands: list[str | float] = [first]
+        ops: list[str] = []
+        while (op := self.take("op")) is not None:
+            nxt = self.operand()
+            if nxt is None:
+                raise self.error(f"a metric or a number after {op.text!r}")
+            ops.append(op.text)
+            operands.append(nxt)
+        if not ops:
+            if isinstance(first, float):
+                raise self.error("a comparison operator after the number")
+            nxt_tok = self.peek()
+            if nxt_tok is not None and nxt_tok.kind == "paren" and nxt_tok.text == "(":
+                raise ValueError(
+                    f"invalid condition {self.text!r}: calls are not allowed "
+                    f"('(' at position {nxt_tok.pos + 1}); a condition compares metrics "
+                    "with numbers or names a predicate registered from Python"
+                )
+            return PredicateRef(first)
+        if all(isinstance(o, float) for o in operands):
+            raise ValueError(
+                f"invalid condition {self.text!r}: compares only numbers; name a metric"
+            )
+        return Compare(tuple(operands), tuple(ops))
+
+
+def parse_condition(text: str) -> Condition:
+    """Parse condition text into a syntax tree; ``ValueError`` says where it is wrong."""
+    if not isinstance(text, str):
+        raise TypeError(f"a condition must be text such as 'val/loss < 0.5', got {text!r}")
+    return _Parser(text).parse()
+
+
+def _walk(node: Condition) -> Iterator[Condition]:
+    yield node
+    if isinstance(node, BoolOp):
+        for t in node.terms:
+            yield from _walk(t)
+
+
+def _eval(node: Condition, pt: Point) -> bool | None:
+    if isinstance(node, BoolOp):
+        values = [_eval(t, pt) for t in node.terms]
+        if node.op == "not":
+            return None if values[0] is None else not values[0]
+        if node.op == "and":
+            if False in values:
+                return False
+            return None if None in values else True
+        if True in values:
+            return True
+        return None if None in values else False
+    if isinstance(node, PredicateRef):
+        if pt.predicates is None:
+            return None
+        fn = pt.predicates.get(node.name)
+        if fn is None:
+            raise KeyError(f"predicate {node.name!r} is not registered")
+        return bool(fn(pt))
+    if pt.metrics is None:
+        return None
+    values_f: list[float] = []
+    for operand in node.operands:
+        if isinstance(operand, float):
+            values_f.append(operand)
+            continue
+        mv = pt.metrics.latest(operand)
+        if mv is None:
+            return False
+        values_f.append(float(mv.value))
+    return all(
+        _OPS[op](values_f[i], values_f[i + 1]) and not math.isnan(values_f[i])
+        for i, op in enumerate(node.ops)
+    )
+
+
+@attrs.frozen(repr=False)
+class When(Trigger):
+    """True where a condition holds: ``when("val/loss < 0.5")`` or ``when(callable)``."""
+
+    text: str
+    tree: Condition = attrs.field(eq=False, hash=False)
+    fn: Predicate | None = attrs.field(default=None, eq=True, hash=False)
+
+    @property
+    def dynamic(self) -> bool:
+        return True
+
+    @property
+    def metric_names(self) -> frozenset[str]:
+        """Metrics the condition reads."""
+        names: set[str] = set()
+        for n in _walk(self.tree):
+            if isinstance(n, Compare):
+                names.update(o for o in n.operands if isinstance(o, str))
+        return frozenset(names)
+
+    @property
+    def predicate_names(self) -> frozenset[str]:
+        """Registered predicates the condition calls."""
+        return frozenset(n.name for n in _walk(self.tree) if isinstance(n, PredicateRef))
+
+    def evaluate(self, pt: Point) -> bool | None:
+        if self.fn is not None:
+            return None if pt.predicates is None else bool(self.fn(pt))
+        return _eval(self.tree, pt)
+
+    def _reason(self, pt: Point, value: bool | None) -> str:
+        if value is None:
+            return "needs runtime values"
+        if pt.metrics is None:
+            return "condition holds" if value else "condition fails"
+        seen = ", ".join(
+            f"{m}={mv.value:g}" if (mv := pt.metrics.latest(m)) is not None else f"{m} missing"
+            for m in sorted(self.metric_names)
+        )
+        return seen or ("predicate holds" if value else "predicate fails")
+
+    def __repr__(self) -> str:
+        return f"when({self.text!r})"
+
+
+def when(condition: str | Predicate) -> When:
+    """Fire only while ``condition`` holds (tensorpack's ``EnableCallbackIf``).
+
+    Args:
+        condition: text such as ``"val/loss < 0.5 and is_chief"``, or a Python
+            callable taking the evaluation ``Point`` (not expressible in TOML).
+    """
+    if callable(condition):
+        name = getattr(condition, "__qualname__", None) or repr(condition)
+        return When(f"<{name}>", PredicateRef(name), condition)
+    return When(condition, parse_condition(condition))

@@ -1,0 +1,184 @@
+"""Metric triggers: ``improved`` (a new best value) and ``plateau`` (no new best for a while).
+
+Both look only at *new* values of the metric (its count grew since they last
+looked), so evaluating them at every step does not count a stale value twice.
+They carry state (the best value, the wait), saved by ``state_dict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from schedtrain.time import Timestamp
+from schedtrain.triggers.base import ANY_TIME, Due, Explanation, Node, Point, Trigger
+
+__all__ = ["Improved", "Plateau", "improved", "plateau"]
+
+Mode = Literal["min", "max"]
+
+
+def _check_mode(_i: object, _a: object, value: str) -> None:
+    if value not in ("min", "max"):
+        raise ValueError(f"`mode` must be 'min' or 'max', got {value!r}")
+
+
+def _check_delta(_i: object, _a: object, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"`min_delta` must be >= 0, got {value!r}")
+
+
+def _better(value: float, best: float | None, mode: str, min_delta: float) -> bool:
+    if best is None:
+        return True
+    if mode == "min":
+        return value < best - min_delta
+    return value > best + min_delta
+
+
+@attrs.frozen(repr=False)
+class Improved(Trigger):
+    """True when a new value of ``metric`` beats the best so far by more than ``min_delta``."""
+
+    metric: str
+    mode: Mode = attrs.field(default="min", validator=_check_mode)
+    min_delta: float = attrs.field(default=0.0, converter=float, validator=_check_delta)
+
+    @property
+    def dynamic(self) -> bool:
+        return True
+
+    def compile(self) -> Node:
+        return _ImprovedNode(self)
+
+    def __repr__(self) -> str:
+        extra = f", min_delta={self.min_delta!r}" if self.min_delta else ""
+        return f"improved({self.metric!r}, mode={self.mode!r}{extra})"
+
+
+@attrs.frozen(repr=False)
+class Plateau(Trigger):
+    """True once ``patience`` new values in a row fail to beat the best; then counts anew."""
+
+    metric: str
+    patience: int = attrs.field()
+    mode: Mode = attrs.field(default="min", validator=_check_mode)
+    min_delta: float = attrs.field(default=0.0, converter=float, validator=_check_delta)
+
+    @patience.validator
+    def _check_patience(self, _a: object, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`patience` must be a whole number >= 1, got {value!r}")
+
+    @property
+    def dynamic(self) -> bool:
+        return True
+
+    def compile(self) -> Node:
+        return _PlateauNode(self)
+
+    def __repr__(self) -> str:
+        extra = f", min_delta={self.min_delta!r}" if self.min_delta else ""
+        return f"plateau({self.metric!r}, patience={self.patience}, mode={self.mode!r}{extra})"
+
+
+class _ImprovedNode:
+    def __init__(self, trigger: Improved) -> None:
+        self.trigger = trigger
+        self.best: float | None = None
+        self.seen = 0
+
+    def _step(self, pt: Point, commit: bool) -> tuple[bool | None, str]:
+        t = self.trigger
+        if pt.metrics is None:
+            return None, "needs metric values"
+        mv = pt.metrics.latest(t.metric)
+        if mv is None:
+            return False, f"{t.metric} has no value yet"
+        if mv.count <= self.seen:
+            return False, f"no new value of {t.metric}"
+        value = float(mv.value)
+        better = _better(value, self.best, t.mode, t.min_delta)
+        if commit:
+            self.seen = mv.count
+            if better:
+                self.best = value
+        best = "none" if self.best is None else f"{self.best:g}"
+        return better, f"{t.metric}={value:g}, best {best}"
+
+    def evaluate(self, pt: Point) -> bool | None:
+        return self._step(pt, commit=True)[0]
+
+    def bound(self, event: str, last: Timestamp) -> Due:
+        return ANY_TIME
+
+    def explain(self, pt: Point) -> Explanation:
+        value, why = self._step(pt, commit=False)
+        return Explanation(repr(self.trigger), value, why)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "seen": self.seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best = state["best"]
+        self.seen = int(state["seen"])
+
+
+class _PlateauNode:
+    def __init__(self, trigger: Plateau) -> None:
+        self.trigger = trigger
+        self.best: float | None = None
+        self.seen = 0
+        self.wait = 0
+
+    def _step(self, pt: Point, commit: bool) -> tuple[bool | None, str]:
+        t = self.trigger
+        if pt.metrics is None:
+            return None, "needs metric values"
+        mv = pt.metrics.latest(t.metric)
+        if mv is None:
+            return False, f"{t.metric} has no value yet"
+        if mv.count <= self.seen:
+            return False, f"no new value of {t.metric} (waited {self.wait}/{t.patience})"
+        value = float(mv.value)
+        best, wait = self.best, self.wait
+        if _better(value, best, t.mode, t.min_delta):
+            best, wait = value, 0
+        else:
+            wait += 1
+        fired = wait >= t.patience
+        why = f"{t.metric}={value:g}, {wait}/{t.patience} values without a new best"
+        if fired:
+            wait = 0
+        if commit:
+            self.seen, self.best, self.wait = mv.count, best, wait
+        return fired, why
+
+    def evaluate(self, pt: Point) -> bool | None:
+        return self._step(pt, commit=True)[0]
+
+    def bound(self, event: str, last: Timestamp) -> Due:
+        return ANY_TIME
+
+    def explain(self, pt: Point) -> Explanation:
+        value, why = self._step(pt, commit=False)
+        return Explanation(repr(self.trigger), value, why)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "seen": self.seen, "wait": self.wait}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best = state["best"]
+        self.seen = int(state["seen"])
+        self.wait = int(state["wait"])
+
+
+def improved(metric: str, mode: Mode = "min", min_delta: float = 0.0) -> Improved:
+    """Fire when ``metric`` reaches a new best (``mode`` "min" or "max")."""
+    return Improved(metric, mode, min_delta)
+
+
+def plateau(metric: str, patience: int, mode: Mode = "min", min_delta: float = 0.0) -> Plateau:
+    """Fire after ``patience`` new values of ``metric`` without a new best."""
+    return Plateau(metric, patience, mode, min_delta)
