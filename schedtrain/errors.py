@@ -64,7 +64,7 @@ class ScheduleWarning(UserWarning):
     """A schedule that will run but probably not as meant (e.g. a metric nobody produces)."""
 
 
-class StopTraining(Exception):  # noqa: N818 - the tensorpack name users know
+class StopTraining(Exception):
     """Raised by a callback to end training cleanly; train-end callbacks still run."""
 
 

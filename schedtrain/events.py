@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["BUILTIN_EVENTS", "BOUNDED_EVENTS", "check_event_name"]
+__all__ = ["BOUNDED_EVENTS", "BUILTIN_EVENTS", "check_event_name"]
 
 BUILTIN_EVENTS: Final = (
     "train_start",

@@ -31,7 +31,7 @@ def _check_name(_i: object, _a: object, value: str | None) -> None:
         )
 
 
-def _check_trigger(_i: object, _a: object, value: object) -> None:
+def _check_trigger(_i: object, _a: object, value: Trigger) -> None:
     if not isinstance(value, Trigger):
         raise TypeError(f"expected a trigger such as every('500 steps'), got {value!r}")
 

@@ -1,4 +1,4 @@
-"""Simulated training: ``SimClock`` and ``simulate()``, jumping from one possible firing to the next.
+"""Simulated training: ``SimClock`` and ``simulate()``, jumping from one firing to the next.
 
 A simulated run has a fixed shape: epochs of known lengths (in optimizer steps),
 ``batches_per_step`` micro-batches per step, and constant samples and tokens per
@@ -46,6 +46,10 @@ def _ceil_div(d: float, rate: float) -> float:
     return n
 
 
+def _to_tuple(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
 @attrs.frozen
 class RunShape:
     """The shape of a simulated run.
@@ -57,7 +61,7 @@ class RunShape:
         seconds_per_step: training wall time per optimizer step.
     """
 
-    epoch_lengths: tuple[int, ...] = attrs.field(converter=tuple)
+    epoch_lengths: tuple[int, ...] = attrs.field(converter=_to_tuple)
     batches_per_step: int = 1
     samples_per_batch: int = 0
     tokens_per_batch: int = 0
@@ -318,7 +322,7 @@ class FiringLog(Sequence[Firing]):
         """The event of each firing of ``callback``."""
         return [f.event for f in self.of(callback)]
 
-    def count(self, callback: str) -> int:  # type: ignore[override]
+    def count(self, callback: str) -> int:  # type: ignore[override,unused-ignore]
         """How many times ``callback`` fired."""
         return sum(1 for f in self._firings if f.callback == callback)
 
@@ -455,6 +459,7 @@ class Simulation:
         b_rate = sh.batches_per_step
         first = key[2] + 1 if key[1] == _PH_BATCH else key[0] * b_rate + 1
         best = math.inf
+        b: float
         for k, d in enumerate(due):
             if d == math.inf:
                 continue
@@ -481,6 +486,7 @@ class Simulation:
         else:
             first = bisect.bisect_right(sh._starts, key[0]) - 1
         best = math.inf
+        j: float
         for k, d in enumerate(due):
             if d == math.inf:
                 continue

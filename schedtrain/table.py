@@ -308,8 +308,7 @@ class TriggerTable:
         for i in self._general[event]:
             d = dues[i]
             for k in range(6):
-                if d[k] < g[k]:
-                    g[k] = d[k]
+                g[k] = min(g[k], d[k])
         self._global[event] = (g[0], g[1], g[2], g[3], g[4], g[5])
         if event == "step_end":
             self._ds = g[0]

@@ -115,6 +115,10 @@ _TIME_RE: Final = re.compile(
 )
 
 
+def _to_unit(unit: str | Unit) -> Unit:
+    return Unit.parse(unit)
+
+
 def _format_number(value: float) -> str:
     if isinstance(value, int):
         return str(value)
@@ -131,7 +135,7 @@ class Time:
     """
 
     value: int | float
-    unit: Unit = attrs.field(converter=Unit.parse)
+    unit: Unit = attrs.field(converter=_to_unit)
 
     def __attrs_post_init__(self) -> None:
         value = self.value

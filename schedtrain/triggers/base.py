@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import attrs
 
 from schedtrain.time import COUNTERS, Timestamp
-
-if TYPE_CHECKING:
-    from schedtrain.triggers.logic import AllOf, AnyOf, Not
 
 __all__ = [
     "ALL_EVENTS",
@@ -53,7 +50,8 @@ def due_on(counter: str, value: float) -> Due:
     return (due[0], due[1], due[2], due[3], due[4], due[5])
 
 
-class MetricValue(NamedTuple):
+@attrs.frozen
+class MetricValue:
     """The latest value of a metric and how many values it has had."""
 
     value: float
@@ -134,21 +132,21 @@ class Trigger:
         """Whether evaluation reads anything beyond the clock (metrics, predicates)."""
         return False
 
-    def __and__(self, other: Trigger) -> AllOf:
+    def __and__(self, other: Trigger) -> Trigger:
         from schedtrain.triggers.logic import all_of
 
         if not isinstance(other, Trigger):
             return NotImplemented
         return all_of(self, other)
 
-    def __or__(self, other: Trigger) -> AnyOf:
+    def __or__(self, other: Trigger) -> Trigger:
         from schedtrain.triggers.logic import any_of
 
         if not isinstance(other, Trigger):
             return NotImplemented
         return any_of(self, other)
 
-    def __invert__(self) -> Trigger | Not:
+    def __invert__(self) -> Trigger:
         from schedtrain.triggers.logic import not_
 
         return not_(self)
@@ -164,7 +162,7 @@ class Trigger:
 
     def compile(self) -> Node:
         """A node for the trigger table; stateless triggers are their own node."""
-        return self  # type: ignore[return-value]
+        return self
 
     def evaluate(self, pt: Point) -> bool | None:
         """Whether the trigger is true at ``pt``."""

@@ -39,7 +39,7 @@ class Window(Trigger):
     def counter(self) -> str:
         """The counter the window reads."""
         edge = self.start if self.start is not None else self.stop
-        assert edge is not None  # noqa: S101 - guaranteed by __attrs_post_init__
+        assert edge is not None
         return edge.counter
 
     def contains(self, value: float) -> bool:

@@ -1,0 +1,131 @@
+"""tensorpack's scheduling wrappers as thin sugar over the algebra.
+
+Each returns a ``Scheduled`` (callback + trigger + hook gate) for a trainer:
+
+* ``PeriodicTrigger(cb, every_k_steps=, every_k_epochs=, before_train=)``: run
+  ``cb``'s ``_trigger`` when ``step % k == 0`` (at step end) or ``epoch % k == 0``
+  (at epoch end), or once before training. Its other hooks run as usual.
+* ``EnableCallbackIf(cb, pred)``: the callback's per-event hooks and its trigger
+  run only while ``pred(cb)`` is true; ``pred`` is evaluated when each hook would run.
+* ``PeriodicCallback(cb, every_k_steps=, every_k_epochs=)``: ``EnableCallbackIf``
+  with the predicate ``step % k == 0 or epoch % k == 0``: it can only make a
+  callback *less* frequent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from schedtrain.schedule import Scheduled
+from schedtrain.time import Timestamp, Unit
+from schedtrain.triggers.base import Point, Trigger
+from schedtrain.triggers.conditions import when
+from schedtrain.triggers.lifecycle import on
+from schedtrain.triggers.logic import all_of, any_of
+from schedtrain.triggers.periodic import every
+
+__all__ = ["Divisible", "EnableCallbackIf", "PeriodicCallback", "PeriodicTrigger"]
+
+_DEFAULT = every("1 epoch")
+
+
+def _unwrap(callback: Any) -> tuple[Any, Trigger, Callable[[Timestamp], bool] | None, str | None]:
+    if isinstance(callback, Scheduled):
+        return callback.callback, callback.trigger, callback.gate, callback.name
+    trigger = getattr(callback, "default_trigger", None)
+    return callback, trigger if isinstance(trigger, Trigger) else _DEFAULT, None, None
+
+
+def _check_k(name: str, k: int | None) -> None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"`{name}` must be a whole number >= 1 or None, got {k!r}")
+
+
+def PeriodicTrigger(
+    callback: Any,
+    every_k_steps: int | None = None,
+    every_k_epochs: int | None = None,
+    before_train: bool = False,
+) -> Scheduled:
+    """Trigger ``callback`` every k steps and/or every k epochs (and optionally before training)."""
+    _check_k("every_k_steps", every_k_steps)
+    _check_k("every_k_epochs", every_k_epochs)
+    parts: list[Trigger] = []
+    if every_k_steps is not None:
+        parts.append(every(every_k_steps, Unit.STEP))
+    if every_k_epochs is not None:
+        parts.append(every(every_k_epochs, Unit.EPOCH))
+    if before_train:
+        parts.append(on("train_start"))
+    if not parts:
+        raise ValueError(
+            "PeriodicTrigger needs every_k_steps, every_k_epochs or before_train=True")
+    inner, _, gate, name = _unwrap(callback)
+    return Scheduled(any_of(*parts), inner, name, gate)
+
+
+@attrs.frozen
+class _CallbackPredicate:
+    """``pred(callback)``, callable both as a hook gate and as a ``when`` predicate."""
+
+    pred: Callable[[Any], bool]
+    callback: Any
+
+    def __call__(self, _at: Timestamp | Point) -> bool:
+        return bool(self.pred(self.callback))
+
+
+def _both(first: Callable[[Timestamp], bool] | None,
+          second: Callable[[Timestamp], bool]) -> Callable[[Timestamp], bool]:
+    if first is None:
+        return second
+    return lambda ts: first(ts) and second(ts)
+
+
+def EnableCallbackIf(callback: Any, pred: Callable[[Any], bool]) -> Scheduled:
+    """Run ``callback``'s hooks and trigger only while ``pred(callback)`` is true."""
+    if not callable(pred):
+        raise TypeError(f"EnableCallbackIf needs a callable predicate, got {pred!r}")
+    inner, trigger, gate, name = _unwrap(callback)
+    check = _CallbackPredicate(pred, inner)
+    return Scheduled(all_of(trigger, when(check)), inner, name, _both(gate, check))
+
+
+@attrs.frozen(repr=False)
+class Divisible(Trigger):
+    """True where ``step % steps == 0`` or ``epoch % epochs == 0`` (a clock state, not a crossing).
+
+    tensorpack's ``PeriodicCallback`` predicate; also usable as a hook gate.
+    """
+
+    steps: int | None
+    epochs: int | None
+
+    def __call__(self, ts: Timestamp) -> bool:
+        if self.steps is not None and ts.step % self.steps == 0:
+            return True
+        return self.epochs is not None and ts.epoch % self.epochs == 0
+
+    def evaluate(self, pt: Point) -> bool:
+        return self(pt.now)
+
+    def __repr__(self) -> str:
+        return f"Divisible(steps={self.steps!r}, epochs={self.epochs!r})"
+
+
+def PeriodicCallback(
+    callback: Any, every_k_steps: int | None = None, every_k_epochs: int | None = None
+) -> Scheduled:
+    """Enable ``callback`` only when ``step % k == 0`` or ``epoch % k == 0``."""
+    _check_k("every_k_steps", every_k_steps)
+    _check_k("every_k_epochs", every_k_epochs)
+    if every_k_steps is None and every_k_epochs is None:
+        raise ValueError("PeriodicCallback needs every_k_steps or every_k_epochs")
+    inner, trigger, gate, name = _unwrap(callback)
+    check = Divisible(every_k_steps, every_k_epochs)
+    return Scheduled(all_of(trigger, check), inner, name, _both(gate, check))
+
+
