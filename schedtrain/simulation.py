@@ -208,11 +208,14 @@ class SimClock(Clock):
 
     def to_custom(self, step: int, index: int) -> None:
         """Move to a custom event fired after step ``step``'s end."""
-        self._move((step, _PH_STEP, 1 + index), self.now())
+        self._move((step, _PH_STEP, 1 + index), self._step_end_ts(step))
 
     def to_train_end(self) -> None:
         """Move to the end of training."""
-        self._move((self.shape.total_steps, _PH_TRAIN_END, 0), self.now())
+        sh = self.shape
+        ts = sh.at_steps(sh.total_steps, sh.epochs,
+                         sh.epoch_lengths[-1] if sh.epochs else 0)
+        self._move((sh.total_steps, _PH_TRAIN_END, 0), ts)
 
     def advance(self, steps: int) -> None:
         """Move ``steps`` optimizer steps forward, to a step end."""

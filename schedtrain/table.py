@@ -78,6 +78,10 @@ def _never_reason(trigger: Trigger) -> str | None:
         return reasons[0] if all(reasons) else None
     if not isinstance(trigger, AllOf):
         return None
+    for t in trigger.triggers:
+        reason = _never_reason(t)
+        if reason is not None:
+            return reason
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
     for t in trigger.triggers:
@@ -140,11 +144,26 @@ def _check(
                         f"{path}: {t!r} reads metric {m!r}, which no callback produces"
                         f"{did_you_mean(m, produced_metrics)}"
                     )
-            reason = _never_reason(t)
-            if reason is not None:
-                problems.append(Problem(path, f"{t!r}: {reason}"))
-                break
+        reason = _never_reason(entry.trigger)
+        if reason is not None:
+            problems.append(Problem(root, f"{entry.trigger!r}: {reason}"))
+            continue
+        for t, path in _walk_live(entry.trigger, root):
+            if isinstance(t, AnyOf):
+                for i, child in enumerate(t.triggers):
+                    reason = _never_reason(child)
+                    if reason is not None:
+                        notes.append(f"{path}.any[{i}]: {child!r} is dead: {reason}")
     return problems, notes
+
+
+def _walk_live(trigger: Trigger, path: str) -> Iterator[tuple[Trigger, str]]:
+    """Like ``_walk`` but not below a ``not`` (a never-true term there is deliberate)."""
+    yield trigger, path
+    if isinstance(trigger, AllOf | AnyOf):
+        key = "all" if isinstance(trigger, AllOf) else "any"
+        for i, t in enumerate(trigger.triggers):
+            yield from _walk_live(t, f"{path}.{key}[{i}]")
 
 
 def compile_schedule(
