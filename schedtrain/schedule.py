@@ -72,7 +72,7 @@ def _to_entries(value: Mapping[str, Trigger] | Iterable[Scheduled]) -> tuple[Sch
             raise TypeError(f"expected Scheduled entries or a mapping of triggers, got {item!r}")
         name = item.default_name()
         base, n = name, 1
-        while name in used:  # two unnamed callbacks of one class: Foo, Foo#2
+        while item.name is None and name in used:  # two unnamed of one class: Foo, Foo#2
             n += 1
             name = f"{base}#{n}"
         used.add(name)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import Shape, brute_force, schedules, shapes
 
 from schedtrain import Schedule, ScheduleError, simulate
 from schedtrain.simulation import RunShape, SimClock, Simulation
 from schedtrain.triggers import every, improved, on, plateau, when
-
-from strategies import Shape, brute_force, schedules, shapes
 
 
 def _as_tuples(log):

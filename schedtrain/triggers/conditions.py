@@ -52,7 +52,17 @@ class _Tok:
     pos: int
 
 
+_CALL_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\s*\(")
+
+
 def _tokenize(text: str) -> list[_Tok]:
+    call = _CALL_RE.search(text)
+    if call is not None:
+        raise ValueError(
+            f"invalid condition {text!r}: calls are not allowed ({call.group(0)!r} at "
+            f"position {call.start() + 1}); a condition compares metrics with numbers "
+            "('val/loss < 0.5') or names a predicate registered from Python"
+        )
     toks: list[_Tok] = []
     pos = 0
     while pos < len(text):
