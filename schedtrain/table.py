@@ -206,6 +206,10 @@ class TriggerTable:
     Use: ``table.attach(clock, metrics)`` once, then call ``step_end()`` after each
     optimizer step, ``epoch_end()``, ``batch_end()`` (only if ``needs_batch_end``)
     and ``fire(event)`` for the rare events. Each returns the names that fire.
+    A loop that wants the last nanoseconds inlines the step check::
+
+        if clock.step >= table.step_due:
+            run(table.step_end())
     """
 
     def __init__(
@@ -232,7 +236,10 @@ class TriggerTable:
         self._general: dict[str, set[int]] = {}
         self._version: dict[str, list[int]] = {}
         self._global: dict[str, Due] = dict.fromkeys(BOUNDED_EVENTS, NEVER)
-        self._ds = math.inf
+        #: Call ``step_end()`` only once ``clock.step >= step_due``: the loop's whole
+        #: per-step cost when nothing fires (0 when other counters must be watched).
+        self.step_due: float = math.inf
+        self._steps_only = True
         self.needs_batch_end = any(
             ev is not None and "batch_end" in ev for ev in self._events)
         self.step_end: Callable[[], tuple[str, ...]] = self._step_end_generic
@@ -282,9 +289,9 @@ class TriggerTable:
             COUNTERS[k] for i in self.listeners("step_end")
             for k, v in enumerate(self._structural_due(i)) if v != math.inf
         }
-        self.step_end = (
-            self._step_end_steps if watched <= {"step"} else self._step_end_generic
-        )
+        self._steps_only = watched <= {"step"}
+        self.step_end = self._step_end_steps if self._steps_only else self._step_end_generic
+        self._refresh_global("step_end")
 
     def _structural_due(self, i: int) -> Due:
         """Which counters a callback's step-end bound can ever involve (union over its leaves)."""
@@ -330,7 +337,7 @@ class TriggerTable:
                 g[k] = min(g[k], d[k])
         self._global[event] = (g[0], g[1], g[2], g[3], g[4], g[5])
         if event == "step_end":
-            self._ds = g[0]
+            self.step_due = g[0] if self._steps_only else 0.0
 
     def _candidates(self, event: str, cur: tuple[float, ...]) -> list[int]:
         """Callbacks whose own due vector is reached; their heap entries are consumed."""
@@ -354,7 +361,7 @@ class TriggerTable:
 
     # -- firing --------------------------------------------------------------------------
     def _step_end_steps(self) -> tuple[str, ...]:
-        if self._clock.step < self._ds:  # type: ignore[union-attr]
+        if self._clock.step < self.step_due:  # type: ignore[union-attr]
             return ()
         return self.fire("step_end")
 
