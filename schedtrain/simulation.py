@@ -223,6 +223,16 @@ class SimClock(Clock):
             raise ValueError(f"time can't go backwards: advance(steps={steps})")
         self.to_step_end(self.step + steps)
 
+    def advance_epochs(self, epochs: int) -> None:
+        """Move to the end of the ``epochs``-th epoch from here (1: the current epoch's end)."""
+        if epochs < 1:
+            raise ValueError(f"time can't go backwards: advance_epochs({epochs})")
+        # Inside an epoch ``epoch`` is its index; at an epoch end it is the next one's.
+        target = self.epoch + epochs - 1
+        if target >= self.shape.epochs:
+            raise ValueError(f"epoch {target + 1} is past the run's {self.shape.epochs} epochs")
+        self.to_epoch_end(target)
+
     # -- the Clock interface ----------------------------------------------------------
     def now(self) -> Timestamp:
         return Timestamp(self.step, self.batch, self.epoch, self.step_in_epoch,

@@ -238,6 +238,16 @@ class TestSimClock:
         assert (ts.step, ts.batch, ts.epoch, ts.step_in_epoch) == (7, 14, 1, 2)
         assert (ts.sample, ts.token, ts.seconds) == (112, 1400, 3.5)
 
+    def test_advances_by_epochs(self) -> None:
+        """``advance_epochs`` moves to epoch ends of uneven epochs."""
+        clock = SimClock(RunShape.build(epoch_lengths=[3, 5, 2]))
+        clock.advance_epochs(1)
+        assert (clock.step, clock.epoch) == (3, 1)
+        clock.advance_epochs(2)
+        assert (clock.step, clock.epoch) == (10, 3)
+        with pytest.raises(ValueError, match="past the run"):
+            clock.advance_epochs(1)
+
     def test_bad_shape_is_refused(self) -> None:
         """An epoch of zero steps is refused with the offending index."""
         with pytest.raises(ValueError, match=r"epoch_lengths\[1\]"):
