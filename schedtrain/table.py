@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 __all__ = ["TableExplanation", "TriggerTable", "compile_schedule"]
 
 _ZERO = Timestamp()
+
+Runner = Callable[[str], None]
+"""Runs a firing callback, by name, while the table evaluates an event."""
 _EXACT_COUNTERS = ("step", "batch", "epoch")
 
 
@@ -242,7 +245,7 @@ class TriggerTable:
         self._steps_only = True
         self.needs_batch_end = any(
             ev is not None and "batch_end" in ev for ev in self._events)
-        self.step_end: Callable[[], tuple[str, ...]] = self._step_end_generic
+        self.step_end: Callable[..., tuple[str, ...]] = self._step_end_generic
 
     # -- structure ------------------------------------------------------------------------
     def listeners(self, event: str) -> tuple[int, ...]:
@@ -360,28 +363,40 @@ class TriggerTable:
         return self._global[event]
 
     # -- firing --------------------------------------------------------------------------
-    def _step_end_steps(self) -> tuple[str, ...]:
+    def _step_end_steps(self, run: Runner | None = None) -> tuple[str, ...]:
         if self._clock.step < self.step_due:  # type: ignore[union-attr]
             return ()
-        return self.fire("step_end")
+        return self.fire("step_end", run)
 
-    def _step_end_generic(self) -> tuple[str, ...]:
-        return self.fire("step_end")
+    def _step_end_generic(self, run: Runner | None = None) -> tuple[str, ...]:
+        return self.fire("step_end", run)
 
-    def batch_end(self) -> tuple[str, ...]:
+    def batch_end(self, run: Runner | None = None) -> tuple[str, ...]:
         """Call after each micro-batch (only needed when ``needs_batch_end``)."""
-        return self.fire("batch_end")
+        return self.fire("batch_end", run)
 
-    def epoch_end(self) -> tuple[str, ...]:
+    def epoch_end(self, run: Runner | None = None) -> tuple[str, ...]:
         """Call at the end of each epoch."""
-        return self.fire("epoch_end")
+        return self.fire("epoch_end", run)
 
-    def fire(self, event: str) -> tuple[str, ...]:
-        """Evaluate at ``event`` now; the names that fire, in declared order."""
-        return tuple(self.names[i] for i, value in self.evaluate(event) if value)
+    def fire(self, event: str, run: Runner | None = None) -> tuple[str, ...]:
+        """Evaluate at ``event`` now; the names that fire, in declared order.
 
-    def evaluate(self, event: str) -> list[tuple[int, bool | None]]:
-        """Evaluate at ``event`` now; ``(index, value)`` for each callback true or unknown."""
+        With ``run``, each firing callback's name is passed to ``run`` as soon as its
+        trigger is found true, before the triggers of callbacks declared after it are
+        evaluated: a metric that an earlier callback produces at this event is visible
+        to later callbacks' triggers at the same event (as in ``simulate``).
+        """
+        return tuple(self.names[i] for i, value in self.evaluate(event, run) if value)
+
+    def evaluate(
+        self, event: str, run: Runner | None = None
+    ) -> list[tuple[int, bool | None]]:
+        """Evaluate at ``event`` now; ``(index, value)`` for each callback true or unknown.
+
+        ``run`` (optional) is called with each true callback's name, in order, before
+        the next candidate is evaluated (see ``fire``).
+        """
         clock = self._clock
         if clock is None:
             raise RuntimeError("attach the table to a clock before firing events")
@@ -400,14 +415,18 @@ class TriggerTable:
         prev = clock.previous(event)
         pt = Point(event, now, prev, self._metrics, self.predicates)
         out: list[tuple[int, bool | None]] = []
-        for i in candidates:
-            value = self.nodes[i].evaluate(pt)
-            if value is not False:
-                out.append((i, value))
-        if event in self._global:
+        try:
             for i in candidates:
-                self._set_due(event, i, self.nodes[i].bound(event, now))
-            self._refresh_global(event)
+                value = self.nodes[i].evaluate(pt)
+                if value is not False:
+                    out.append((i, value))
+                    if value and run is not None:
+                        run(self.names[i])
+        finally:
+            if event in self._global:
+                for i in candidates:
+                    self._set_due(event, i, self.nodes[i].bound(event, now))
+                self._refresh_global(event)
         return out
 
     # -- introspection ---------------------------------------------------------------------

@@ -226,3 +226,34 @@ class TestState:
             warnings.simplefilter("error")
             sched = Schedule({"best": every("1 epoch") & improved("m")})
             assert sched.compile().nodes[0] is not sched.compile().nodes[0]
+
+
+class TestRunWhileEvaluating:
+    """``fire(event, run)`` runs each callback before later triggers are evaluated."""
+
+    def test_metric_produced_earlier_is_seen_at_the_same_event(self) -> None:
+        """A plateau trigger sees the value a callback declared before it put at this event."""
+        from schedtrain import LoopClock, Schedule
+        from schedtrain.triggers import every, improved
+        from schedtrain.triggers.base import MetricValue
+
+        values: dict[str, MetricValue] = {}
+
+        class Store:
+            def latest(self, name: str) -> MetricValue | None:
+                return values.get(name)
+
+        table = Schedule({"validate": every("1 epoch"),
+                          "best": improved("val/loss")}).compile()
+        clock = LoopClock()
+        table.attach(clock, Store())
+        clock.end_epoch()
+        ran: list[str] = []
+
+        def run(name: str) -> None:
+            ran.append(name)
+            if name == "validate":
+                values["val/loss"] = MetricValue(0.5, 1)
+
+        assert table.epoch_end(run) == ("validate", "best")
+        assert ran == ["validate", "best"]
