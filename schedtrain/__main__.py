@@ -1,0 +1,7 @@
+"""``python -m schedtrain``: the command line."""
+
+import sys
+
+from schedtrain.cli import main
+
+sys.exit(main())
