@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback by default
+    except Exception as exc:
         if args.traceback:
             traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from schedtrain.errors import did_you_mean
 
-__all__ = ["BUILTINS", "check_arguments", "is_known", "is_import_path", "resolve"]
+__all__ = ["BUILTINS", "check_arguments", "is_import_path", "is_known", "resolve"]
 
 #: Built-in callback type name -> ``"module:Class"``.
 BUILTINS: Final[Mapping[str, str]] = {
@@ -66,7 +66,7 @@ def resolve(type_name: str) -> type:
     module_name, _, qualname = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - a user module may fail in any way when imported
+    except Exception as exc:
         raise ImportError(f"cannot import {target!r}: {type(exc).__name__}: {exc}") from None
     for part in qualname.split("."):
         try:

@@ -27,6 +27,7 @@ This module never imports torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import sys
@@ -39,6 +40,7 @@ import attrs
 import cattrs
 from cattrs.errors import (
     AttributeValidationNote,
+    BaseValidationError,
     ForbiddenExtraKeysError,
     IterableValidationNote,
 )
@@ -225,7 +227,7 @@ class Spec:
 # -- raw documents and the converter ------------------------------------------------------
 
 
-class _Invalid(Exception):  # noqa: N818 - internal carrier, never escapes this module
+class _Invalid(Exception):
     """Raised by structuring hooks: problems with paths relative to the hooked value."""
 
     def __init__(self, problems: list[tuple[tuple[Seg, ...], str]]) -> None:
@@ -375,7 +377,8 @@ def _time(value: object, rel: tuple[Seg, ...], key: str,
 def _metric(value: object, rel: tuple[Seg, ...],
             problems: list[tuple[tuple[Seg, ...], str]]) -> str | None:
     if not isinstance(value, str) or not value.strip():
-        problems.append((rel, f"expected a metric name such as 'val/loss', found {describe(value)}"))
+        problems.append((rel, "expected a metric name such as 'val/loss', found "
+                              f"{describe(value)}"))
         return None
     return value
 
@@ -418,7 +421,8 @@ def _parse_trigger(
     parts: list[_Expr] = []
     _periodic_parts(value, rel, problems, parts)
     _metric_parts(value, rel, problems, parts)
-    for key in ("all", "any"):
+    combos: tuple[Literal["all", "any"], ...] = ("all", "any")
+    for key in combos:
         if key in value:
             items = value[key]
             if not isinstance(items, list) or not items:
@@ -639,7 +643,7 @@ def _collect(exc: BaseException, path: tuple[Seg, ...]) -> Iterator[tuple[tuple[
         for key in sorted(exc.extra_fields):
             yield (*path, key), (f"unknown key {key!r}{did_you_mean(key, fields)}; expected one "
                                  f"of {', '.join(fields)}")
-    elif isinstance(exc, BaseExceptionGroup):
+    elif isinstance(exc, BaseValidationError):
         for sub in exc.exceptions:
             seg: tuple[Seg, ...] = ()
             for note in getattr(sub, "__notes__", []):
@@ -680,7 +684,8 @@ def _check_run(run: RunSpec) -> Iterator[tuple[str, str]]:
         if v is not None and v < 1:
             yield f"run.{key}", f"expected a whole number >= 1, found {v}"
     if not _DEVICE_RE.match(run.device):
-        yield "run.device", f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', found {run.device!r}"
+        yield "run.device", ("expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', found "
+                             f"{run.device!r}")
     if run.precision not in ("fp32", "bf16", "fp16"):
         yield "run.precision", f"expected 'fp32', 'bf16' or 'fp16', found {run.precision!r}"
     if run.grad_clip is not None and not (run.grad_clip > 0 and math.isfinite(run.grad_clip)):
@@ -691,7 +696,7 @@ def _from_data(data: dict[str, Any], file: str | None) -> Spec:
     """Structure, resolve and compile a parsed TOML document."""
     try:
         doc = _converter.structure(data, _Document)
-    except Exception as exc:  # noqa: BLE001 - every structuring error becomes a Problem
+    except Exception as exc:
         raise SpecError([Problem(_path(p), m, file) for p, m in _collect(exc, ())]) from None
     problems: list[Problem] = [Problem(p, m, file) for p, m in _check_clock(doc.clock)]
     if doc.run is not None:
@@ -876,8 +881,8 @@ def _rank(trigger: Trigger) -> int | None:
 def _merged(children: Sequence[Trigger]) -> dict[str, Any] | None:
     """One table for an AND of leaves the loader would AND back in the same order, if any."""
     ranks = [_rank(t) for t in children]
-    if any(r is None for r in ranks) or any(
-        a is None or b is None or a >= b for a, b in zip(ranks, ranks[1:])
+    if any(a is None or b is None or a >= b for a, b in itertools.pairwise(ranks)) or (
+        None in ranks
     ):
         return None
     table: dict[str, Any] = {}
