@@ -187,7 +187,13 @@ class Time:
         return self.unit.counter
 
     def __str__(self) -> str:
-        return f"{_format_number(self.value)} {self.unit.spell(self.value)}"
+        value = self.value
+        if isinstance(value, int) and value:
+            # Large round counts read better as "50M tokens"; parse accepts the suffix back.
+            for suffix, scale in (("G", 10**9), ("M", 10**6)):
+                if value % scale == 0:
+                    return f"{value // scale}{suffix} {self.unit.spell(value)}"
+        return f"{_format_number(value)} {self.unit.spell(value)}"
 
     def __repr__(self) -> str:
         return f"Time({str(self)!r})"

@@ -67,6 +67,11 @@ class TestParse:
         t = Time(value, unit)
         assert Time.parse(str(t)) == t
 
+    def test_prints_round_millions_with_suffix(self) -> None:
+        """Round millions and billions print as ``M`` and ``G``; others in full."""
+        assert [str(Time(50_000_000, "tokens")), str(Time(2 * 10**9, "samples")),
+                str(Time(1_500_000, "tokens"))] == ["50M tokens", "2G samples", "1500000 tokens"]
+
     def test_prints_singular_and_plural(self) -> None:
         """One step, two steps, one batch, two batches; time units stay short."""
         assert [str(Time(1, "steps")), str(Time(2, "step")), str(Time(2, "batch")),
