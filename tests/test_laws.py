@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import clock_triggers, holds
 
 from schedtrain import Schedule, Time, Timestamp, Unit, simulate
 from schedtrain.triggers import Point, all_of, any_of, at, every, not_
+
+# Random trees often contain dead branches; their warnings are expected here.
+pytestmark = pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
 
 EVENTS = ["train_start", "epoch_start", "batch_end", "step_end", "epoch_end", "train_end"]
 

@@ -11,6 +11,8 @@ from schedtrain import Schedule, ScheduleError, simulate
 from schedtrain.simulation import RunShape, SimClock, Simulation
 from schedtrain.triggers import every, improved, on, plateau, when
 
+# Random trees often contain dead branches; their warnings are expected here.
+pytestmark = pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
 
 def _as_tuples(log):
     return [(f.callback, f.event, f.timestamp) for f in log]
