@@ -42,8 +42,8 @@ def _wrap(child: Trigger) -> str:
 
 
 @attrs.frozen(repr=False)
-class AllOf(Trigger):
-    """True where every child is true."""
+class _Composite(Trigger):
+    """A trigger over two or more children."""
 
     triggers: tuple[Trigger, ...] = attrs.field(validator=_check_children)
 
@@ -53,6 +53,11 @@ class AllOf(Trigger):
 
     def children(self) -> tuple[Trigger, ...]:
         return self.triggers
+
+
+@attrs.frozen(repr=False)
+class AllOf(_Composite):
+    """True where every child is true."""
 
     def events(self) -> frozenset[str] | None:
         result: frozenset[str] | None = None
@@ -70,17 +75,8 @@ class AllOf(Trigger):
 
 
 @attrs.frozen(repr=False)
-class AnyOf(Trigger):
+class AnyOf(_Composite):
     """True where some child is true."""
-
-    triggers: tuple[Trigger, ...] = attrs.field(validator=_check_children)
-
-    @property
-    def dynamic(self) -> bool:
-        return any(t.dynamic for t in self.triggers)
-
-    def children(self) -> tuple[Trigger, ...]:
-        return self.triggers
 
     def events(self) -> frozenset[str] | None:
         result: set[str] = set()

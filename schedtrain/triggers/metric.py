@@ -83,11 +83,18 @@ class Plateau(Trigger):
         return f"plateau({self.metric!r}, patience={self.patience}, mode={self.mode!r}{extra})"
 
 
-class _ImprovedNode:
-    def __init__(self, trigger: Improved) -> None:
+class _MetricNode:
+    """Shared machinery: look at new values only; state is best, seen count and wait."""
+
+    def __init__(self, trigger: Improved | Plateau) -> None:
         self.trigger = trigger
         self.best: float | None = None
         self.seen = 0
+        self.wait = 0
+
+    def _judge(self, value: float) -> tuple[bool, float | None, int, str]:
+        """For a new value: (fires, new best, new wait, why)."""
+        raise NotImplementedError
 
     def _step(self, pt: Point, commit: bool) -> tuple[bool | None, str]:
         t = self.trigger
@@ -98,59 +105,7 @@ class _ImprovedNode:
             return False, f"{t.metric} has no value yet"
         if mv.count <= self.seen:
             return False, f"no new value of {t.metric}"
-        value = float(mv.value)
-        better = _better(value, self.best, t.mode, t.min_delta)
-        if commit:
-            self.seen = mv.count
-            if better:
-                self.best = value
-        best = "none" if self.best is None else f"{self.best:g}"
-        return better, f"{t.metric}={value:g}, best {best}"
-
-    def evaluate(self, pt: Point) -> bool | None:
-        return self._step(pt, commit=True)[0]
-
-    def bound(self, event: str, last: Timestamp) -> Due:
-        return ANY_TIME
-
-    def explain(self, pt: Point) -> Explanation:
-        value, why = self._step(pt, commit=False)
-        return Explanation(repr(self.trigger), value, why)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "seen": self.seen}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best = state["best"]
-        self.seen = int(state["seen"])
-
-
-class _PlateauNode:
-    def __init__(self, trigger: Plateau) -> None:
-        self.trigger = trigger
-        self.best: float | None = None
-        self.seen = 0
-        self.wait = 0
-
-    def _step(self, pt: Point, commit: bool) -> tuple[bool | None, str]:
-        t = self.trigger
-        if pt.metrics is None:
-            return None, "needs metric values"
-        mv = pt.metrics.latest(t.metric)
-        if mv is None:
-            return False, f"{t.metric} has no value yet"
-        if mv.count <= self.seen:
-            return False, f"no new value of {t.metric} (waited {self.wait}/{t.patience})"
-        value = float(mv.value)
-        best, wait = self.best, self.wait
-        if _better(value, best, t.mode, t.min_delta):
-            best, wait = value, 0
-        else:
-            wait += 1
-        fired = wait >= t.patience
-        why = f"{t.metric}={value:g}, {wait}/{t.patience} values without a new best"
-        if fired:
-            wait = 0
+        fired, best, wait, why = self._judge(float(mv.value))
         if commit:
             self.seen, self.best, self.wait = mv.count, best, wait
         return fired, why
@@ -171,7 +126,34 @@ class _PlateauNode:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best = state["best"]
         self.seen = int(state["seen"])
-        self.wait = int(state["wait"])
+        self.wait = int(state.get("wait", 0))
+
+
+class _ImprovedNode(_MetricNode):
+    def _judge(self, value: float) -> tuple[bool, float | None, int, str]:
+        t = self.trigger
+        better = _better(value, self.best, t.mode, t.min_delta)
+        best = value if better else self.best
+        return better, best, 0, f"{t.metric}={value:g}, best before {_show(self.best)}"
+
+
+class _PlateauNode(_MetricNode):
+    trigger: Plateau
+
+    def _judge(self, value: float) -> tuple[bool, float | None, int, str]:
+        t = self.trigger
+        best: float | None
+        if _better(value, self.best, t.mode, t.min_delta):
+            best, wait = value, 0
+        else:
+            best, wait = self.best, self.wait + 1
+        fired = wait >= t.patience
+        why = f"{t.metric}={value:g}, {wait}/{t.patience} values without a new best"
+        return fired, best, 0 if fired else wait, why
+
+
+def _show(best: float | None) -> str:
+    return "none" if best is None else f"{best:g}"
 
 
 def improved(metric: str, mode: Mode = "min", min_delta: float = 0.0) -> Improved:
