@@ -26,7 +26,8 @@ class FunctionCallback(Callback):
 
     def __init__(self, fn: Callable[[Any], Any], name: str | None = None) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", None)
+        given = name or getattr(fn, "__name__", "")
+        self.name = given if given.isidentifier() else "function"  # e.g. '<lambda>'
 
     def _trigger(self) -> None:
         self.fn(self.trainer)

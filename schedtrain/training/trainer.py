@@ -173,14 +173,16 @@ class Trainer:
         self.grad_clip = grad_clip
         self.seed = seed
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.predicates = predicates
+        # An empty mapping, not None: at run time conditions are decided, never "unknown".
+        self.predicates: dict[str, Predicate] = dict(predicates or {})
         self.clock = LoopClock()
         self.scaler: Any = (torch.amp.GradScaler(self.device.type)
                             if precision == "fp16" else None)
         self.schedule, self.callbacks = bind(callbacks, schedule, bindings)
         check_order(self.schedule, self.callbacks)
         produced = set(TRAINER_METRICS).union(*(cb.produces for cb in self.callbacks))
-        self.table = self.schedule.compile(predicates=predicates, produced_metrics=produced)
+        self.table = self.schedule.compile(predicates=self.predicates,
+                                           produced_metrics=produced)
         self._by_name: dict[str, Callback] = dict(zip(self.schedule.names, self.callbacks,
                                                       strict=True))
         self._gates: dict[str, HookGate | None] = {e.default_name(): e.gate
@@ -460,15 +462,15 @@ class Trainer:
                                self._hooks["_trigger_step"])
         autocast = self.precision != "fp32"
         while True:
-            if before:
+            batch = next(it, _END)
+            if batch is _END:
+                return True
+            if before:  # only once the step is known to happen
                 self._run_hooks("_before_step", clock.step + 1)
             k = 0
             loss_sum: torch.Tensor | None = None
             out: Any = None
-            while k < accum:
-                batch = next(it, _END)
-                if batch is _END:
-                    break
+            while True:
                 if on_device:
                     batch = to_device(batch, device)
                 if autocast:
@@ -490,8 +492,11 @@ class Trainer:
                 if batch_end:
                     table.batch_end(self._runner("batch_end"))
                     self._after_event("batch_end")
-            if k == 0:
-                return True
+                if k == accum:
+                    break
+                batch = next(it, _END)
+                if batch is _END:
+                    break
             if k < accum:  # a partial accumulation at the epoch's end still steps
                 for p in model.parameters():
                     if p.grad is not None:
