@@ -74,10 +74,33 @@ def load_task(spec: Any, target: str) -> Task:
     return task
 
 
+def _resolve(type_name: str) -> type:
+    """``schedtrain.registry.resolve``; a minimal stand-in until the registry lands."""
+    try:
+        from schedtrain.registry import resolve
+    except ImportError:
+        module, _, cls = (type_name if ":" in type_name else
+                          _BUILTINS.get(type_name, type_name)).partition(":")
+        if not cls:
+            raise ValueError(f"unknown callback type {type_name!r}") from None
+        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return resolve(type_name)
+
+
+_BUILTINS = {
+    "ModelSaver": "schedtrain.callbacks.saver:ModelSaver",
+    "MinSaver": "schedtrain.callbacks.saver:MinSaver",
+    "MaxSaver": "schedtrain.callbacks.saver:MaxSaver",
+    "InferenceRunner": "schedtrain.callbacks.inference:InferenceRunner",
+    "ScheduledHyperParamSetter": "schedtrain.callbacks.hyperparam:ScheduledHyperParamSetter",
+    "EarlyStopping": "schedtrain.callbacks.stopping:EarlyStopping",
+    "TerminateOnNaN": "schedtrain.callbacks.stopping:TerminateOnNaN",
+    "ProgressBar": "schedtrain.callbacks.progress:ProgressBar",
+}
+
+
 def build_callbacks(spec: Any) -> dict[str, Any]:
     """Instantiate every typed callback of ``spec``; every problem is listed."""
-    from schedtrain import registry
-
     out: dict[str, Any] = {}
     problems: list[Problem] = []
     file = getattr(spec, "path", None)
@@ -88,7 +111,7 @@ def build_callbacks(spec: Any) -> dict[str, Any]:
                                     "callback; `schedtrain train` needs a type", file))
             continue
         try:
-            cls = registry.resolve(cs.type)
+            cls = _resolve(cs.type)
             out[name] = cls(**dict(cs.args))
         except (ImportError, TypeError, ValueError) as exc:
             problems.append(Problem(f"{path}.type" if isinstance(exc, ImportError) else path,

@@ -201,7 +201,9 @@ class Trainer:
         self._depth = 0
         self._pending_saves: list[tuple[Path, Callable[[Path], None] | None]] = []
         self._in_fit = False
-        self._resume_phase: str | None = None
+        self._resumed = False  # fit() continues a checkpoint: train_start does not fire again
+        self._resume_mid_epoch = False
+        self._epoch_open = False  # between an epoch's start and its end
         self._epoch_rng: dict[str, Any] | None = None
         self._setup_done = False
         self.stopped_early = False
@@ -337,6 +339,7 @@ class Trainer:
             "metrics": self.metrics.state_dict(),
             "rng": _rng_state(),
             "epoch_rng": self._epoch_rng,
+            "epoch_open": self._epoch_open,
             "losses": (self._losses, self._loss_n),
         }
         atomic_save(state, path)
@@ -367,7 +370,8 @@ class Trainer:
         _set_rng_state(state["rng"])
         self._epoch_rng = state["epoch_rng"]
         self._losses[:], self._loss_n = state["losses"]
-        self._resume_phase = state["phase"]
+        self._resumed = True
+        self._resume_mid_epoch = bool(state["epoch_open"])
 
     # -- the loop ----------------------------------------------------------------------------
     def fit(self) -> None:
@@ -385,10 +389,9 @@ class Trainer:
             for cb in self.callbacks:
                 cb.before_train()
             clock.start_train()
-            if self._resume_phase is None:
+            if not self._resumed:
                 self._dispatch("train_start")
-            if self._resume_phase != "train_end":
-                self._epochs()
+            self._epochs()
         except StopTraining:
             self.stopped_early = True
             _log.info("stop_training", step=clock.step, epoch=clock.epoch)
@@ -421,8 +424,8 @@ class Trainer:
         max_epochs = self.max_epochs if self.max_epochs is not None else math.inf
         max_steps = self.max_steps if self.max_steps is not None else math.inf
         while clock.epoch < max_epochs and clock.step < max_steps:
-            phase, self._resume_phase = self._resume_phase, None
-            mid_epoch = phase in ("epoch_start", "step_end", "batch_end", "stopped", "manual")
+            mid_epoch, self._resume_mid_epoch = self._resume_mid_epoch, False
+            self._resumed = False
             self._run_hooks("_before_epoch")
             if mid_epoch:
                 assert self._epoch_rng is not None
@@ -435,6 +438,7 @@ class Trainer:
                 _set_rng_state(now_rng)
             else:
                 clock.start_epoch()
+                self._epoch_open = True
                 self._dispatch("epoch_start")
                 self._epoch_rng = _rng_state()
                 it = iter(self.train_data)
@@ -442,6 +446,7 @@ class Trainer:
             if not finished:
                 return  # max_steps reached mid-epoch: no epoch_end for a partial epoch
             clock.end_epoch()
+            self._epoch_open = False
             self._run_hooks("_after_epoch")
             self._run_hooks("_trigger_epoch")
             self._publish_loss()
