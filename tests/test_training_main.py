@@ -105,8 +105,8 @@ class TestCommandLine:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "schedtrain.cli", "train", str(SPEC), "--run-dir",
-             str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+            [sys.executable, "-c", "import sys; from schedtrain.cli import main; "
+             "sys.exit(main(sys.argv[1:]))", "train", str(SPEC), "--run-dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
             check=False)
         wall = time.perf_counter() - t0
         assert proc.returncode == 0, proc.stderr[-2000:]
