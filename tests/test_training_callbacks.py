@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from training_helpers import Noop, UnevenData, tiny_model
 
-from schedtrain import Schedule, ScheduleError, Scheduled, StopTraining, at, every, on, plateau
+from schedtrain import Schedule, Scheduled, ScheduleError, StopTraining, at, every, on, plateau
 from schedtrain.callbacks import Callback
 from schedtrain.callbacks.hyperparam import ScheduledHyperParamSetter
 from schedtrain.callbacks.inference import InferenceRunner
@@ -209,7 +209,7 @@ class TestBuiltins:
     ])
     def test_hyperparam_schedule(self, interp: str | None, step_based: bool,
                                  expected: list[float]) -> None:
-        """Epoch schedule [(0, 0.1), (2, 0.01)]: the value applies once that many epochs are done."""
+        """Schedule [(0, 0.1), (2, 0.01)]: a value applies once that many epochs are done."""
         seen: list[float] = []
         setter = ScheduledHyperParamSetter("lr", [(0, 0.1), (2, 0.01)], interp=interp,
                                            step_based=step_based)
@@ -323,7 +323,7 @@ class TestTrainerInput:
     def test_unbound_schedule_name(self) -> None:
         """A schedule entry without a callback is named in the error."""
         model, opt = tiny_model()
-        with pytest.raises(ScheduleError, match="callbacks.report"):
+        with pytest.raises(ScheduleError, match=r"callbacks\.report"):
             Trainer(model, opt, [], mse, schedule=Schedule({"report": every("1 epoch")}),
                     max_epochs=1)
 

@@ -16,6 +16,7 @@ from schedtrain import SpecError, every, on, plateau
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "specs" / "digits.toml"
+MAIN = "import sys; from schedtrain.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _fake_spec(task: str = "examples.digits:make_task", max_epochs: int = 3) -> SimpleNamespace:
@@ -74,19 +75,19 @@ class TestTrainFromSpec:
 
         spec = _fake_spec()
         spec.run.task = None
-        with pytest.raises(SpecError, match="run.task"):
+        with pytest.raises(SpecError, match=r"run\.task"):
             train_from_spec(spec, None, None)
 
     def test_bad_task_and_bad_arguments(self, tmp_path: Path) -> None:
         """An unimportable task, or callback arguments that do not fit, are SpecErrors."""
         from schedtrain.training import train_from_spec
 
-        with pytest.raises(SpecError, match="cannot import 'nowhere'"):
+        with pytest.raises(SpecError, match=r"cannot import 'nowhere'"):
             train_from_spec(_fake_spec(task="nowhere:make"), str(tmp_path), None)
         spec = _fake_spec()
         spec.callbacks["checkpoint"].args = {"kep": 2}
         pytest.importorskip("sklearn")
-        with pytest.raises(SpecError, match="callbacks.checkpoint"):
+        with pytest.raises(SpecError, match=r"callbacks\.checkpoint"):
             train_from_spec(spec, str(tmp_path), None)
 
 
@@ -98,15 +99,15 @@ class TestCommandLine:
         """Exit code 0, files written, final validation accuracy >= 0.95, under a minute."""
         pytest.importorskip("sklearn")
         try:
-            import schedtrain.cli  # noqa: F401
+            import schedtrain.cli
             import schedtrain.spec  # noqa: F401
         except ImportError:
             pytest.skip("the spec/CLI branch has not landed here yet")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-c", "import sys; from schedtrain.cli import main; "
-             "sys.exit(main(sys.argv[1:]))", "train", str(SPEC), "--run-dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+            [sys.executable, "-c", MAIN, "train", str(SPEC), "--run-dir", str(tmp_path)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
             check=False)
         wall = time.perf_counter() - t0
         assert proc.returncode == 0, proc.stderr[-2000:]

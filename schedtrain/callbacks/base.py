@@ -161,7 +161,6 @@ class Callback:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
-        return None
 
     # -- context -------------------------------------------------------------------------
     @property

@@ -11,6 +11,7 @@ interpolated between points; after the last point the last value holds.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,7 +50,7 @@ class ScheduledHyperParamSetter(Callback):
                                  f"got {item!r}") from None
         if not points:
             raise ValueError("`schedule` must have at least one (point, value) pair")
-        if any(b[0] <= a[0] for a, b in zip(points, points[1:], strict=False)):
+        if any(b[0] <= a[0] for a, b in itertools.pairwise(points)):
             raise ValueError(f"`schedule` points must increase, got {[p for p, _ in points]}")
         if any(p < 0 for p, _ in points):
             raise ValueError("`schedule` points must be >= 0")

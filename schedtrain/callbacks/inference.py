@@ -30,7 +30,7 @@ class InferenceRunner(Callback):
     """
 
     default_trigger: ClassVar[Trigger] = every("1 epoch")
-    produces = ("val/loss", "val/accuracy", "val/error")
+    produces: tuple[str, ...] = ("val/loss", "val/accuracy", "val/error")
 
     def __init__(self, data: Iterable[Any] | None = None,
                  loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,

@@ -26,7 +26,7 @@ class FunctionCallback(Callback):
 
     def __init__(self, fn: Callable[[Any], Any], name: str | None = None) -> None:
         self.fn = fn
-        given = name or getattr(fn, "__name__", "")
+        given = name or str(getattr(fn, "__name__", ""))
         self.name = given if given.isidentifier() else "function"  # e.g. '<lambda>'
 
     def _trigger(self) -> None:

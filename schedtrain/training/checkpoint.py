@@ -26,7 +26,7 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        Path(tmp).replace(path)  # os.replace: atomic within one file system
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp).unlink()

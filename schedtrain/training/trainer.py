@@ -40,6 +40,7 @@ _PRECISIONS = ("fp32", "bf16", "fp16")
 TRAINER_METRICS = ("train/loss",)
 #: Fold the on-device list of step losses into one sum past this length (bounded memory).
 _FOLD = 1024
+_PLAIN_SEQ = (tuple, list)
 
 StepFn = Callable[[torch.nn.Module, Any], "torch.Tensor | Mapping[str, Any]"]
 
@@ -124,7 +125,7 @@ class Trainer:
         predicates: named predicates for ``when("name")`` conditions.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 - validation and wiring, read top to bottom
         self,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
@@ -197,7 +198,8 @@ class Trainer:
         self.last_loss: torch.Tensor | None = None
         self._losses: list[torch.Tensor] = []
         self._loss_n = 0
-        self._runners: dict[str, Callable[[str], None]] = {}  # event -> run(name) closure for the table
+        # event -> the run(name) closure handed to the table
+        self._runners: dict[str, Callable[[str], None]] = {}
         self._depth = 0
         self._pending_saves: list[tuple[Path, Callable[[Path], None] | None]] = []
         self._in_fit = False
@@ -454,7 +456,7 @@ class Trainer:
             self._after_event("epoch_end")
             self.metrics.flush()
 
-    def _steps(self, it: Iterator[Any], max_steps: float) -> bool:
+    def _steps(self, it: Iterator[Any], max_steps: float) -> bool:  # noqa: PLR0915 - one hot loop, locals stay fast
         """Run the steps of one epoch; ``False`` when ``max_steps`` ended it early."""
         clock, table, model, opt = self.clock, self.table, self.model, self.optimizer
         accum, scaler, step_fn = self.grad_accum, self.scaler, self.step_fn
@@ -492,8 +494,11 @@ class Trainer:
                 k += 1
                 detached = loss.detach()
                 loss_sum = detached if loss_sum is None else loss_sum + detached
-                samples, tokens = count_batch(batch)
-                clock.end_batch(samples, tokens)
+                if (type(batch) in _PLAIN_SEQ and isinstance(b0 := batch[0], torch.Tensor)  # type: ignore[index]
+                        and b0.dim()):
+                    clock.end_batch(len(b0))  # fast path of count_batch: (inputs, targets)
+                else:
+                    clock.end_batch(*count_batch(batch))
                 if batch_end:
                     table.batch_end(self._runner("batch_end"))
                     self._after_event("batch_end")
