@@ -26,8 +26,8 @@ class JsonlWriter:
         self._file = self.path.open("a", encoding="utf-8")
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
-        if self._file.closed:
-            return
+        if self._file.closed:  # a second fit() on the same trainer appends again
+            self._file = self.path.open("a", encoding="utf-8")
         self._file.write("".join(json.dumps(r) + "\n" for r in rows))
         self._file.flush()
 
