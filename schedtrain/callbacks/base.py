@@ -1,0 +1,213 @@
+"""The ``Callback`` base: lifecycle hooks and ``_trigger`` (what), never when.
+
+Public methods (``before_train``, ``trigger``...) are called by the trainer and
+call the overridable underscore methods, as in tensorpack. Where each hook runs::
+
+    setup(trainer)                         once, before anything else
+    before_train()
+    [train_start]   _trigger() of callbacks whose trigger fires here
+    for each epoch:
+        before_epoch()
+        [epoch_start]
+        for each optimizer step:
+            before_step(step)
+            for each micro-batch: forward, backward; [batch_end]
+            optimizer step
+            after_step(step, outputs); trigger_step()
+            [step_end]
+        after_epoch(); trigger_epoch()
+        [epoch_end]
+    [train_end]
+    after_train()                          also after StopTraining and exceptions
+    on_exception(exc)                      when training fails, before after_train
+
+``[event]`` marks where the trigger table is evaluated. Per-event hooks are
+called only on callbacks that override them, and only while the callback's
+gate (``EnableCallbackIf``/``PeriodicCallback``) is open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import attrs
+import torch
+
+from schedtrain.triggers import every
+from schedtrain.triggers.base import Trigger
+
+if TYPE_CHECKING:
+    from schedtrain.monitors.store import MetricStore
+    from schedtrain.time import Timestamp
+    from schedtrain.training.trainer import Trainer
+
+__all__ = ["Callback", "StepOutputs"]
+
+
+@attrs.frozen
+class StepOutputs:
+    """What one optimizer step produced; tensors stay on the device (reading them syncs).
+
+    Args:
+        loss: the mean loss over the step's micro-batches, detached.
+        outputs: the step function's outputs of the last micro-batch, detached.
+    """
+
+    loss: torch.Tensor
+    outputs: Mapping[str, Any]
+
+
+class Callback:
+    """Base class of training callbacks.
+
+    Override ``_trigger`` (what to do when the callback's trigger fires) and the
+    lifecycle hooks you need. ``default_trigger`` is used when the callback is
+    given to the trainer without one. ``produces`` and ``needs`` name the metrics
+    it writes and reads: the trainer refuses an order in which a callback runs
+    before the one producing what it needs.
+    """
+
+    default_trigger: ClassVar[Trigger] = every("1 epoch")
+    produces: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+
+    trainer: Trainer
+    name: str | None = None
+
+    # -- public API, called by the trainer -------------------------------------------------
+    def setup(self, trainer: Trainer) -> None:
+        """Bind to ``trainer``; called once before training."""
+        self.trainer = trainer
+        self._setup()
+
+    def before_train(self) -> None:
+        """Before the first epoch (also when resuming)."""
+        self._before_train()
+
+    def after_train(self) -> None:
+        """After training ends, however it ends."""
+        self._after_train()
+
+    def before_epoch(self) -> None:
+        """Before each epoch's first step."""
+        self._before_epoch()
+
+    def after_epoch(self) -> None:
+        """After each epoch's last step (the epoch counter already counts it)."""
+        self._after_epoch()
+
+    def before_step(self, step: int) -> None:
+        """Before optimizer step number ``step`` (1-based) starts."""
+        self._before_step(step)
+
+    def after_step(self, step: int, outputs: StepOutputs) -> None:
+        """After optimizer step ``step``; ``outputs`` stay on the device."""
+        self._after_step(step, outputs)
+
+    def trigger_step(self) -> None:
+        """After every step, after ``after_step``."""
+        self._trigger_step()
+
+    def trigger_epoch(self) -> None:
+        """After every epoch, after ``after_epoch``."""
+        self._trigger_epoch()
+
+    def trigger(self) -> None:
+        """The callback's trigger fired."""
+        self._trigger()
+
+    def on_exception(self, exc: BaseException) -> None:
+        """Training failed with ``exc`` (not called for ``StopTraining``)."""
+        self._on_exception(exc)
+
+    # -- override points -------------------------------------------------------------------
+    def _setup(self) -> None:
+        return None
+
+    def _before_train(self) -> None:
+        return None
+
+    def _after_train(self) -> None:
+        return None
+
+    def _before_epoch(self) -> None:
+        return None
+
+    def _after_epoch(self) -> None:
+        return None
+
+    def _before_step(self, step: int) -> None:
+        return None
+
+    def _after_step(self, step: int, outputs: StepOutputs) -> None:
+        return None
+
+    def _trigger_step(self) -> None:
+        return None
+
+    def _trigger_epoch(self) -> None:
+        return None
+
+    def _trigger(self) -> None:
+        return None
+
+    def _on_exception(self, exc: BaseException) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to checkpoint (plain data or tensors)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``."""
+
+    # -- context -------------------------------------------------------------------------
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model being trained."""
+        return self.trainer.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer."""
+        return self.trainer.optimizer
+
+    @property
+    def now(self) -> Timestamp:
+        """The clock's counters at this moment."""
+        return self.trainer.clock.now()
+
+    @property
+    def metrics(self) -> MetricStore:
+        """The metric store: ``put(name, value)``, ``latest(name)``, ``history(name)``."""
+        return self.trainer.metrics
+
+    def fire(self, event: str) -> None:
+        """Fire a custom event declared on the schedule."""
+        self.trainer.fire(event)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (0 without ``torch.distributed``)."""
+        return self.trainer.rank
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this process is rank 0 (write files only there)."""
+        return self.trainer.rank == 0
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+
+#: Hooks the trainer calls only on callbacks that override them (see ``overrides``).
+PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", "_after_step",
+                   "_trigger_step", "_trigger_epoch")
+
+
+def overrides(callback: object, hook: str) -> bool:
+    """Whether ``callback``'s class overrides ``hook`` of ``Callback`` (plain objects: has it)."""
+    if not isinstance(callback, Callback):
+        return callable(getattr(callback, hook, None))
+    return getattr(type(callback), hook) is not getattr(Callback, hook)

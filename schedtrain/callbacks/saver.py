@@ -1,0 +1,131 @@
+"""``ModelSaver`` (the last N checkpoints) and ``MinSaver``/``MaxSaver`` (the best by a metric).
+
+Checkpoints are written atomically (temporary file + ``os.replace``) once every
+callback firing at the current event has run, so each is resumable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+from schedtrain.callbacks.base import Callback
+from schedtrain.triggers import every
+from schedtrain.triggers.base import Trigger
+
+__all__ = ["MaxSaver", "MinSaver", "ModelSaver"]
+
+
+class ModelSaver(Callback):
+    """Save a resumable checkpoint when fired (default: every epoch), keeping the last ``keep``.
+
+    Files are ``RUN_DIR/checkpoints/step-00000120.pt`` (``--resume auto`` picks the newest).
+
+    Args:
+        keep: how many checkpoints to keep (``None``: all).
+        folder: where to write them (default: ``RUN_DIR/checkpoints``).
+    """
+
+    default_trigger: ClassVar[Trigger] = every("1 epoch")
+
+    def __init__(self, keep: int | None = 3, folder: str | None = None) -> None:
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int)
+                                 or keep < 1):
+            raise ValueError(f"`keep` must be a whole number >= 1 or None, got {keep!r}")
+        self.keep = keep
+        self.folder = folder
+        self.saved: list[str] = []
+
+    def _dir(self) -> Path:
+        if self.folder is not None:
+            return Path(self.folder)
+        if self.trainer.run_dir is None:
+            raise ValueError(f"callback {self.name!r} (ModelSaver): the trainer has no "
+                             "run_dir; give Trainer(run_dir=...) or ModelSaver(folder=...)")
+        return self.trainer.run_dir / "checkpoints"
+
+    def _setup(self) -> None:
+        self._dir()  # fail at start, not at the first save
+
+    def _trigger(self) -> None:
+        if not self.is_chief:
+            return
+        path = self._dir() / f"step-{self.trainer.clock.step:08d}.pt"
+        if str(path) not in self.saved:
+            self.saved.append(str(path))
+        self.trainer.save_checkpoint(path, on_saved=self._prune)
+
+    def _prune(self, _path: Path) -> None:
+        if self.keep is None:
+            return
+        while len(self.saved) > self.keep:
+            old = self.saved.pop(0)
+            with contextlib.suppress(FileNotFoundError):
+                Path(old).unlink()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"saved": list(self.saved)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.saved = list(state["saved"])
+
+
+class _BestSaver(Callback):
+    mode = "min"
+    default_trigger: ClassVar[Trigger] = every("1 epoch")
+
+    def __init__(self, monitor: str = "val/loss", filename: str | None = None,
+                 folder: str | None = None) -> None:
+        self.monitor = monitor
+        self.needs = (monitor,)
+        self.filename = filename or f"{self.mode}-{monitor.replace('/', '-')}.pt"
+        self.folder = folder
+        self.best: float | None = None
+
+    def _trigger(self) -> None:
+        got = self.metrics.latest(self.monitor)
+        if got is None or math.isnan(got.value):
+            return
+        better = self.best is None or (got.value < self.best if self.mode == "min"
+                                       else got.value > self.best)
+        if not better or not self.is_chief:
+            return
+        self.best = got.value
+        if self.folder is not None:
+            folder = Path(self.folder)
+        elif self.trainer.run_dir is not None:
+            folder = self.trainer.run_dir / "best"
+        else:
+            raise ValueError(f"callback {self.name!r}: the trainer has no run_dir; give "
+                             "Trainer(run_dir=...) or folder=...")
+        self.trainer.save_checkpoint(folder / self.filename)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best = state["best"]
+
+
+class MinSaver(_BestSaver):
+    """Save a checkpoint to ``RUN_DIR/best/`` whenever ``monitor`` reaches a new minimum.
+
+    Args:
+        monitor: the metric (default ``val/loss``).
+        filename: default ``min-val-loss.pt``.
+        folder: default ``RUN_DIR/best``.
+    """
+
+    mode = "min"
+
+
+class MaxSaver(_BestSaver):
+    """Save a checkpoint to ``RUN_DIR/best/`` whenever ``monitor`` reaches a new maximum."""
+
+    mode = "max"
+
+    def __init__(self, monitor: str = "val/accuracy", filename: str | None = None,
+                 folder: str | None = None) -> None:
+        super().__init__(monitor, filename, folder)

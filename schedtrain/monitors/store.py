@@ -1,0 +1,178 @@
+"""``MetricStore``: scalar metrics with history, lazy until read.
+
+Values put as tensors stay on their device: nothing is copied to the host (no
+device sync) until a value is read (``latest``, ``history``) or the store is
+``flush``-ed. A flush materialises every pending value in one transfer and
+hands the records to the sinks (JSONL, TensorBoard, console).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+import torch
+
+from schedtrain.time import Timestamp
+from schedtrain.triggers.base import MetricValue
+
+__all__ = ["MetricStore", "Record", "Sink"]
+
+
+@attrs.define(slots=True)
+class Record:
+    """One scalar value: its name, value (a float once materialised) and when it was put."""
+
+    name: str
+    value: Any
+    step: int
+    epoch: int
+    wall: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``events.jsonl`` line of this scalar."""
+        return {"kind": "scalar", "name": self.name, "value": self.value, "step": self.step,
+                "epoch": self.epoch, "time": self.wall}
+
+
+class Sink(Protocol):
+    """A writer the store and trainer report to."""
+
+    def scalars(self, records: Sequence[Record]) -> None:
+        """Materialised scalar records, in the order they were put."""
+
+    def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
+        """A callback fired."""
+
+    def close(self) -> None:
+        """Flush and release files."""
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"a metric must be a scalar, got a tensor of shape "
+                             f"{tuple(value.shape)}")
+        return float(value.item())
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"a metric must be a number or a one-element tensor, "
+                        f"got {value!r}") from None
+
+
+class MetricStore:
+    """Scalar metrics with history; implements the core's ``MetricsView``.
+
+    Args:
+        now: returns the clock's timestamp, stamped on each value put.
+        sinks: writers that receive each value once materialised.
+    """
+
+    def __init__(self, now: Callable[[], Timestamp] | None = None,
+                 sinks: Iterable[Sink] = ()) -> None:
+        self._now = now or Timestamp
+        self.sinks: list[Sink] = list(sinks)
+        self._history: dict[str, list[Record]] = {}
+        self._pending: list[Record] = []  # put but not yet materialised or sent to sinks
+
+    def put(self, name: str, value: Any) -> None:
+        """Add a value of ``name`` (a number, or a one-element tensor kept lazy)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a metric name must be a non-empty string, got {name!r}")
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+        elif not isinstance(value, int | float):
+            value = _as_float(value)
+        ts = self._now()
+        rec = Record(name, value, ts.step, ts.epoch, time.time())
+        self._history.setdefault(name, []).append(rec)
+        self._pending.append(rec)
+
+    def flush(self) -> None:
+        """Materialise pending values (one device transfer) and hand them to the sinks."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        lazy = [r for r in pending if isinstance(r.value, torch.Tensor)]
+        if lazy:
+            for r in lazy:
+                if r.value.numel() != 1:
+                    raise ValueError(f"metric {r.name!r} must be a scalar, got a tensor of "
+                                     f"shape {tuple(r.value.shape)}")
+            host = torch.stack([r.value.reshape(()).float() for r in lazy]).cpu().tolist()
+            for r, v in zip(lazy, host, strict=True):
+                r.value = float(v)
+        for r in pending:
+            r.value = float(r.value)
+        for sink in self.sinks:
+            sink.scalars(pending)
+
+    # -- reading (MetricsView) ---------------------------------------------------------
+    def latest(self, name: str) -> MetricValue | None:
+        """The newest value of ``name`` and how many values it has had, or ``None``."""
+        hist = self._history.get(name)
+        if not hist:
+            return None
+        rec = hist[-1]
+        if not isinstance(rec.value, float):
+            self.flush()
+        return MetricValue(rec.value, len(hist))
+
+    def value(self, name: str, default: float = math.nan) -> float:
+        """The newest value of ``name`` as a float, or ``default``."""
+        got = self.latest(name)
+        return default if got is None else got.value
+
+    def history(self, name: str) -> list[tuple[int, float]]:
+        """``(step, value)`` for every value of ``name``."""
+        hist = self._history.get(name, [])
+        if any(not isinstance(r.value, float) for r in hist):
+            self.flush()
+        return [(r.step, r.value) for r in hist]
+
+    def materialized(self) -> dict[str, float]:
+        """The newest value of each metric already on the host (never syncs)."""
+        out: dict[str, float] = {}
+        for name, hist in self._history.items():
+            for r in reversed(hist):
+                if isinstance(r.value, float):
+                    out[name] = r.value
+                    break
+        return out
+
+    def names(self) -> list[str]:
+        """Names that have at least one value, in order of first appearance."""
+        return list(self._history)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._history
+
+    def firing(self, callback: str, event: str, ts: Timestamp) -> None:
+        """Report a firing to the sinks."""
+        wall = time.time()
+        for sink in self.sinks:
+            sink.firing(callback, event, ts, wall)
+
+    def close(self) -> None:
+        """Flush and close the sinks."""
+        self.flush()
+        for sink in self.sinks:
+            sink.close()
+
+    # -- resume --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Every value (materialised), so metric triggers see the same counts after resume."""
+        self.flush()
+        return {"history": {n: [(r.step, r.epoch, r.value, r.wall) for r in h]
+                            for n, h in self._history.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore values saved by ``state_dict`` (they are not re-sent to the sinks)."""
+        self._pending = []
+        self._history = {
+            n: [Record(n, float(v), int(s), int(e), float(w)) for s, e, v, w in h]
+            for n, h in state["history"].items()}

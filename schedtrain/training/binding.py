@@ -1,0 +1,137 @@
+"""Turn what the user gave the trainer into a schedule of bound ``Callback`` objects.
+
+Accepted: a list whose items are ``Callback`` objects (scheduled by their
+``default_trigger``), ``Scheduled`` values (trigger, callback, name, gate), or
+plain functions ``fn(trainer)`` inside a ``Scheduled``; or a ``Schedule`` (from
+Python or a TOML spec) plus a mapping of name to callback for entries that
+carry no callback object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from schedtrain.callbacks.base import Callback
+from schedtrain.errors import ScheduleError, did_you_mean
+from schedtrain.schedule import Schedule, Scheduled
+
+__all__ = ["FunctionCallback", "bind", "check_order"]
+
+
+class FunctionCallback(Callback):
+    """A plain function ``fn(trainer)`` run when its trigger fires."""
+
+    def __init__(self, fn: Callable[[Any], Any], name: str | None = None) -> None:
+        self.fn = fn
+        given = name or str(getattr(fn, "__name__", ""))
+        self.name = given if given.isidentifier() else "function"  # e.g. '<lambda>'
+
+    def _trigger(self) -> None:
+        self.fn(self.trainer)
+
+    def __repr__(self) -> str:
+        return f"<FunctionCallback {self.name}>"
+
+
+def _as_callback(obj: Any, where: str) -> Callback:
+    if isinstance(obj, Callback):
+        return obj
+    if callable(obj):
+        return FunctionCallback(obj)
+    raise TypeError(f"{where}: expected a Callback, a Scheduled or a function, got {obj!r}")
+
+
+def bind(
+    callbacks: Iterable[Any] | Schedule | None,
+    schedule: Schedule | None = None,
+    bindings: Mapping[str, Any] | None = None,
+) -> tuple[Schedule, list[Callback]]:
+    """The schedule to compile and its callbacks, in declared order.
+
+    Args:
+        callbacks: ``Callback``/``Scheduled`` items, or a ``Schedule``.
+        schedule: a ``Schedule`` (e.g. a TOML spec's); its entries come after ``callbacks``.
+        bindings: name to callback for schedule entries without a callback object.
+    """
+    entries: list[Scheduled] = []
+    events: tuple[str, ...] = ()
+    if isinstance(callbacks, Schedule):
+        schedule, callbacks = (callbacks, None) if schedule is None else (schedule, callbacks)
+    for i, item in enumerate(callbacks or ()):
+        if isinstance(item, Scheduled):
+            cb = _as_callback(item.callback, f"callbacks[{i}]")
+            entries.append(attrs.evolve(item, callback=cb))
+        else:
+            cb = _as_callback(item, f"callbacks[{i}]")
+            entries.append(Scheduled(cb.default_trigger, cb, cb.name))
+    if schedule is not None:
+        events = schedule.events
+        bindings = dict(bindings or {})
+        for e in schedule.entries:
+            name = e.default_name()
+            obj = e.callback if e.callback is not None else bindings.pop(name, None)
+            if obj is None:
+                raise ScheduleError(
+                    f"callbacks.{name}: no callback is bound to this name; give it a `type` "
+                    "in the spec or pass it from Python (bindings={name: callback})")
+            entries.append(attrs.evolve(e, callback=_as_callback(obj, f"callbacks.{name}")))
+        if bindings:
+            extra = sorted(bindings)
+            raise ScheduleError(
+                f"bindings name callbacks not in the schedule: {extra}"
+                f"{did_you_mean(extra[0], schedule.names)}")
+    sched = Schedule(entries, events=events)
+    cbs: list[Callback] = []
+    for e in sched.entries:
+        cb = e.callback
+        cb.name = e.name
+        cbs.append(cb)
+    return sched, cbs
+
+
+def trigger_metrics(schedule: Schedule) -> dict[str, set[str]]:
+    """Per callback name, the metrics its trigger reads."""
+    from schedtrain.table import _walk
+    from schedtrain.triggers.conditions import When
+    from schedtrain.triggers.metric import Improved, Plateau
+
+    out: dict[str, set[str]] = {}
+    for e in schedule.entries:
+        names: set[str] = set()
+        for t, _ in _walk(e.trigger, ""):
+            if isinstance(t, When) and t.fn is None:
+                names |= set(t.metric_names)
+            elif isinstance(t, Improved | Plateau):
+                names.add(t.metric)
+        out[e.default_name()] = names
+    return out
+
+
+def check_order(schedule: Schedule, callbacks: list[Callback]) -> None:
+    """Refuse a callback that reads a metric (``needs`` or its trigger) produced only later.
+
+    Callbacks at one event run in declared order, so such a callback would read a
+    stale value: a clear error at start rather than a silent miss.
+    """
+    produced_at: dict[str, int] = {}
+    for i, cb in enumerate(callbacks):
+        for m in cb.produces:
+            produced_at.setdefault(m, i)
+    reads = trigger_metrics(schedule)
+    problems = []
+    for i, cb in enumerate(callbacks):
+        assert cb.name is not None
+        for m, how in [(m, "needs") for m in cb.needs] + [
+                (m, "its trigger reads") for m in sorted(reads[cb.name] - set(cb.needs))]:
+            j = produced_at.get(m)
+            if j is not None and j > i:
+                problems.append(
+                    f"callback {cb.name!r} {how} metric {m!r}, which {callbacks[j].name!r} "
+                    f"produces, but {callbacks[j].name!r} is declared after it; declare "
+                    f"{callbacks[j].name!r} first")
+    if problems:
+        raise ScheduleError("; ".join(problems) if len(problems) == 1 else
+                            "\n".join(problems))

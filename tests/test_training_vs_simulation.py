@@ -1,0 +1,80 @@
+"""The real loop fires exactly what ``simulate()`` predicts for the same schedule and shape."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import lifecycle, windows
+from training_helpers import Noop, UnevenData, comparable, tiny_model
+
+from schedtrain import Schedule, ScheduleError, Time, Unit, simulate
+from schedtrain.training import Trainer
+from schedtrain.triggers import Trigger, all_of, any_of, at, every, not_
+
+UNITS = [Unit.STEP, Unit.EPOCH, Unit.BATCH, Unit.SAMPLE]  # no wall time: it is never equal
+
+
+@st.composite
+def _periodic(draw: st.DrawFn) -> Trigger:
+    k = draw(st.integers(1, 9))
+    off = draw(st.integers(0, k))
+    return every(k, draw(st.sampled_from(UNITS)), offset=off or None)
+
+
+@st.composite
+def _points(draw: st.DrawFn) -> Trigger:
+    unit = draw(st.sampled_from(UNITS))
+    return at(*(Time(p, unit) for p in draw(st.lists(st.integers(1, 40), min_size=1,
+                                                        max_size=3))))
+
+
+_leaves = st.one_of(_periodic(), _periodic(), _points(), lifecycle, windows())
+_triggers = st.recursive(
+    _leaves,
+    lambda c: st.one_of(st.lists(c, min_size=2, max_size=3).map(lambda ts: all_of(*ts)),
+                        st.lists(c, min_size=2, max_size=3).map(lambda ts: any_of(*ts)),
+                        c.map(not_)),
+    max_leaves=5)
+
+
+@st.composite
+def _schedules(draw: st.DrawFn) -> Schedule:
+    n = draw(st.integers(1, 4))
+    return Schedule({f"cb{i}": draw(_triggers) for i in range(n)})
+
+
+@pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
+class TestRealLoopEqualsSimulation:
+    """Trainer.fit() and simulate() agree firing for firing (all counters but wall time)."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(_schedules(), st.lists(st.integers(1, 6), min_size=1, max_size=4),
+           st.sampled_from([1, 2, 3]))
+    def test_random_schedules_uneven_epochs_and_accumulation(
+            self, schedule: Schedule, lengths: list[int], accum: int) -> None:
+        """Random trigger trees over steps/epochs/batches/samples, epochs of uneven length."""
+        try:
+            expected = simulate(schedule, epoch_lengths=lengths, batches_per_step=accum,
+                                samples_per_batch=2)
+        except ScheduleError:
+            return
+        model, opt = tiny_model()
+        data = UnevenData([n * accum for n in lengths], batch_size=2)
+        trainer = Trainer(model, opt, data, torch.nn.functional.mse_loss,
+                          schedule=schedule, bindings={n: Noop() for n in schedule.names},
+                          max_epochs=len(lengths), grad_accum=accum)
+        trainer.fit()
+        assert comparable(trainer.firings) == comparable(expected)
+
+    def test_max_steps_mid_epoch_ends_without_epoch_end(self) -> None:
+        """max_steps inside an epoch: train_end right after the step, no partial epoch_end."""
+        schedule = Schedule({"e": every("1 epoch"), "end": every("1 step") & ~every("2 steps")})
+        model, opt = tiny_model()
+        trainer = Trainer(model, opt, UnevenData([4]), torch.nn.functional.mse_loss,
+                          schedule=schedule, bindings={"e": Noop(), "end": Noop()},
+                          max_steps=6)
+        trainer.fit()
+        assert trainer.clock.step == 6
+        assert trainer.firing_log.epochs("e") == [1]
