@@ -134,7 +134,8 @@ def _configure_logging(verbose: bool) -> None:
         processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(
             colors=False)],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # Look sys.stderr up when a logger is made, not now: it may be replaced later.
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
         cache_logger_on_first_use=False,
     )
 

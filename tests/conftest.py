@@ -2,7 +2,17 @@
 
 import os
 
+import pytest
+import structlog
 from hypothesis import HealthCheck, settings
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog():
+    """The CLI configures structlog globally; keep one test's setup out of the next."""
+    yield
+    structlog.reset_defaults()
+
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -8,35 +8,46 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from schedtrain import SpecError, every, on, plateau
+from schedtrain import SpecError
+from schedtrain.spec import Spec, loads_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "specs" / "digits.toml"
 MAIN = "import sys; from schedtrain.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def _fake_spec(task: str = "examples.digits:make_task", max_epochs: int = 3) -> SimpleNamespace:
-    """A spec shaped as API_CONTRACT.md describes (used where schedtrain.spec is absent)."""
-    from schedtrain import Schedule
+def _spec(task: str | None = "examples.digits:make_task", max_epochs: int = 3,
+          checkpoint_args: str = "keep = 1") -> Spec:
+    """A digits spec, loaded through the real TOML loader."""
+    task_line = f'task = "{task}"' if task else ""
+    text = f"""
+[run]
+{task_line}
+max_epochs = {max_epochs}
+device = "cpu"
 
-    run = SimpleNamespace(task=task, max_epochs=max_epochs, max_steps=None, device="cpu",
-                          precision="fp32", grad_accum=1, grad_clip=None, seed=0, run_dir=None)
-    callbacks = {
-        "validate": SimpleNamespace(type="InferenceRunner", args={}, trigger=every("1 epoch")),
-        "best": SimpleNamespace(type="MaxSaver", args={"monitor": "val/accuracy"},
-                                trigger=every("1 epoch")),
-        "checkpoint": SimpleNamespace(type="ModelSaver", args={"keep": 1},
-                                      trigger=every("1 epoch") | on("train_end")),
-        "stop": SimpleNamespace(type="EarlyStopping", args={},
-                                trigger=plateau("val/loss", 5)),
-    }
-    sched = Schedule({n: c.trigger for n, c in callbacks.items()})
-    return SimpleNamespace(run=run, callbacks=callbacks, schedule=lambda: sched,
-                           path=str(SPEC), events=())
+[callbacks.validate]
+type = "InferenceRunner"
+trigger = {{ every = "1 epoch" }}
+
+[callbacks.best]
+type = "MaxSaver"
+monitor = "val/accuracy"
+trigger = {{ every = "1 epoch" }}
+
+[callbacks.checkpoint]
+type = "ModelSaver"
+{checkpoint_args}
+trigger = {{ any = [{{ every = "1 epoch" }}, {{ on = "train_end" }}] }}
+
+[callbacks.stop]
+type = "EarlyStopping"
+trigger = {{ plateau = "val/loss", patience = 5 }}
+"""
+    return loads_spec(text, file=str(SPEC))
 
 
 def _accuracy(run_dir: Path) -> float:
@@ -52,7 +63,7 @@ class TestTrainFromSpec:
         pytest.importorskip("sklearn")
         from schedtrain.training import train_from_spec
 
-        train_from_spec(_fake_spec(), str(tmp_path), None)
+        train_from_spec(_spec(), str(tmp_path), None)
         assert (tmp_path / "events.jsonl").exists()
         assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000135.pt"]
         assert (tmp_path / "best" / "max-val-accuracy.pt").exists()
@@ -63,8 +74,8 @@ class TestTrainFromSpec:
         pytest.importorskip("sklearn")
         from schedtrain.training import train_from_spec
 
-        train_from_spec(_fake_spec(max_epochs=2), str(tmp_path), None)
-        train_from_spec(_fake_spec(max_epochs=3), str(tmp_path), "auto")
+        train_from_spec(_spec(max_epochs=2), str(tmp_path), None)
+        train_from_spec(_spec(max_epochs=3), str(tmp_path), "auto")
         rows = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
         epochs = [r["epoch"] for r in rows if r.get("callback") == "validate"]
         assert epochs == [1, 2, 3]
@@ -73,8 +84,7 @@ class TestTrainFromSpec:
         """No [run] task: a SpecError naming run.task."""
         from schedtrain.training import train_from_spec
 
-        spec = _fake_spec()
-        spec.run.task = None
+        spec = _spec(task=None)
         with pytest.raises(SpecError, match=r"run\.task"):
             train_from_spec(spec, None, None)
 
@@ -83,9 +93,8 @@ class TestTrainFromSpec:
         from schedtrain.training import train_from_spec
 
         with pytest.raises(SpecError, match=r"cannot import 'nowhere'"):
-            train_from_spec(_fake_spec(task="nowhere:make"), str(tmp_path), None)
-        spec = _fake_spec()
-        spec.callbacks["checkpoint"].args = {"kep": 2}
+            train_from_spec(_spec(task="nowhere:make"), str(tmp_path), None)
+        spec = _spec(checkpoint_args="kep = 2")
         pytest.importorskip("sklearn")
         with pytest.raises(SpecError, match=r"callbacks\.checkpoint"):
             train_from_spec(spec, str(tmp_path), None)

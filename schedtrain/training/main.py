@@ -19,6 +19,7 @@ import attrs
 import torch
 
 from schedtrain.errors import Problem, SpecError
+from schedtrain.spec import Spec
 from schedtrain.training.checkpoint import latest_checkpoint
 
 __all__ = ["Task", "load_task", "train_from_spec"]
@@ -74,54 +75,28 @@ def load_task(spec: Any, target: str) -> Task:
     return task
 
 
-def _resolve(type_name: str) -> type:
-    """``schedtrain.registry.resolve``; a minimal stand-in until the registry lands."""
-    try:
-        from schedtrain.registry import resolve
-    except ImportError:
-        module, _, cls = (type_name if ":" in type_name else
-                          _BUILTINS.get(type_name, type_name)).partition(":")
-        if not cls:
-            raise ValueError(f"unknown callback type {type_name!r}") from None
-        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
-    return resolve(type_name)
-
-
-_BUILTINS = {
-    "ModelSaver": "schedtrain.callbacks.saver:ModelSaver",
-    "MinSaver": "schedtrain.callbacks.saver:MinSaver",
-    "MaxSaver": "schedtrain.callbacks.saver:MaxSaver",
-    "InferenceRunner": "schedtrain.callbacks.inference:InferenceRunner",
-    "ScheduledHyperParamSetter": "schedtrain.callbacks.hyperparam:ScheduledHyperParamSetter",
-    "EarlyStopping": "schedtrain.callbacks.stopping:EarlyStopping",
-    "TerminateOnNaN": "schedtrain.callbacks.stopping:TerminateOnNaN",
-    "ProgressBar": "schedtrain.callbacks.progress:ProgressBar",
-}
-
-
-def build_callbacks(spec: Any) -> dict[str, Any]:
+def build_callbacks(spec: Spec) -> dict[str, Any]:
     """Instantiate every typed callback of ``spec``; every problem is listed."""
+    problems: list[Problem] = [
+        Problem(f"callbacks.{name}", "no `type`: only Python code can bind this callback; "
+                "`schedtrain train` needs a type", spec.path)
+        for name, cs in spec.callbacks.items() if cs.type is None
+    ]
+    if problems:
+        raise SpecError(problems)
+    classes = spec.callback_classes()  # imports, checks arguments; raises SpecError
     out: dict[str, Any] = {}
-    problems: list[Problem] = []
-    file = getattr(spec, "path", None)
-    for name, cs in spec.callbacks.items():
-        path = f"callbacks.{name}"
-        if cs.type is None:
-            problems.append(Problem(path, "no `type`: only Python code can bind this "
-                                    "callback; `schedtrain train` needs a type", file))
-            continue
+    for name, cls in classes.items():
         try:
-            cls = _resolve(cs.type)
-            out[name] = cls(**dict(cs.args))
-        except (ImportError, TypeError, ValueError) as exc:
-            problems.append(Problem(f"{path}.type" if isinstance(exc, ImportError) else path,
-                                    f"{cs.type}: {exc}", file))
+            out[name] = cls(**dict(spec.callbacks[name].args))
+        except (TypeError, ValueError) as exc:
+            problems.append(Problem(f"callbacks.{name}", f"{cls.__name__}: {exc}", spec.path))
     if problems:
         raise SpecError(problems)
     return out
 
 
-def train_from_spec(spec: Any, run_dir: str | None, resume: str | None) -> None:
+def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None) -> None:
     """Train as ``spec``'s ``[run]`` table says.
 
     Args:
@@ -139,7 +114,7 @@ def train_from_spec(spec: Any, run_dir: str | None, resume: str | None) -> None:
     if run is None or not run.task:
         raise _problem(spec, "run.task", "`schedtrain train` needs a [run] table with "
                        "task = 'module:function'")
-    stem = Path(spec.path).stem if getattr(spec, "path", None) else "run"
+    stem = Path(spec.path).stem if spec.path else "run"
     out_dir = Path(run_dir or run.run_dir or f"runs/{stem}")
     seed_everything(run.seed)  # before the task builds its model
     task = load_task(spec, run.task)
