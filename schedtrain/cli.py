@@ -411,7 +411,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print("error: schedtrain train needs schedtrain.training (and torch), which cannot "
               f"be imported: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    train_from_spec(spec, args.run_dir, args.resume)
+    trainer = train_from_spec(spec, args.run_dir, args.resume)
+    ts = trainer.clock.now()
+    shown = [f"{n}={mv.value:.4g}" for n in trainer.metrics.names()
+             if n.startswith("val/") and (mv := trainer.metrics.latest(n)) is not None]
+    print(f"trained {ts.epoch} epochs, {ts.step} steps in {ts.seconds:.1f} s"
+          + (f"; {', '.join(shown)}" if shown else "")
+          + (f"; run directory {trainer.run_dir}" if trainer.run_dir else ""))
     return EXIT_OK
 
 

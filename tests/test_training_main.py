@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -105,22 +104,15 @@ class TestCommandLine:
     """`schedtrain train specs/digits.toml` trains the digits MLP to >= 95% accuracy."""
 
     def test_schedtrain_train_digits(self, tmp_path: Path) -> None:
-        """Exit code 0, files written, final validation accuracy >= 0.95, under a minute."""
+        """Exit code 0, files written, a summary line, final validation accuracy >= 0.95."""
         pytest.importorskip("sklearn")
-        try:
-            import schedtrain.cli
-            import schedtrain.spec  # noqa: F401
-        except ImportError:
-            pytest.skip("the spec/CLI branch has not landed here yet")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-        t0 = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-c", MAIN, "train", str(SPEC), "--run-dir", str(tmp_path)],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
             check=False)
-        wall = time.perf_counter() - t0
         assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "val/accuracy=" in proc.stdout.splitlines()[-1]
         assert (tmp_path / "events.jsonl").exists()
         assert list((tmp_path / "checkpoints").glob("step-*.pt"))
         assert _accuracy(tmp_path) >= 0.95
-        assert wall < 120

@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
@@ -21,6 +21,9 @@ import torch
 from schedtrain.errors import Problem, SpecError
 from schedtrain.spec import Spec
 from schedtrain.training.checkpoint import latest_checkpoint
+
+if TYPE_CHECKING:
+    from schedtrain.training.trainer import Trainer
 
 __all__ = ["Task", "load_task", "train_from_spec"]
 
@@ -96,7 +99,7 @@ def build_callbacks(spec: Spec) -> dict[str, Any]:
     return out
 
 
-def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None) -> None:
+def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None) -> Trainer:
     """Train as ``spec``'s ``[run]`` table says.
 
     Args:
@@ -132,3 +135,4 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None) -> None
     elif resume is not None:
         trainer.resume(resume)
     trainer.fit()
+    return trainer
