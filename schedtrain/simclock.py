@@ -52,6 +52,8 @@ class RunShape:
         batches_per_step: micro-batches per optimizer step (gradient accumulation).
         samples_per_batch, tokens_per_batch: what each micro-batch adds to the counters.
         seconds_per_step: training wall time per optimizer step.
+        cut_short: the last epoch was cut by ``max_steps``: it starts but does not end
+            (no ``epoch_end``), as in the training loop.
     """
 
     epoch_lengths: tuple[int, ...] = attrs.field(converter=_to_tuple)
@@ -59,6 +61,7 @@ class RunShape:
     samples_per_batch: int = 0
     tokens_per_batch: int = 0
     seconds_per_step: float = 0.0
+    cut_short: bool = False
     _starts: tuple[int, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -86,8 +89,13 @@ class RunShape:
         samples_per_batch: int = 0,
         tokens_per_batch: int = 0,
         seconds_per_step: float = 0.0,
+        max_steps: int | None = None,
     ) -> RunShape:
-        """From ``epochs`` and ``steps_per_epoch``, or from ``epoch_lengths``."""
+        """From ``epochs`` and ``steps_per_epoch``, or from ``epoch_lengths``.
+
+        ``max_steps`` ends the run right after that step, as the trainer does: an epoch
+        it cuts short has no ``epoch_end``.
+        """
         if epoch_lengths is not None:
             if steps_per_epoch is not None:
                 raise TypeError("give steps_per_epoch or epoch_lengths, not both")
@@ -101,8 +109,24 @@ class RunShape:
             if epochs < 0:
                 raise ValueError(f"epochs must be >= 0, got {epochs}")
             lengths = [steps_per_epoch] * epochs
+        cut = False
+        if max_steps is not None:
+            if max_steps < 1:
+                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+            done = 0
+            for i, n in enumerate(lengths):
+                if done + n >= max_steps:
+                    cut = done + n > max_steps
+                    lengths = [*lengths[:i], max_steps - done]
+                    break
+                done += n
         return cls(tuple(lengths), batches_per_step, samples_per_batch, tokens_per_batch,
-                   seconds_per_step)
+                   seconds_per_step, cut)
+
+    @property
+    def ended_epochs(self) -> int:
+        """Epochs that reach their ``epoch_end``."""
+        return len(self.epoch_lengths) - (1 if self.cut_short else 0)
 
     @property
     def epochs(self) -> int:
@@ -206,7 +230,7 @@ class SimClock(Clock):
     def to_train_end(self) -> None:
         """Move to the end of training."""
         sh = self.shape
-        ts = sh.at_steps(sh.total_steps, sh.epochs,
+        ts = sh.at_steps(sh.total_steps, sh.ended_epochs,
                          sh.epoch_lengths[-1] if sh.epochs else 0)
         self._move((sh.total_steps, _PH_TRAIN_END, 0), ts)
 

@@ -197,7 +197,7 @@ class Simulation:
                 s = sh.min_steps(c, d)
                 j = math.inf if s == math.inf else (sh.epoch_of_step(int(s)) if s >= 1 else 0)
             best = min(best, max(j, first))
-        return best if best < sh.epochs else math.inf
+        return best if best < sh.ended_epochs else math.inf
 
     def _next_point(self) -> tuple[Key, str, int] | None:
         """The next point that may fire, after the clock's position: (key, event, index)."""
@@ -298,6 +298,7 @@ def simulate(
     metrics: Any = None,
     predicates: Mapping[str, Predicate] | None = None,
     events: Mapping[str, Iterable[int]] | None = None,
+    max_steps: int | None = None,
 ) -> FiringLog:
     """Simulate a run and return every firing, in order.
 
@@ -310,11 +311,14 @@ def simulate(
             without them, firings that depend on metrics are marked conditional.
         predicates: predicates for ``when`` conditions; without them, conditional.
         events: custom events to fire, ``{"swa_start": [step, ...]}`` (after those steps).
+        max_steps: end right after this step, as the trainer does (no ``epoch_end``
+            for an epoch cut short).
     """
     shape = RunShape.build(
         epochs=epochs, steps_per_epoch=steps_per_epoch, epoch_lengths=epoch_lengths,
         batches_per_step=batches_per_step, samples_per_batch=samples_per_batch,
-        tokens_per_batch=tokens_per_batch, seconds_per_step=seconds_per_step)
+        tokens_per_batch=tokens_per_batch, seconds_per_step=seconds_per_step,
+        max_steps=max_steps)
     return Simulation(schedule, shape, metrics=metrics, predicates=predicates,
                       events=events).run()
 

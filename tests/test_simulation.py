@@ -190,6 +190,23 @@ class TestConditionsAndMetrics:
         assert calls == [2, 4, 6]
 
 
+class TestMaxSteps:
+    """``max_steps`` ends a simulated run as it ends a real one."""
+
+    def test_cut_mid_epoch_has_no_epoch_end(self) -> None:
+        """An epoch cut short starts but never ends; train_end follows the last step."""
+        sched = Schedule({"e": every("1 epoch"), "s": on("epoch_start"), "t": on("train_end")})
+        log = simulate(sched, epochs=3, steps_per_epoch=4, max_steps=6)
+        assert [(f.callback, f.step, f.epoch) for f in log] == [
+            ("s", 0, 0), ("e", 4, 1), ("s", 4, 1), ("t", 6, 1)]
+
+    def test_cut_at_an_epoch_end_keeps_it(self) -> None:
+        """A cut exactly at an epoch's last step still ends that epoch."""
+        log = simulate(Schedule({"e": every("1 epoch")}), epochs=3, steps_per_epoch=4,
+                       max_steps=8)
+        assert log.epochs("e") == [1, 2]
+
+
 class TestCustomEvents:
     """Custom events are declared on the schedule and fired at chosen steps."""
 

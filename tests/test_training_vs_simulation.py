@@ -68,6 +68,25 @@ class TestRealLoopEqualsSimulation:
         trainer.fit()
         assert comparable(trainer.firings) == comparable(expected)
 
+    @settings(max_examples=25, deadline=None)
+    @given(_schedules(), st.lists(st.integers(1, 6), min_size=1, max_size=4),
+           st.integers(1, 30))
+    def test_max_steps_agrees(self, schedule: Schedule, lengths: list[int], cut: int) -> None:
+        """A run ended by ``max_steps`` (mid-epoch or not) fires as ``simulate(max_steps=)``."""
+        cut = min(cut, sum(lengths))
+        try:
+            expected = simulate(schedule, epoch_lengths=lengths, samples_per_batch=2,
+                                max_steps=cut)
+        except ScheduleError:
+            return
+        model, opt = tiny_model()
+        trainer = Trainer(model, opt, UnevenData(lengths, batch_size=2),
+                          torch.nn.functional.mse_loss, schedule=schedule,
+                          bindings={n: Noop() for n in schedule.names},
+                          max_epochs=len(lengths), max_steps=cut)
+        trainer.fit()
+        assert comparable(trainer.firings) == comparable(expected)
+
     def test_max_steps_mid_epoch_ends_without_epoch_end(self) -> None:
         """max_steps inside an epoch: train_end right after the step, no partial epoch_end."""
         schedule = Schedule({"e": every("1 epoch"), "end": every("1 step") & ~every("2 steps")})

@@ -535,9 +535,14 @@ class Trainer:
                 self._run_hooks("_after_step", clock.step, StepOutputs(step_loss, detached_out))
             if trig:
                 self._run_hooks("_trigger_step")
-            if table.step_end(run_step_end) or self._pending_saves:
+            # Inline due check: on a step where nothing can fire this is the whole cost.
+            if (clock.step >= table.step_due and table.step_end(run_step_end)) \
+                    or self._pending_saves:
                 self._after_event("step_end")
             if clock.step >= max_steps:
-                # The epoch counts as finished only if its data is known to be exhausted.
+                # The epoch counts as finished only if its data is exhausted; for data of
+                # unknown length look one batch ahead (training ends either way).
                 n = self.steps_in_epoch
-                return n is not None and clock.step_in_epoch >= n
+                if n is not None:
+                    return clock.step_in_epoch >= n
+                return next(it, _END) is _END
