@@ -8,8 +8,8 @@ building a ``Timestamp``; snapshots are made only when something may fire.
 from __future__ import annotations
 
 import abc
-import time
-from typing import Any, ClassVar
+from time import perf_counter as _perf_counter
+from typing import Any
 
 from schedtrain.time import Timestamp
 
@@ -95,8 +95,6 @@ class LoopClock(Clock):
     ``stop_train`` and the next ``start_train`` (downtime) is excluded.
     """
 
-    _timer: ClassVar = staticmethod(time.perf_counter)
-
     def __init__(self) -> None:
         self.step = 0
         self.batch = 0
@@ -105,20 +103,17 @@ class LoopClock(Clock):
         self.sample = 0
         self.token = 0
         self.seconds = 0.0
-        self._prev_sample = 0
-        self._prev_token = 0
-        self._prev_seconds = 0.0
-        self._t0 = self._timer()
+        self._t0 = _perf_counter()
         self._base_seconds = 0.0
 
     def start_train(self) -> None:
         """Start (or resume) the wall-time count."""
         self._base_seconds = self.seconds
-        self._t0 = self._timer()
+        self._t0 = _perf_counter()
 
     def stop_train(self) -> None:
         """Freeze the wall-time count (called at train end)."""
-        self.seconds = self._base_seconds + (self._timer() - self._t0)
+        self.seconds = self._base_seconds + (_perf_counter() - self._t0)
 
     def start_epoch(self) -> None:
         """A new epoch begins: ``step_in_epoch`` restarts at 0."""
@@ -132,25 +127,21 @@ class LoopClock(Clock):
 
     def end_step(self) -> None:
         """An optimizer step completed."""
-        self._prev_sample = self._last_sample
-        self._prev_token = self._last_token
-        self._prev_seconds = self._last_seconds
+        # Called on every step: two tuple stores instead of six attribute stores.
+        self._prev = self._last
         self.step += 1
         self.step_in_epoch += 1
-        self.seconds = self._base_seconds + (self._timer() - self._t0)
-        self._last_sample = self.sample
-        self._last_token = self.token
-        self._last_seconds = self.seconds
+        self.seconds = seconds = self._base_seconds + (_perf_counter() - self._t0)
+        self._last = (self.sample, self.token, seconds)
 
     def end_epoch(self) -> None:
         """An epoch completed."""
         self.epoch += 1
 
-    # The counters at the last step end; kept apart from the live counters because
-    # batches of the next step advance samples and tokens before its step end.
-    _last_sample = 0
-    _last_token = 0
-    _last_seconds = 0.0
+    # (sample, token, seconds) at the last and the previous step end; kept apart from the
+    # live counters because batches of the next step advance them before its step end.
+    _last: tuple[int, int, float] = (0, 0, 0.0)
+    _prev: tuple[int, int, float] = (0, 0, 0.0)
 
     def now(self) -> Timestamp:
         return Timestamp(self.step, self.batch, self.epoch, self.step_in_epoch,
@@ -160,8 +151,9 @@ class LoopClock(Clock):
         now = self.now()
         if event != "step_end":
             return step_back(now, event)
+        sample, token, seconds = self._prev
         return Timestamp(max(self.step - 1, 0), now.batch, now.epoch, now.step_in_epoch,
-                         self._prev_sample, self._prev_token, self._prev_seconds)
+                         sample, token, seconds)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         now = ts_from_dict(state["now"])
@@ -169,8 +161,6 @@ class LoopClock(Clock):
         self.step, self.batch, self.epoch = now.step, now.batch, now.epoch
         self.step_in_epoch, self.sample, self.token = now.step_in_epoch, now.sample, now.token
         self.seconds = now.seconds
-        self._last_sample, self._last_token, self._last_seconds = (
-            now.sample, now.token, now.seconds)
-        self._prev_sample, self._prev_token, self._prev_seconds = (
-            prev.sample, prev.token, prev.seconds)
+        self._last = (now.sample, now.token, now.seconds)
+        self._prev = (prev.sample, prev.token, prev.seconds)
         self._base_seconds = self.seconds

@@ -348,17 +348,35 @@ class TestTrain:
         assert main(["train", str(ROOT / "tests/bad_specs/unknown_type.toml")]) == 2
         assert "unknown callback type" in capsys.readouterr().err
 
-    def test_calls_train_from_spec(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """train loads the spec and hands it, the run dir and resume to train_from_spec."""
+    def test_calls_train_from_spec(self, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+        """train hands the spec, run dir and resume to train_from_spec and prints a summary."""
         import types
 
+        from schedtrain import Timestamp
+        from schedtrain.triggers import MetricValue
+
         calls: list[tuple[object, ...]] = []
+
+        class Metrics:
+            def names(self) -> list[str]:
+                return ["val/accuracy"]
+
+            def latest(self, name: str) -> MetricValue:
+                return MetricValue(0.97, 3)
+
+        def train_from_spec(spec, run_dir, resume):  # type: ignore[no-untyped-def]
+            calls.append((spec.path, run_dir, resume))
+            clock = types.SimpleNamespace(now=lambda: Timestamp(step=30, epoch=3, seconds=1.0))
+            return types.SimpleNamespace(clock=clock, metrics=Metrics(), run_dir="runs/x")
+
         fake = types.ModuleType("schedtrain.training")
-        fake.train_from_spec = lambda spec, run_dir, resume: calls.append(  # type: ignore[attr-defined]
-            (spec.path, run_dir, resume))
+        fake.train_from_spec = train_from_spec  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, "schedtrain.training", fake)
         assert main(["train", RESNET, "--run-dir", "runs/x", "--resume", "auto"]) == 0
         assert calls == [(RESNET, "runs/x", "auto")]
+        assert capsys.readouterr().out.strip() == (
+            "trained 3 epochs, 30 steps in 1.0 s; val/accuracy=0.97; run directory runs/x")
 
     def test_training_failure_is_exit_1(self, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:

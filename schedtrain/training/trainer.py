@@ -262,7 +262,9 @@ class Trainer:
         ts = self.clock.now()
         self.firings.append(Firing(name, event, ts))
         self.metrics.firing(name, event, ts)
-        _log.debug("firing", callback=name, trigger_event=event, step=ts.step, epoch=ts.epoch)
+        if structlog.is_configured():  # unconfigured structlog prints every debug line
+            _log.debug("firing", callback=name, trigger_event=event, step=ts.step,
+                       epoch=ts.epoch)
         self._depth += 1
         try:
             self._by_name[name].trigger()
@@ -345,7 +347,8 @@ class Trainer:
             "losses": (self._losses, self._loss_n),
         }
         atomic_save(state, path)
-        _log.debug("checkpoint", path=str(path), step=self.clock.step, phase=phase)
+        if structlog.is_configured():
+            _log.debug("checkpoint", path=str(path), step=self.clock.step, phase=phase)
 
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint written by ``save_checkpoint``; ``fit`` then continues it."""
@@ -444,7 +447,8 @@ class Trainer:
                 self._dispatch("epoch_start")
                 self._epoch_rng = _rng_state()
                 it = iter(self.train_data)
-            finished = self._steps(it, max_steps)
+            finished = (self._plain_steps(it, max_steps) if self._is_plain()
+                        else self._steps(it, max_steps))
             if not finished:
                 return  # max_steps reached mid-epoch: no epoch_end for a partial epoch
             clock.end_epoch()
@@ -455,6 +459,60 @@ class Trainer:
             self.table.epoch_end(self._runner("epoch_end"))
             self._after_event("epoch_end")
             self.metrics.flush()
+
+    def _is_plain(self) -> bool:
+        """Whether the common case's shorter loop applies (it does the same, minus options)."""
+        hooks = self._hooks
+        return (self.grad_accum == 1 and self.scaler is None and self.precision == "fp32"
+                and self.device.type == "cpu" and self.grad_clip is None
+                and not self.table.needs_batch_end and not hooks["_before_step"]
+                and not hooks["_after_step"] and not hooks["_trigger_step"])
+
+    def _plain_steps(self, it: Iterator[Any], max_steps: float) -> bool:
+        """``_steps`` for one micro-batch per step on the CPU in fp32 with no per-step hooks.
+
+        Every line of Python costs on each step, so the options the common case does not
+        use are left out rather than tested; ``_steps`` is the reference.
+        """
+        clock, table, model, opt, step_fn = (self.clock, self.table, self.model,
+                                             self.optimizer, self.step_fn)
+        run_step_end = self._runner("step_end")
+        losses = self._losses
+        end_batch, end_step = clock.end_batch, clock.end_step
+        tensor = torch.Tensor
+        # With `loss_fn`, call it inline: the default step's frame and dict cost per step.
+        loss_fn = self.loss_fn if step_fn == self._default_step else None
+        loss: Any  # torch.Tensor; its backward() is untyped in torch's stubs
+        for batch in it:
+            if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
+                loss = loss_fn(model(batch[0]), batch[1])
+            else:
+                out = step_fn(model, batch)
+                # type() first: isinstance() on torch.Tensor goes through a slow metaclass
+                loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
+            loss.backward()
+            if (type(batch) in _PLAIN_SEQ and type(b0 := batch[0]) is tensor
+                    and (shape := b0.shape)):
+                end_batch(shape[0])
+            else:
+                end_batch(*count_batch(batch))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            self.last_loss = step_loss = loss.detach()
+            losses.append(step_loss)
+            if len(losses) >= _FOLD:
+                losses[:] = [torch.stack(losses).sum()]
+            self._loss_n += 1
+            end_step()
+            if (clock.step >= table.step_due and table.step_end(run_step_end)) \
+                    or self._pending_saves:
+                self._after_event("step_end")
+            if clock.step >= max_steps:
+                n = self.steps_in_epoch
+                if n is not None:
+                    return clock.step_in_epoch >= n
+                return next(it, _END) is _END
+        return True
 
     def _steps(self, it: Iterator[Any], max_steps: float) -> bool:  # noqa: PLR0915 - one hot loop, locals stay fast
         """Run the steps of one epoch; ``False`` when ``max_steps`` ended it early."""
@@ -496,7 +554,9 @@ class Trainer:
                 loss_sum = detached if loss_sum is None else loss_sum + detached
                 if (type(batch) in _PLAIN_SEQ and isinstance(b0 := batch[0], torch.Tensor)  # type: ignore[index]
                         and b0.dim()):
-                    clock.end_batch(len(b0))  # fast path of count_batch: (inputs, targets)
+                    # fast path of count_batch for (inputs, targets); shape[0] is far
+                    # cheaper than len() on a tensor
+                    clock.end_batch(b0.shape[0])
                 else:
                     clock.end_batch(*count_batch(batch))
                 if batch_end:
