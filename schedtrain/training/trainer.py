@@ -508,11 +508,18 @@ class Trainer:
                     or self._pending_saves:
                 self._after_event("step_end")
             if clock.step >= max_steps:
-                n = self.steps_in_epoch
-                if n is not None:
-                    return clock.step_in_epoch >= n
-                return next(it, _END) is _END
+                return self._epoch_exhausted(it)
         return True
+
+    def _epoch_exhausted(self, it: Iterator[Any]) -> bool:
+        """At ``max_steps``: whether the epoch's data is used up (then it ends normally).
+
+        For data of unknown length, look one batch ahead; training ends either way.
+        """
+        n = self.steps_in_epoch
+        if n is not None:
+            return self.clock.step_in_epoch >= n
+        return next(it, _END) is _END
 
     def _steps(self, it: Iterator[Any], max_steps: float) -> bool:  # noqa: PLR0915 - one hot loop, locals stay fast
         """Run the steps of one epoch; ``False`` when ``max_steps`` ended it early."""
@@ -600,9 +607,4 @@ class Trainer:
                     or self._pending_saves:
                 self._after_event("step_end")
             if clock.step >= max_steps:
-                # The epoch counts as finished only if its data is exhausted; for data of
-                # unknown length look one batch ahead (training ends either way).
-                n = self.steps_in_epoch
-                if n is not None:
-                    return clock.step_in_epoch >= n
-                return next(it, _END) is _END
+                return self._epoch_exhausted(it)
