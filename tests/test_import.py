@@ -7,7 +7,8 @@ import sys
 
 CORE = ["schedtrain", "schedtrain.time", "schedtrain.clock", "schedtrain.triggers",
         "schedtrain.table", "schedtrain.schedule", "schedtrain.simulation", "schedtrain.testing",
-        "schedtrain.triggers.tensorpack"]
+        "schedtrain.triggers.tensorpack", "schedtrain.spec", "schedtrain.toml_writer",
+        "schedtrain.registry", "schedtrain.cli"]
 
 
 def test_core_imports_with_torch_unimportable() -> None:

@@ -13,17 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from schedtrain import Schedule, SpecError, Time, Unit
-from schedtrain.spec import (
-    ClockSpec,
-    RunSpec,
-    Spec,
-    dump_spec,
-    load_spec,
-    loads_spec,
-    schedule_to_toml,
-    toml_value,
-    trigger_to_toml,
-)
+from schedtrain.spec import ClockSpec, RunSpec, Spec, load_spec, loads_spec
+from schedtrain.toml_writer import dump_spec, schedule_to_toml, toml_value, trigger_to_toml
 from schedtrain.triggers import (
     Trigger,
     all_of,
