@@ -11,6 +11,8 @@ import abc
 from time import perf_counter as _perf_counter
 from typing import Any
 
+import attrs
+
 from schedtrain.time import Timestamp
 
 __all__ = ["Clock", "LoopClock"]
@@ -49,30 +51,13 @@ class Clock(abc.ABC):
         """The counters (and the previous step-end snapshot) as plain data."""
         prev = self.previous("step_end")
         return {
-            "now": _ts_to_dict(self.now()),
-            "previous_step_end": _ts_to_dict(prev),
+            "now": attrs.asdict(self.now()),
+            "previous_step_end": attrs.asdict(prev),
         }
 
     @abc.abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters saved by ``state_dict``."""
-
-
-def _ts_to_dict(ts: Timestamp) -> dict[str, Any]:
-    return {
-        "step": ts.step,
-        "batch": ts.batch,
-        "epoch": ts.epoch,
-        "step_in_epoch": ts.step_in_epoch,
-        "sample": ts.sample,
-        "token": ts.token,
-        "seconds": ts.seconds,
-    }
-
-
-def ts_from_dict(data: dict[str, Any]) -> Timestamp:
-    """Inverse of the clock's per-timestamp state."""
-    return Timestamp(**data)
 
 
 def step_back(now: Timestamp, event: str) -> Timestamp:
@@ -156,8 +141,8 @@ class LoopClock(Clock):
                          sample, token, seconds)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        now = ts_from_dict(state["now"])
-        prev = ts_from_dict(state["previous_step_end"])
+        now = Timestamp(**state["now"])
+        prev = Timestamp(**state["previous_step_end"])
         self.step, self.batch, self.epoch = now.step, now.batch, now.epoch
         self.step_in_epoch, self.sample, self.token = now.step_in_epoch, now.sample, now.token
         self.seconds = now.seconds
