@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 import warnings
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -49,8 +49,9 @@ __all__ = ["TableExplanation", "TriggerTable", "compile_schedule"]
 
 _ZERO = Timestamp()
 
-Runner = Callable[[str], None]
-"""Runs a firing callback, by name, while the table evaluates an event."""
+Runner = Callable[[str, Timestamp], None]
+"""Runs a firing callback, by name and with the clock at the event, while the table
+evaluates that event."""
 _EXACT_COUNTERS = ("step", "batch", "epoch")
 
 
@@ -311,19 +312,27 @@ class TriggerTable:
         return (out[0], out[1], out[2], out[3], out[4], out[5])
 
     def _set_due(self, event: str, i: int, due: Due) -> None:
-        self._due[event][i] = due
-        version = self._version[event]
-        version[i] += 1
-        general = self._general[event]
-        finite = [k for k, v in enumerate(due) if v != math.inf]
-        if len(finite) == 1:
-            general.discard(i)
-            k = finite[0]
-            heapq.heappush(self._heaps[event][k], (due[k], i, version[i]))
-        elif finite:
-            general.add(i)
-        else:
-            general.discard(i)
+        self._set_dues(event, ((i, due),))
+
+    def _set_dues(self, event: str, dues: Iterable[tuple[int, Due]]) -> None:
+        # Called for every callback that fired: the per-event lookups are done once.
+        dues_of, version, general = self._due[event], self._version[event], self._general[event]
+        heaps = self._heaps[event]
+        inf = math.inf
+        for i, due in dues:
+            dues_of[i] = due
+            version[i] += 1
+            finite = 6 - due.count(inf)
+            if finite == 1:
+                general.discard(i)
+                k = 0
+                while due[k] == inf:
+                    k += 1
+                heapq.heappush(heaps[k], (due[k], i, version[i]))
+            elif finite:
+                general.add(i)
+            else:
+                general.discard(i)
 
     def _refresh_global(self, event: str) -> None:
         heaps, version = self._heaps[event], self._version[event]
@@ -382,10 +391,11 @@ class TriggerTable:
     def fire(self, event: str, run: Runner | None = None) -> tuple[str, ...]:
         """Evaluate at ``event`` now; the names that fire, in declared order.
 
-        With ``run``, each firing callback's name is passed to ``run`` as soon as its
-        trigger is found true, before the triggers of callbacks declared after it are
-        evaluated: a metric that an earlier callback produces at this event is visible
-        to later callbacks' triggers at the same event (as in ``simulate``).
+        With ``run``, each firing callback's name (and the clock at the event) is passed
+        to ``run`` as soon as its trigger is found true, before the triggers of callbacks
+        declared after it are evaluated: a metric that an earlier callback produces at
+        this event is visible to later callbacks' triggers at the same event (as in
+        ``simulate``).
         """
         return tuple(self.names[i] for i, value in self.evaluate(event, run) if value)
 
@@ -395,7 +405,7 @@ class TriggerTable:
         """Evaluate at ``event`` now; ``(index, value)`` for each callback true or unknown.
 
         ``run`` (optional) is called with each true callback's name, in order, before
-        the next candidate is evaluated (see ``fire``).
+        the next candidate is evaluated (see ``fire``), and the clock at the event.
         """
         clock = self._clock
         if clock is None:
@@ -421,11 +431,11 @@ class TriggerTable:
                 if value is not False:
                     out.append((i, value))
                     if value and run is not None:
-                        run(self.names[i])
+                        run(self.names[i], now)
         finally:
             if event in self._global:
-                for i in candidates:
-                    self._set_due(event, i, self.nodes[i].bound(event, now))
+                nodes = self.nodes
+                self._set_dues(event, [(i, nodes[i].bound(event, now)) for i in candidates])
                 self._refresh_global(event)
         return out
 

@@ -232,7 +232,10 @@ class TestRunWhileEvaluating:
     """``fire(event, run)`` runs each callback before later triggers are evaluated."""
 
     def test_metric_produced_earlier_is_seen_at_the_same_event(self) -> None:
-        """A plateau trigger sees the value a callback declared before it put at this event."""
+        """A plateau trigger sees the value a callback declared before it put at this event.
+
+        ``run`` gets each firing callback's name and the clock at the event.
+        """
         from schedtrain import LoopClock, Schedule
         from schedtrain.triggers import every, improved
         from schedtrain.triggers.base import MetricValue
@@ -248,12 +251,12 @@ class TestRunWhileEvaluating:
         clock = LoopClock()
         table.attach(clock, Store())
         clock.end_epoch()
-        ran: list[str] = []
+        ran: list[tuple[str, int]] = []
 
-        def run(name: str) -> None:
-            ran.append(name)
+        def run(name: str, now: Timestamp) -> None:
+            ran.append((name, now.epoch))
             if name == "validate":
                 values["val/loss"] = MetricValue(0.5, 1)
 
         assert table.epoch_end(run) == ("validate", "best")
-        assert ran == ["validate", "best"]
+        assert ran == [("validate", 1), ("best", 1)]

@@ -43,11 +43,14 @@ ANY_TIME: Due = (0.0,) * 6
 ALL_EVENTS = None
 
 
+_COUNTER_INDEX = {c: i for i, c in enumerate(COUNTERS)}
+
+
 def due_on(counter: str, value: float) -> Due:
     """A due vector with one finite threshold."""
-    due = [math.inf] * 6
-    due[COUNTERS.index(counter)] = value
-    return (due[0], due[1], due[2], due[3], due[4], due[5])
+    due = list(NEVER)
+    due[_COUNTER_INDEX[counter]] = value
+    return tuple(due)  # type: ignore[return-value]  # six items, as NEVER has
 
 
 @attrs.frozen

@@ -30,12 +30,22 @@ class Every(Trigger):
 
     period: Time = attrs.field(validator=_validate_period)
     offset: Time | None = None
+    # The grid in counter units, read at every evaluation and bound: a table fires
+    # and re-bounds each of its callbacks at once, so these are worked out here once.
+    _counter: str = attrs.field(init=False, eq=False, hash=False)
+    _event: str = attrs.field(init=False, eq=False, hash=False)
+    _k: float = attrs.field(init=False, eq=False, hash=False)
+    _off: float = attrs.field(init=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         if self.offset is not None and self.offset.counter != self.period.counter:
             raise ValueError(
                 f"`offset` {self.offset} must be in the unit of the period {self.period}"
             )
+        object.__setattr__(self, "_counter", self.period.counter)
+        object.__setattr__(self, "_event", self.period.unit.event)
+        object.__setattr__(self, "_k", self.period.base)
+        object.__setattr__(self, "_off", self.offset.base if self.offset is not None else 0)
 
     @property
     def unit(self) -> Unit:
@@ -45,30 +55,30 @@ class Every(Trigger):
     @property
     def event(self) -> str:
         """The event this trigger is evaluated at."""
-        return self.period.unit.event
+        return self._event
 
     def events(self) -> frozenset[str]:
         return frozenset((self.event,))
 
     def next_grid_point(self, value: float) -> float:
         """The first grid point strictly after ``value`` (in counter units)."""
-        k = self.period.base
-        off = self.offset.base if self.offset is not None else 0
+        k, off = self._k, self._off
         if value < off:
             return off if off > 0 else k
         return off + (math.floor((value - off) / k) + 1) * k
 
     def evaluate(self, pt: Point) -> bool:
-        if pt.event != self.event:
+        if pt.event != self._event:
             return False
-        counter = self.period.counter
-        return self.next_grid_point(pt.prev.get(counter)) <= pt.now.get(counter)
+        counter = self._counter
+        now: float = getattr(pt.now, counter)
+        return self.next_grid_point(getattr(pt.prev, counter)) <= now
 
     def bound(self, event: str, last: Timestamp) -> Due:
-        if event != self.event:
+        if event != self._event:
             return NEVER
-        counter = self.period.counter
-        return due_on(counter, self.next_grid_point(last.get(counter)))
+        counter = self._counter
+        return due_on(counter, self.next_grid_point(getattr(last, counter)))
 
     def _reason(self, pt: Point, value: bool | None) -> str:
         if pt.event != self.event:
