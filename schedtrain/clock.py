@@ -25,6 +25,8 @@ class Clock(abc.ABC):
     step) and return ``Timestamp`` snapshots on demand.
     """
 
+    __slots__ = ()
+
     step: int
     batch: int
     epoch: int
@@ -80,6 +82,10 @@ class LoopClock(Clock):
     ``stop_train`` and the next ``start_train`` (downtime) is excluded.
     """
 
+    # Slots: the loop updates these on every step, and slot access is the cheapest.
+    __slots__ = ("_base_seconds", "_last", "_prev", "_t0", "batch", "epoch", "sample",
+                 "seconds", "step", "step_in_epoch", "token")
+
     def __init__(self) -> None:
         self.step = 0
         self.batch = 0
@@ -90,6 +96,10 @@ class LoopClock(Clock):
         self.seconds = 0.0
         self._t0 = _perf_counter()
         self._base_seconds = 0.0
+        # (sample, token, seconds) at the last and the previous step end; kept apart from
+        # the live counters because batches of the next step advance them before its end.
+        self._last: tuple[int, int, float] = (0, 0, 0.0)
+        self._prev: tuple[int, int, float] = (0, 0, 0.0)
 
     def start_train(self) -> None:
         """Start (or resume) the wall-time count."""
@@ -119,14 +129,24 @@ class LoopClock(Clock):
         self.seconds = seconds = self._base_seconds + (_perf_counter() - self._t0)
         self._last = (self.sample, self.token, seconds)
 
+    def end_batch_step(self, samples: int = 0, tokens: int = 0) -> int:
+        """A step of one micro-batch completed: ``end_batch`` then ``end_step``; the step.
+
+        The training loop's common case calls this once per step instead of two methods.
+        """
+        self.batch += 1
+        self.sample = sample = self.sample + samples
+        self.token = token = self.token + tokens
+        self._prev = self._last
+        self.step = step = self.step + 1
+        self.step_in_epoch += 1
+        self.seconds = seconds = self._base_seconds + (_perf_counter() - self._t0)
+        self._last = (sample, token, seconds)
+        return step
+
     def end_epoch(self) -> None:
         """An epoch completed."""
         self.epoch += 1
-
-    # (sample, token, seconds) at the last and the previous step end; kept apart from the
-    # live counters because batches of the next step advance them before its step end.
-    _last: tuple[int, int, float] = (0, 0, 0.0)
-    _prev: tuple[int, int, float] = (0, 0, 0.0)
 
     def now(self) -> Timestamp:
         return Timestamp(self.step, self.batch, self.epoch, self.step_in_epoch,

@@ -26,6 +26,7 @@ from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule import HookGate, Schedule
 from schedtrain.simulation import Firing, FiringLog
+from schedtrain.time import Timestamp
 from schedtrain.training.batches import count_batch, to_device
 from schedtrain.training.binding import bind, check_order
 from schedtrain.training.checkpoint import atomic_save
@@ -195,11 +196,14 @@ class Trainer:
             sink_list.insert(0, JsonlWriter(self.run_dir / "events.jsonl"))
         self.metrics = MetricStore(self.clock.now, sink_list)
         self.firings: list[Firing] = []
-        self.last_loss: torch.Tensor | None = None
+        # Training losses since train/loss was last published, kept on the device: the
+        # step losses themselves, and the sum of older ones folded into one tensor.
         self._losses: list[torch.Tensor] = []
-        self._loss_n = 0
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_sum_n = 0
+        self._last_loss: torch.Tensor | None = None
         # event -> the run(name) closure handed to the table
-        self._runners: dict[str, Callable[[str], None]] = {}
+        self._runners: dict[str, Callable[[str, Timestamp], None]] = {}
         self._depth = 0
         self._pending_saves: list[tuple[Path, Callable[[Path], None] | None]] = []
         self._in_fit = False
@@ -243,23 +247,27 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=dtype)
 
     @property
+    def last_loss(self) -> torch.Tensor | None:
+        """The last optimizer step's loss, detached and on the device (``None`` before one)."""
+        return self._losses[-1] if self._losses else self._last_loss
+
+    @property
     def firing_log(self) -> FiringLog:
         """Every firing so far, as ``simulate()`` reports them."""
         return FiringLog(self.firings)
 
     # -- firing ----------------------------------------------------------------------------
-    def _runner(self, event: str) -> Callable[[str], None]:
+    def _runner(self, event: str) -> Callable[[str, Timestamp], None]:
         run = self._runners.get(event)
         if run is None:
-            def run(name: str) -> None:
-                self._run_callback(name, event)
+            def run(name: str, now: Timestamp) -> None:
+                self._run_callback(name, event, now)
             self._runners[event] = run
         return run
 
-    def _run_callback(self, name: str, event: str) -> None:
+    def _run_callback(self, name: str, event: str, ts: Timestamp) -> None:
         if self._losses:
             self._publish_loss()
-        ts = self.clock.now()
         self.firings.append(Firing(name, event, ts))
         self.metrics.firing(name, event, ts)
         if structlog.is_configured():  # unconfigured structlog prints every debug line
@@ -298,13 +306,23 @@ class Trainer:
             if gate is None or gate(now):
                 getattr(cb, hook.lstrip("_"))(*args)
 
+    def _fold_losses(self) -> None:
+        """Sum the kept step losses into one tensor (on the device), bounding memory."""
+        losses = self._losses
+        if not losses:
+            return
+        self._last_loss = losses[-1]
+        total = torch.stack(losses).sum() if len(losses) > 1 else losses[0]
+        self._loss_sum = total if self._loss_sum is None else self._loss_sum + total
+        self._loss_sum_n += len(losses)
+        losses.clear()  # in place: the step loop holds this list
+
     def _publish_loss(self) -> None:
         """Put the mean loss since the last publication (lazily; no sync) as ``train/loss``."""
-        if self._losses:
-            total = torch.stack(self._losses).sum() if len(self._losses) > 1 else self._losses[0]
-            self.metrics.put("train/loss", total / self._loss_n)
-            self._losses.clear()  # in place: the step loop holds this list
-            self._loss_n = 0
+        self._fold_losses()
+        if self._loss_sum is not None:
+            self.metrics.put("train/loss", self._loss_sum / self._loss_sum_n)
+            self._loss_sum, self._loss_sum_n = None, 0
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, path: str | Path,
@@ -344,11 +362,15 @@ class Trainer:
             "rng": _rng_state(),
             "epoch_rng": self._epoch_rng,
             "epoch_open": self._epoch_open,
-            "losses": (self._losses, self._loss_n),
+            "losses": self._saved_losses(),
         }
         atomic_save(state, path)
         if structlog.is_configured():
             _log.debug("checkpoint", path=str(path), step=self.clock.step, phase=phase)
+
+    def _saved_losses(self) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
+        self._fold_losses()
+        return self._loss_sum, self._loss_sum_n, self._last_loss
 
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint written by ``save_checkpoint``; ``fit`` then continues it."""
@@ -374,7 +396,8 @@ class Trainer:
             self._by_name[name].load_state_dict(cb_state)
         _set_rng_state(state["rng"])
         self._epoch_rng = state["epoch_rng"]
-        self._losses[:], self._loss_n = state["losses"]
+        self._losses.clear()
+        self._loss_sum, self._loss_sum_n, self._last_loss = state["losses"]
         self._resumed = True
         self._resume_mid_epoch = bool(state["epoch_open"])
 
@@ -471,44 +494,50 @@ class Trainer:
     def _plain_steps(self, it: Iterator[Any], max_steps: float) -> bool:
         """``_steps`` for one micro-batch per step on the CPU in fp32 with no per-step hooks.
 
-        Every line of Python costs on each step, so the options the common case does not
-        use are left out rather than tested; ``_steps`` is the reference.
+        Every line of Python here costs on each step, so the options the common case
+        does not use are left out rather than tested; ``_steps`` is the reference. A step
+        on which nothing can happen ends in one comparison against ``limit``: the first
+        step at which a callback may fire, training ends or the kept losses are folded.
         """
         clock, table, model, opt, step_fn = (self.clock, self.table, self.model,
                                              self.optimizer, self.step_fn)
         run_step_end = self._runner("step_end")
         losses = self._losses
-        end_batch, end_step = clock.end_batch, clock.end_step
+        end_step = clock.end_batch_step
         tensor = torch.Tensor
         # With `loss_fn`, call it inline: the default step's frame and dict cost per step.
         loss_fn = self.loss_fn if step_fn == self._default_step else None
         loss: Any  # torch.Tensor; its backward() is untyped in torch's stubs
+        inputs: Any = None
+        limit = min(table.step_due, max_steps, clock.step + _FOLD - len(losses))
         for batch in it:
             if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
-                loss = loss_fn(model(batch[0]), batch[1])
+                inputs = batch[0]
+                loss = loss_fn(model(inputs), batch[1])
             else:
+                inputs = None
                 out = step_fn(model, batch)
                 # type() first: isinstance() on torch.Tensor goes through a slow metaclass
                 loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
             loss.backward()
-            if (type(batch) in _PLAIN_SEQ and type(b0 := batch[0]) is tensor
-                    and (shape := b0.shape)):
-                end_batch(shape[0])
-            else:
-                end_batch(*count_batch(batch))
             opt.step()
             opt.zero_grad(set_to_none=True)
-            self.last_loss = step_loss = loss.detach()
-            losses.append(step_loss)
-            if len(losses) >= _FOLD:
-                losses[:] = [torch.stack(losses).sum()]
-            self._loss_n += 1
-            end_step()
-            if (clock.step >= table.step_due and table.step_end(run_step_end)) \
-                    or self._pending_saves:
-                self._after_event("step_end")
-            if clock.step >= max_steps:
-                return self._epoch_exhausted(it)
+            # `.data`: the step's loss without its graph, as `detach()` gives but cheaper;
+            # nothing writes to it in place.
+            losses.append(loss.data)
+            if type(inputs) is tensor and (shape := inputs.shape):
+                step = end_step(shape[0])
+            else:
+                step = end_step(*count_batch(batch))
+            if step >= limit:
+                if len(losses) >= _FOLD:
+                    self._fold_losses()
+                if (step >= table.step_due and table.step_end(run_step_end)) \
+                        or self._pending_saves:
+                    self._after_event("step_end")
+                if step >= max_steps:
+                    return self._epoch_exhausted(it)
+                limit = min(table.step_due, max_steps, step + _FOLD - len(losses))
         return True
 
     def _epoch_exhausted(self, it: Iterator[Any]) -> bool:
@@ -590,11 +619,9 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
             assert loss_sum is not None
             step_loss = loss_sum / k if k > 1 else loss_sum
-            self.last_loss = step_loss
             losses.append(step_loss)
-            self._loss_n += 1
             if len(losses) >= _FOLD:
-                losses[:] = [torch.stack(losses).sum()]
+                self._fold_losses()
             clock.end_step()
             if after:
                 detached_out = ({k2: v.detach() if isinstance(v, torch.Tensor) else v

@@ -1,0 +1,109 @@
+"""``train/loss``: the mean step loss since it was last published, kept on the device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from training_helpers import Noop, tiny_model
+
+from schedtrain import Schedule, every
+from schedtrain.training import Trainer
+
+
+def _data(n: int, batch: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, batch, 3, generator=g)
+    return [(x[i], x[i].sum(1, keepdim=True)) for i in range(n)]
+
+
+class _RecordingLoss:
+    """``mse_loss`` that remembers every value it returned, in order."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def __call__(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(out, target)
+        self.values.append(loss.item())
+        return loss
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _fit(steps: int, every_steps: int, **kw: Any) -> tuple[Trainer, _RecordingLoss]:
+    model, opt = tiny_model()
+    loss = _RecordingLoss()
+    trainer = Trainer(model, opt, _data(steps * kw.get("grad_accum", 1)), loss,
+                      schedule=Schedule({"tick": every(every_steps, "steps")}),
+                      bindings={"tick": Noop()}, max_epochs=1, device="cpu", **kw)
+    trainer.fit()
+    return trainer, loss
+
+
+class TestTrainLoss:
+    """What the trainer publishes as ``train/loss``, and ``last_loss``."""
+
+    def test_mean_since_last_publication_across_a_fold(self) -> None:
+        """Published at each firing and at epoch end: the mean of the steps since the last one.
+
+        A firing every 1100 steps keeps more than 1024 step losses between two
+        publications, so the kept losses are folded on the device in between.
+        """
+        trainer, loss = _fit(2300, 1100)
+        v = loss.values
+        history = trainer.metrics.history("train/loss")
+        assert [step for step, _ in history] == [1100, 2200, 2300]
+        expected = [_mean(v[:1100]), _mean(v[1100:2200]), _mean(v[2200:])]
+        assert [value for _, value in history] == pytest.approx(expected, rel=1e-5)
+
+    def test_mean_with_gradient_accumulation(self) -> None:
+        """Under accumulation a step's loss is the mean of its micro-batches' losses."""
+        trainer, loss = _fit(12, 5, grad_accum=2)
+        v = loss.values
+        steps = [(a + b) / 2 for a, b in zip(v[::2], v[1::2], strict=True)]
+        history = trainer.metrics.history("train/loss")
+        assert [step for step, _ in history] == [5, 10, 12]
+        expected = [_mean(steps[:5]), _mean(steps[5:10]), _mean(steps[10:])]
+        assert [value for _, value in history] == pytest.approx(expected, rel=1e-5)
+
+    def test_last_loss_is_the_last_steps_loss(self) -> None:
+        """``last_loss`` is the final step's loss, also once it has been published."""
+        trainer, loss = _fit(30, 10)
+        assert trainer.last_loss is not None
+        assert not trainer.last_loss.requires_grad
+        assert trainer.last_loss.item() == pytest.approx(loss.values[-1])
+
+    def test_no_loss_before_the_first_step(self) -> None:
+        """Before training, ``last_loss`` is ``None`` and nothing is published."""
+        model, opt = tiny_model()
+        trainer = Trainer(model, opt, _data(3), torch.nn.functional.mse_loss,
+                          callbacks=[Noop()], max_epochs=1)
+        assert trainer.last_loss is None
+        assert "train/loss" not in trainer.metrics
+
+    def test_resume_keeps_the_running_mean(self, tmp_path: Path) -> None:
+        """A checkpoint between two publications carries the losses not yet published."""
+
+        class SaveAfterStep7(Noop):
+            def _after_step(self, step: int, outputs: Any) -> None:
+                if step == 7:
+                    self.trainer.save_checkpoint(tmp_path / "ckpt.pt")
+
+        def make() -> Trainer:
+            model, opt = tiny_model()
+            return Trainer(model, opt, _data(20), torch.nn.functional.mse_loss,
+                           schedule=Schedule({"tick": every(10, "steps")}),
+                           bindings={"tick": SaveAfterStep7()}, max_steps=10, device="cpu")
+
+        full = make()
+        full.fit()
+        resumed = make()
+        resumed.resume(tmp_path / "ckpt.pt")
+        resumed.fit()
+        (step, value), = full.metrics.history("train/loss")
+        assert resumed.metrics.history("train/loss") == [(step, pytest.approx(value, rel=1e-6))]
