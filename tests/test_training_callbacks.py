@@ -256,9 +256,20 @@ class TestBuiltins:
         assert t.stopped_early and t.clock.epoch == 2
 
     def test_progress_bar_runs(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """ProgressBar draws without errors and shows materialised scalars."""
+        """Each epoch's bar counts that epoch's steps and ends showing its validation metrics."""
+        _classification(callbacks=[InferenceRunner(), ProgressBar(tty_only=False)],
+                        max_epochs=3).fit()
+        err = capsys.readouterr().err
+        first, _, rest = err.partition("epoch 2")
+        assert "val/accuracy=" in first  # computed at epoch_end, shown before the bar closes
+        third = rest.partition("epoch 3")[2]
+        assert "4/8" in third  # the firing at step 20, 4 steps into the third epoch
+
+    def test_progress_bar_quiet_without_a_terminal(self,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+        """By default nothing is drawn when stderr is not a terminal (logs, CI)."""
         _classification(callbacks=[InferenceRunner(), ProgressBar()], max_epochs=2).fit()
-        assert "epoch 2" in capsys.readouterr().err
+        assert "epoch" not in capsys.readouterr().err
 
 
 class TestMonitors:

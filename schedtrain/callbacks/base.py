@@ -90,7 +90,8 @@ class Callback:
         self._after_train()
 
     def before_epoch(self) -> None:
-        """Before each epoch's first step."""
+        """Before each epoch's first step (``step_in_epoch`` is already 0, or on resume the
+        step the epoch resumes at)."""
         self._before_epoch()
 
     def after_epoch(self) -> None:

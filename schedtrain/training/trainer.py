@@ -454,6 +454,8 @@ class Trainer:
         while clock.epoch < max_epochs and clock.step < max_steps:
             mid_epoch, self._resume_mid_epoch = self._resume_mid_epoch, False
             self._resumed = False
+            if not mid_epoch:
+                clock.start_epoch()  # before the hooks: they see step_in_epoch == 0
             self._run_hooks("_before_epoch")
             if mid_epoch:
                 assert self._epoch_rng is not None
@@ -465,7 +467,6 @@ class Trainer:
                     next(itertools.islice(it, skip - 1, skip), None)
                 _set_rng_state(now_rng)
             else:
-                clock.start_epoch()
                 self._epoch_open = True
                 self._dispatch("epoch_start")
                 self._epoch_rng = _rng_state()
