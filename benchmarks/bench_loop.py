@@ -1,25 +1,49 @@
-"""Loop overhead: schedtrain with 0/10/100 callbacks vs a bare torch loop, Ignite and Lightning.
+"""Loop overhead: schedtrain with 0/10/100 callbacks vs bare torch loops, Ignite and Lightning.
 
-Every variant does the same work: a tiny linear model (16 -> 1, MSE, SGD), batches of
-32 on the CPU with one thread, ``--steps`` optimizer steps in epochs of 1000 steps;
-each callback fires every 1000 steps and does nothing. Reports the minimum wall time
-of ``--repeats`` interleaved runs (and the median's ratio) against the bare loop.
+Every variant trains the same tiny linear model (16 -> 1, MSE, SGD, batches of 32, CPU,
+one thread) for ``--steps`` optimizer steps in epochs of 1000 steps; each callback or
+handler fires every 1000 steps and does nothing. Two hand-written baselines:
 
-Reproduce (from the repository root)::
+* **bare** - forward, backward, ``step``, ``zero_grad``; nothing else;
+* **bare + mean loss** - the same, plus what schedtrain also does on every step: keep
+  the training loss on the device for its mean (``loss_sum += loss.detach()``, the
+  hand-written way that never syncs).
 
-    python benchmarks/bench_loop.py --steps 5000 --repeats 7
+Two measures:
 
-Ignite and Lightning are optional (the ``bench`` extra); missing ones are skipped.
+* **wall time** (default): ``--repeats`` rounds, each running every variant once in a
+  shuffled order; the minimum per variant is the least disturbed run (as ``timeit``
+  advises), the median shows the spread. On a shared machine the spread between two
+  identical runs of the bare loop is itself a few per cent: read the ratios with it.
+* **instructions** (``--instructions``): each variant runs under valgrind's callgrind
+  at two lengths (``--steps`` and three times that); the difference divided by the
+  extra steps is the instructions per step, the same from one run to the next whatever
+  else the machine is doing. Needs ``valgrind`` and takes a few minutes.
+
+Reproduce (from the repository root; Ignite and Lightning come with the ``bench`` extra
+and are skipped when missing)::
+
+    python benchmarks/bench_loop.py --steps 5000 --repeats 15
+    python benchmarks/bench_loop.py --steps 1000 --instructions --no-frameworks
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
+import os
+import random
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 import torch
@@ -29,6 +53,7 @@ from schedtrain.callbacks import Callback
 from schedtrain.training import Trainer
 
 BATCH, FEATURES, EPOCH = 32, 16, 1000
+BARE = "bare torch loop"
 
 
 def _data(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -59,6 +84,28 @@ def bare(steps: int) -> None:
             done += 1
             if done == steps:
                 break
+
+
+def bare_mean_loss(steps: int) -> None:
+    """The bare loop, also summing the loss on the device for a mean reported per epoch."""
+    data = _data(steps)
+    model, opt = _model()
+    loss_fn = torch.nn.functional.mse_loss
+    done = 0
+    means: list[torch.Tensor] = []
+    while done < steps:
+        loss_sum, n = torch.zeros(()), 0
+        for x, y in data:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss_sum += loss.detach()
+            n += 1
+            done += 1
+            if done == steps:
+                break
+        means.append(loss_sum / n)
 
 
 class _Nothing(Callback):
@@ -151,49 +198,119 @@ def lightning_loop(n_callbacks: int) -> Callable[[int], None] | None:
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5000)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--no-frameworks", action="store_true",
-                        help="skip Ignite and Lightning (Lightning alone takes ~25 s a run)")
-    args = parser.parse_args()
+def _variants(frameworks: bool) -> dict[str, Callable[[int], None]]:
+    found: dict[str, Callable[[int], None] | None] = {
+        BARE: bare,
+        "bare + mean loss": bare_mean_loss,
+        "schedtrain, 0 callbacks": schedtrain_loop(0),
+        "schedtrain, 10 callbacks": schedtrain_loop(10),
+        "schedtrain, 100 callbacks": schedtrain_loop(100),
+    }
+    if frameworks:
+        found["ignite, 100 handlers"] = ignite_loop(100)
+        found["lightning, 100 callbacks"] = lightning_loop(100)
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _quiet() -> None:
     torch.set_num_threads(1)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
-    variants: dict[str, Callable[[int], None] | None] = {
-        "bare torch loop": bare,
-        "schedtrain, 0 callbacks": schedtrain_loop(0),
-        "schedtrain, 10 callbacks": schedtrain_loop(10),
-        "schedtrain, 100 callbacks": schedtrain_loop(100),
-        "ignite, 100 handlers": ignite_loop(100),
-        "lightning, 100 callbacks": lightning_loop(100),
-    }
-    if args.no_frameworks:
-        variants = {k: v for k, v in variants.items() if not k.startswith(("ignite", "light"))}
-    runs = {k: v for k, v in variants.items() if v is not None}
+
+
+def _ratios(per_step: dict[str, float], unit: str) -> None:
+    """One row per variant: its cost per step and its ratio to both bare loops."""
+    base, same = per_step[BARE], per_step["bare + mean loss"]
+    print(f"{'variant':<28}{unit:>12}{'vs bare':>10}{'vs bare+loss':>14}")
+    for name, v in per_step.items():
+        print(f"{name:<28}{v:>12.1f}{v / base:>9.3f}x{v / same:>13.3f}x")
+
+
+def wall(args: argparse.Namespace) -> None:
+    """Interleaved, shuffled wall-time runs."""
+    runs = _variants(not args.no_frameworks)
     for fn in runs.values():  # warm up imports and allocator
         fn(200)
     times: dict[str, list[float]] = {k: [] for k in runs}
+    order = list(runs)
+    rng = random.Random(0)
     for _ in range(args.repeats):
-        for name, fn in runs.items():  # interleaved: drift on a shared machine hits all alike
+        rng.shuffle(order)  # drift on a shared machine hits every variant alike
+        for name in order:
             t0 = time.perf_counter()
-            fn(args.steps)
+            runs[name](args.steps)
             times[name].append(time.perf_counter() - t0)
-    # The minimum is the least disturbed run (as timeit advises); the median shows the spread.
-    base_min = min(times["bare torch loop"])
-    base_med = statistics.median(times["bare torch loop"])
-    print(f"{args.steps} steps, {args.repeats} interleaved repeats, torch {torch.__version__}, "
-          "1 thread")
-    print(f"{'variant':<28}{'min s':>8}{'us/step':>9}{'vs bare':>9}{'median':>9}")
-    for name, ts in times.items():
-        lo, med = min(ts), statistics.median(ts)
-        print(f"{name:<28}{lo:>8.3f}{lo / args.steps * 1e6:>9.1f}{lo / base_min:>8.3f}x"
-              f"{med / base_med:>8.3f}x")
-    print("reproduce: python benchmarks/bench_loop.py "
-          f"--steps {args.steps} --repeats {args.repeats}")
+    print(f"wall time: {args.steps} steps, {args.repeats} shuffled rounds, "
+          f"torch {torch.__version__}, 1 thread")
+    us = 1e6 / args.steps
+    print("minimum (least disturbed run):")
+    _ratios({k: min(v) * us for k, v in times.items()}, "us/step")
+    print("median:")
+    _ratios({k: statistics.median(v) * us for k, v in times.items()}, "us/step")
+
+
+def _child(name: str, steps: int) -> None:
+    """Run one variant under callgrind: warm up, switch instrumentation on, run."""
+    fn = _variants(frameworks=True)[name]
+    fn(10)
+    subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True,
+                   stdout=subprocess.DEVNULL)
+    fn(steps)
+
+
+def _count(name: str, steps: int, out: str) -> int:
+    """Instructions executed by ``steps`` steps of variant ``name`` (after its warm-up)."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+         sys.executable, __file__, "--child", name, str(steps)],
+        capture_output=True, text=True, check=False)
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind run of {name!r} failed:\n{proc.stderr[-2000:]}")
+    return int(found[1])
+
+
+def instructions(args: argparse.Namespace) -> None:
+    """Instructions per step: (count at 3*steps - count at steps) / (2*steps)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (callgrind); install it or measure "
+                         "wall time")
+    names = list(_variants(not args.no_frameworks))
+    jobs = [(n, s) for n in names for s in (args.steps, 3 * args.steps)]
+    with tempfile.TemporaryDirectory() as out_dir, \
+            concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        futures = {job: pool.submit(_count, *job, str(Path(out_dir) / f"cg.{i}"))
+                   for i, job in enumerate(jobs)}
+        counts = {job: f.result() for job, f in futures.items()}
+    extra = 2 * args.steps
+    per_step = {n: (counts[n, 3 * args.steps] - counts[n, args.steps]) / extra / 1e3
+                for n in names}
+    print(f"instructions per step (callgrind, steps {args.steps + 1}..{3 * args.steps}), "
+          f"torch {torch.__version__}, 1 thread")
+    _ratios(per_step, "k instr")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--no-frameworks", action="store_true",
+                        help="skip Ignite and Lightning (Lightning alone takes ~10 s a run)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per step under callgrind instead of timing")
+    parser.add_argument("--child", nargs=2, metavar=("VARIANT", "STEPS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    _quiet()
+    if args.child:
+        _child(args.child[0], int(args.child[1]))
+        return
+    instructions(args) if args.instructions else wall(args)
+    flags = " --instructions" if args.instructions else f" --repeats {args.repeats}"
+    flags += " --no-frameworks" if args.no_frameworks else ""
+    print(f"reproduce: python benchmarks/bench_loop.py --steps {args.steps}{flags}")
 
 
 if __name__ == "__main__":
