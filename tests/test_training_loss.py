@@ -1,4 +1,4 @@
-"""``train/loss``: the mean step loss since it was last published, kept on the device."""
+"""``train/loss``: the mean step loss since it was last published, summed on the device."""
 
 from __future__ import annotations
 
@@ -48,11 +48,10 @@ def _fit(steps: int, every_steps: int, **kw: Any) -> tuple[Trainer, _RecordingLo
 class TestTrainLoss:
     """What the trainer publishes as ``train/loss``, and ``last_loss``."""
 
-    def test_mean_since_last_publication_across_a_fold(self) -> None:
+    def test_mean_since_last_publication(self) -> None:
         """Published at each firing and at epoch end: the mean of the steps since the last one.
 
-        A firing every 1100 steps keeps more than 1024 step losses between two
-        publications, so the kept losses are folded on the device in between.
+        Long intervals (1100 steps) too: the running sum loses no precision over them.
         """
         trainer, loss = _fit(2300, 1100)
         v = loss.values

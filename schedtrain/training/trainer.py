@@ -39,8 +39,6 @@ _END = object()
 _PRECISIONS = ("fp32", "bf16", "fp16")
 #: Metrics the trainer itself produces.
 TRAINER_METRICS = ("train/loss",)
-#: Fold the on-device list of step losses into one sum past this length (bounded memory).
-_FOLD = 1024
 _PLAIN_SEQ = (tuple, list)
 
 StepFn = Callable[[torch.nn.Module, Any], "torch.Tensor | Mapping[str, Any]"]
@@ -196,11 +194,10 @@ class Trainer:
             sink_list.insert(0, JsonlWriter(self.run_dir / "events.jsonl"))
         self.metrics = MetricStore(self.clock.now, sink_list)
         self.firings: list[Firing] = []
-        # Training losses since train/loss was last published, kept on the device: the
-        # step losses themselves, and the sum of older ones folded into one tensor.
-        self._losses: list[torch.Tensor] = []
-        self._loss_sum: torch.Tensor | None = None
-        self._loss_sum_n = 0
+        # The sum of the step losses since train/loss was last published (at step
+        # _loss_from_step), on the loss's device: one in-place add per step, no sync.
+        self._loss_acc: torch.Tensor | None = None
+        self._loss_from_step = 0
         self._last_loss: torch.Tensor | None = None
         # event -> the run(name) closure handed to the table
         self._runners: dict[str, Callable[[str, Timestamp], None]] = {}
@@ -249,7 +246,7 @@ class Trainer:
     @property
     def last_loss(self) -> torch.Tensor | None:
         """The last optimizer step's loss, detached and on the device (``None`` before one)."""
-        return self._losses[-1] if self._losses else self._last_loss
+        return self._last_loss
 
     @property
     def firing_log(self) -> FiringLog:
@@ -266,7 +263,7 @@ class Trainer:
         return run
 
     def _run_callback(self, name: str, event: str, ts: Timestamp) -> None:
-        if self._losses:
+        if self.clock.step > self._loss_from_step:
             self._publish_loss()
         self.firings.append(Firing(name, event, ts))
         self.metrics.firing(name, event, ts)
@@ -306,23 +303,24 @@ class Trainer:
             if gate is None or gate(now):
                 getattr(cb, hook.lstrip("_"))(*args)
 
-    def _fold_losses(self) -> None:
-        """Sum the kept step losses into one tensor (on the device), bounding memory."""
-        losses = self._losses
-        if not losses:
-            return
-        self._last_loss = losses[-1]
-        total = torch.stack(losses).sum() if len(losses) > 1 else losses[0]
-        self._loss_sum = total if self._loss_sum is None else self._loss_sum + total
-        self._loss_sum_n += len(losses)
-        losses.clear()  # in place: the step loop holds this list
+    def _loss_accumulator(self, like: torch.Tensor) -> torch.Tensor:
+        """The running loss sum, made on ``like``'s device when there is none yet."""
+        acc = self._loss_acc
+        if acc is None:
+            # float64 where it is cheap, so long sums keep their precision
+            dtype = torch.float64 if like.device.type == "cpu" else torch.float32
+            acc = self._loss_acc = torch.zeros((), dtype=dtype, device=like.device)
+        return acc
 
     def _publish_loss(self) -> None:
         """Put the mean loss since the last publication (lazily; no sync) as ``train/loss``."""
-        self._fold_losses()
-        if self._loss_sum is not None:
-            self.metrics.put("train/loss", self._loss_sum / self._loss_sum_n)
-            self._loss_sum, self._loss_sum_n = None, 0
+        n = self.clock.step - self._loss_from_step
+        acc = self._loss_acc
+        if n > 0 and acc is not None:
+            self.metrics.put("train/loss", acc / n)
+            # a new tensor, not zero_(): the step loop re-reads it after each firing
+            self._loss_acc = torch.zeros_like(acc)
+        self._loss_from_step = self.clock.step
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, path: str | Path,
@@ -362,15 +360,11 @@ class Trainer:
             "rng": _rng_state(),
             "epoch_rng": self._epoch_rng,
             "epoch_open": self._epoch_open,
-            "losses": self._saved_losses(),
+            "losses": (self._loss_acc, self._loss_from_step, self._last_loss),
         }
         atomic_save(state, path)
         if structlog.is_configured():
             _log.debug("checkpoint", path=str(path), step=self.clock.step, phase=phase)
-
-    def _saved_losses(self) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
-        self._fold_losses()
-        return self._loss_sum, self._loss_sum_n, self._last_loss
 
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint written by ``save_checkpoint``; ``fit`` then continues it."""
@@ -396,8 +390,7 @@ class Trainer:
             self._by_name[name].load_state_dict(cb_state)
         _set_rng_state(state["rng"])
         self._epoch_rng = state["epoch_rng"]
-        self._losses.clear()
-        self._loss_sum, self._loss_sum_n, self._last_loss = state["losses"]
+        self._loss_acc, self._loss_from_step, self._last_loss = state["losses"]
         self._resumed = True
         self._resume_mid_epoch = bool(state["epoch_open"])
 
@@ -498,47 +491,50 @@ class Trainer:
         Every line of Python here costs on each step, so the options the common case
         does not use are left out rather than tested; ``_steps`` is the reference. A step
         on which nothing can happen ends in one comparison against ``limit``: the first
-        step at which a callback may fire, training ends or the kept losses are folded.
+        step at which a callback may fire or training ends.
         """
         clock, table, model, opt, step_fn = (self.clock, self.table, self.model,
                                              self.optimizer, self.step_fn)
         run_step_end = self._runner("step_end")
-        losses = self._losses
         end_step = clock.end_batch_step
         tensor = torch.Tensor
         # With `loss_fn`, call it inline: the default step's frame and dict cost per step.
         loss_fn = self.loss_fn if step_fn == self._default_step else None
-        loss: Any  # torch.Tensor; its backward() is untyped in torch's stubs
+        loss: Any = None  # torch.Tensor; its backward() is untyped in torch's stubs
         inputs: Any = None
-        limit = min(table.step_due, max_steps, clock.step + _FOLD - len(losses))
-        for batch in it:
-            if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
-                inputs = batch[0]
-                loss = loss_fn(model(inputs), batch[1])
-            else:
-                inputs = None
-                out = step_fn(model, batch)
-                # type() first: isinstance() on torch.Tensor goes through a slow metaclass
-                loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            # `.data`: the step's loss without its graph, as `detach()` gives but cheaper;
-            # nothing writes to it in place.
-            losses.append(loss.data)
-            if type(inputs) is tensor and (shape := inputs.shape):
-                step = end_step(shape[0])
-            else:
-                step = end_step(*count_batch(batch))
-            if step >= limit:
-                if len(losses) >= _FOLD:
-                    self._fold_losses()
-                if (step >= table.step_due and table.step_end(run_step_end)) \
-                        or self._pending_saves:
-                    self._after_event("step_end")
-                if step >= max_steps:
-                    return self._epoch_exhausted(it)
-                limit = min(table.step_due, max_steps, step + _FOLD - len(losses))
+        acc = self._loss_accumulator(torch.empty(0))
+        limit = min(table.step_due, max_steps)
+        try:
+            for batch in it:
+                if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
+                    inputs = batch[0]
+                    loss = loss_fn(model(inputs), batch[1])
+                else:
+                    inputs = None
+                    out = step_fn(model, batch)
+                    # type() first: isinstance() on torch.Tensor goes through a slow metaclass
+                    loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                # `.data`: the value without autograd, as detach() gives it but cheaper
+                acc += loss.data
+                if type(inputs) is tensor and (shape := inputs.shape):
+                    step = end_step(shape[0])
+                else:
+                    step = end_step(*count_batch(batch))
+                if step >= limit:
+                    self._last_loss = loss.data
+                    if (step >= table.step_due and table.step_end(run_step_end)) \
+                            or self._pending_saves:
+                        self._after_event("step_end")
+                    if step >= max_steps:
+                        return self._epoch_exhausted(it)
+                    acc = self._loss_accumulator(acc)  # a firing published and renewed it
+                    limit = min(table.step_due, max_steps)
+        finally:
+            if loss is not None:
+                self._last_loss = loss.data
         return True
 
     def _epoch_exhausted(self, it: Iterator[Any]) -> bool:
@@ -559,7 +555,6 @@ class Trainer:
         device = self.device
         batch_end = table.needs_batch_end
         run_step_end = self._runner("step_end")
-        losses = self._losses
         before, after, trig = (self._hooks["_before_step"], self._hooks["_after_step"],
                                self._hooks["_trigger_step"])
         autocast = self.precision != "fp32"
@@ -620,9 +615,11 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
             assert loss_sum is not None
             step_loss = loss_sum / k if k > 1 else loss_sum
-            losses.append(step_loss)
-            if len(losses) >= _FOLD:
-                self._fold_losses()
+            self._last_loss = step_loss
+            acc = self._loss_acc
+            if acc is None:
+                acc = self._loss_accumulator(step_loss)
+            acc += step_loss
             clock.end_step()
             if after:
                 detached_out = ({k2: v.detach() if isinstance(v, torch.Tensor) else v
