@@ -17,14 +17,17 @@ Two measures:
   identical runs of the bare loop is itself a few per cent: read the ratios with it.
 * **instructions** (``--instructions``): each variant runs under valgrind's callgrind
   at two lengths (``--steps`` and three times that); the difference divided by the
-  extra steps is the instructions per step, the same from one run to the next whatever
-  else the machine is doing. Needs ``valgrind`` and takes a few minutes.
+  extra steps is the instructions per step, whatever else the machine is doing. One
+  program's count still moves by about 1% with the memory layout (string hashes decide
+  dictionary probes), so each count is the mean over ``--seeds`` values of
+  ``PYTHONHASHSEED``, with address randomisation off where ``setarch -R`` works; the
+  spread over seeds is printed. Needs ``valgrind`` and takes ~15 minutes.
 
 Reproduce (from the repository root; Ignite and Lightning come with the ``bench`` extra
 and are skipped when missing)::
 
     python benchmarks/bench_loop.py --steps 5000 --repeats 15
-    python benchmarks/bench_loop.py --steps 1000 --instructions --no-frameworks
+    python benchmarks/bench_loop.py --steps 1000 --instructions --seeds 3 --no-frameworks
 """
 
 from __future__ import annotations
@@ -260,12 +263,23 @@ def _child(name: str, steps: int) -> None:
     fn(steps)
 
 
-def _count(name: str, steps: int, out: str) -> int:
+def _no_aslr() -> list[str]:
+    """``setarch <arch> -R`` when it works here (containers may forbid it), else nothing."""
+    cmd = ["setarch", os.uname().machine, "-R"]
+    try:
+        ok = subprocess.run([*cmd, "true"], capture_output=True, check=False).returncode == 0
+    except OSError:
+        ok = False
+    return cmd if ok else []
+
+
+def _count(name: str, steps: int, seed: int, out: str, prefix: list[str]) -> int:
     """Instructions executed by ``steps`` steps of variant ``name`` (after its warm-up)."""
     proc = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-         sys.executable, __file__, "--child", name, str(steps)],
-        capture_output=True, text=True, check=False)
+        [*prefix, "valgrind", "--tool=callgrind", "--instr-atstart=no",
+         f"--callgrind-out-file={out}", sys.executable, __file__, "--child", name, str(steps)],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONHASHSEED": str(seed)})
     found = re.search(r"Collected : (\d+)", proc.stderr)
     if proc.returncode != 0 or found is None:
         raise SystemExit(f"callgrind run of {name!r} failed:\n{proc.stderr[-2000:]}")
@@ -278,18 +292,24 @@ def instructions(args: argparse.Namespace) -> None:
         raise SystemExit("--instructions needs valgrind (callgrind); install it or measure "
                          "wall time")
     names = list(_variants(not args.no_frameworks))
-    jobs = [(n, s) for n in names for s in (args.steps, 3 * args.steps)]
+    seeds = range(args.seeds)
+    lengths = (args.steps, 3 * args.steps)
+    jobs = [(n, s, seed) for n in names for s in lengths for seed in seeds]
+    prefix = _no_aslr()
     with tempfile.TemporaryDirectory() as out_dir, \
             concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        futures = {job: pool.submit(_count, *job, str(Path(out_dir) / f"cg.{i}"))
+        futures = {job: pool.submit(_count, *job, str(Path(out_dir) / f"cg.{i}"), prefix)
                    for i, job in enumerate(jobs)}
         counts = {job: f.result() for job, f in futures.items()}
     extra = 2 * args.steps
-    per_step = {n: (counts[n, 3 * args.steps] - counts[n, args.steps]) / extra / 1e3
-                for n in names}
-    print(f"instructions per step (callgrind, steps {args.steps + 1}..{3 * args.steps}), "
-          f"torch {torch.__version__}, 1 thread")
-    _ratios(per_step, "k instr")
+    by_seed = {n: [(counts[n, lengths[1], seed] - counts[n, lengths[0], seed]) / extra / 1e3
+                   for seed in seeds] for n in names}
+    print(f"instructions per step (callgrind, steps {lengths[0] + 1}..{lengths[1]}; mean over "
+          f"PYTHONHASHSEED 0..{args.seeds - 1}, address randomisation "
+          f"{'off' if prefix else 'on'}), torch {torch.__version__}, 1 thread")
+    _ratios({n: statistics.fmean(v) for n, v in by_seed.items()}, "k instr")
+    print("spread over seeds (k instr per step): " + ", ".join(
+        f"{n}: {min(v):.1f}-{max(v):.1f}" for n, v in by_seed.items()))
 
 
 def main() -> None:
@@ -300,6 +320,8 @@ def main() -> None:
                         help="skip Ignite and Lightning (Lightning alone takes ~10 s a run)")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions per step under callgrind instead of timing")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="with --instructions: PYTHONHASHSEED values to average over")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "STEPS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -308,7 +330,8 @@ def main() -> None:
         _child(args.child[0], int(args.child[1]))
         return
     instructions(args) if args.instructions else wall(args)
-    flags = " --instructions" if args.instructions else f" --repeats {args.repeats}"
+    flags = (f" --instructions --seeds {args.seeds}" if args.instructions
+             else f" --repeats {args.repeats}")
     flags += " --no-frameworks" if args.no_frameworks else ""
     print(f"reproduce: python benchmarks/bench_loop.py --steps {args.steps}{flags}")
 
