@@ -1,9 +1,11 @@
 """``Trainer``: a PyTorch loop that drives a ``LoopClock`` and a compiled ``TriggerTable``.
 
-The hot path of a step on which nothing fires is the work itself plus
-``clock.end_step(); table.step_end(run)``: no host-device sync, no per-callback
-Python calls (per-event hooks are called only on callbacks that override them).
-Losses stay on the device until something that fires needs them.
+The hot path of a step on which nothing fires is the work itself plus keeping
+the step's loss (on the device), one clock call and one integer comparison
+against the next step at which anything can happen: no
+host-device sync, no per-callback Python calls (per-event hooks are called only
+on callbacks that override them). Losses stay on the device until something that
+fires needs them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ _PRECISIONS = ("fp32", "bf16", "fp16")
 #: Metrics the trainer itself produces.
 TRAINER_METRICS = ("train/loss",)
 _PLAIN_SEQ = (tuple, list)
+#: Sum the kept step losses into one tensor every this many steps: holding fewer small
+#: tensors keeps the allocator's work per step down (measured in benchmarks/bench_loop.py).
+_FOLD = 64
 
 StepFn = Callable[[torch.nn.Module, Any], "torch.Tensor | Mapping[str, Any]"]
 
@@ -194,8 +199,9 @@ class Trainer:
             sink_list.insert(0, JsonlWriter(self.run_dir / "events.jsonl"))
         self.metrics = MetricStore(self.clock.now, sink_list)
         self.firings: list[Firing] = []
-        # The sum of the step losses since train/loss was last published (at step
-        # _loss_from_step), on the loss's device: one in-place add per step, no sync.
+        # The losses of the steps since train/loss was last published (at step
+        # _loss_from_step), on the device: the latest steps' own, the older ones summed.
+        self._losses: list[torch.Tensor] = []
         self._loss_acc: torch.Tensor | None = None
         self._loss_from_step = 0
         self._last_loss: torch.Tensor | None = None
@@ -246,7 +252,7 @@ class Trainer:
     @property
     def last_loss(self) -> torch.Tensor | None:
         """The last optimizer step's loss, detached and on the device (``None`` before one)."""
-        return self._last_loss
+        return self._losses[-1] if self._losses else self._last_loss
 
     @property
     def firing_log(self) -> FiringLog:
@@ -303,24 +309,29 @@ class Trainer:
             if gate is None or gate(now):
                 getattr(cb, hook.lstrip("_"))(*args)
 
-    def _loss_accumulator(self, like: torch.Tensor) -> torch.Tensor:
-        """The running loss sum, made on ``like``'s device when there is none yet."""
-        acc = self._loss_acc
-        if acc is None:
-            # float64 where it is cheap, so long sums keep their precision
-            dtype = torch.float64 if like.device.type == "cpu" else torch.float32
-            acc = self._loss_acc = torch.zeros((), dtype=dtype, device=like.device)
-        return acc
+    def _fold_losses(self) -> None:
+        """Add the kept step losses into the running sum (on the device; no sync)."""
+        losses = self._losses
+        if not losses:
+            return
+        self._last_loss = losses[-1]
+        dtype = torch.promote_types(losses[-1].dtype, torch.float32)  # no half-precision sums
+        total = torch.stack(losses).sum(dtype=dtype)
+        self._loss_acc = total if self._loss_acc is None else self._loss_acc + total
+        losses.clear()  # in place: the step loop holds this list
 
     def _publish_loss(self) -> None:
         """Put the mean loss since the last publication (lazily; no sync) as ``train/loss``."""
+        self._fold_losses()
         n = self.clock.step - self._loss_from_step
-        acc = self._loss_acc
-        if n > 0 and acc is not None:
-            self.metrics.put("train/loss", acc / n)
-            # a new tensor, not zero_(): the step loop re-reads it after each firing
-            self._loss_acc = torch.zeros_like(acc)
+        if n > 0 and self._loss_acc is not None:
+            self.metrics.put("train/loss", self._loss_acc / n)
+        self._loss_acc = None
         self._loss_from_step = self.clock.step
+
+    def _saved_losses(self) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
+        self._fold_losses()
+        return self._loss_acc, self._loss_from_step, self._last_loss
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, path: str | Path,
@@ -360,7 +371,7 @@ class Trainer:
             "rng": _rng_state(),
             "epoch_rng": self._epoch_rng,
             "epoch_open": self._epoch_open,
-            "losses": (self._loss_acc, self._loss_from_step, self._last_loss),
+            "losses": self._saved_losses(),
         }
         atomic_save(state, path)
         if structlog.is_configured():
@@ -390,6 +401,7 @@ class Trainer:
             self._by_name[name].load_state_dict(cb_state)
         _set_rng_state(state["rng"])
         self._epoch_rng = state["epoch_rng"]
+        self._losses.clear()
         self._loss_acc, self._loss_from_step, self._last_loss = state["losses"]
         self._resumed = True
         self._resume_mid_epoch = bool(state["epoch_open"])
@@ -491,50 +503,46 @@ class Trainer:
         Every line of Python here costs on each step, so the options the common case
         does not use are left out rather than tested; ``_steps`` is the reference. A step
         on which nothing can happen ends in one comparison against ``limit``: the first
-        step at which a callback may fire or training ends.
+        step at which a callback may fire, training ends or the kept losses are summed.
         """
         clock, table, model, opt, step_fn = (self.clock, self.table, self.model,
                                              self.optimizer, self.step_fn)
         run_step_end = self._runner("step_end")
+        losses = self._losses
         end_step = clock.end_batch_step
         tensor = torch.Tensor
         # With `loss_fn`, call it inline: the default step's frame and dict cost per step.
         loss_fn = self.loss_fn if step_fn == self._default_step else None
-        loss: Any = None  # torch.Tensor; its backward() is untyped in torch's stubs
+        loss: Any  # torch.Tensor; its backward() is untyped in torch's stubs
         inputs: Any = None
-        acc = self._loss_accumulator(torch.empty(0))
-        limit = min(table.step_due, max_steps)
-        try:
-            for batch in it:
-                if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
-                    inputs = batch[0]
-                    loss = loss_fn(model(inputs), batch[1])
-                else:
-                    inputs = None
-                    out = step_fn(model, batch)
-                    # type() first: isinstance() on torch.Tensor goes through a slow metaclass
-                    loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                # `.data`: the value without autograd, as detach() gives it but cheaper
-                acc += loss.data
-                if type(inputs) is tensor and (shape := inputs.shape):
-                    step = end_step(shape[0])
-                else:
-                    step = end_step(*count_batch(batch))
-                if step >= limit:
-                    self._last_loss = loss.data
-                    if (step >= table.step_due and table.step_end(run_step_end)) \
-                            or self._pending_saves:
-                        self._after_event("step_end")
-                    if step >= max_steps:
-                        return self._epoch_exhausted(it)
-                    acc = self._loss_accumulator(acc)  # a firing published and renewed it
-                    limit = min(table.step_due, max_steps)
-        finally:
-            if loss is not None:
-                self._last_loss = loss.data
+        limit = min(table.step_due, max_steps, clock.step + _FOLD - len(losses))
+        for batch in it:
+            if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
+                inputs = batch[0]
+                loss = loss_fn(model(inputs), batch[1])
+            else:
+                inputs = None
+                out = step_fn(model, batch)
+                # type() first: isinstance() on torch.Tensor goes through a slow metaclass
+                loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            # `.data`: the value without autograd, as detach() gives it but cheaper
+            losses.append(loss.data)
+            if type(inputs) is tensor and (shape := inputs.shape):
+                step = end_step(shape[0])
+            else:
+                step = end_step(*count_batch(batch))
+            if step >= limit:
+                if len(losses) >= _FOLD:
+                    self._fold_losses()
+                if (step >= table.step_due and table.step_end(run_step_end)) \
+                        or self._pending_saves:
+                    self._after_event("step_end")
+                if step >= max_steps:
+                    return self._epoch_exhausted(it)
+                limit = min(table.step_due, max_steps, step + _FOLD - len(losses))
         return True
 
     def _epoch_exhausted(self, it: Iterator[Any]) -> bool:
@@ -555,6 +563,7 @@ class Trainer:
         device = self.device
         batch_end = table.needs_batch_end
         run_step_end = self._runner("step_end")
+        losses = self._losses
         before, after, trig = (self._hooks["_before_step"], self._hooks["_after_step"],
                                self._hooks["_trigger_step"])
         autocast = self.precision != "fp32"
@@ -615,11 +624,9 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
             assert loss_sum is not None
             step_loss = loss_sum / k if k > 1 else loss_sum
-            self._last_loss = step_loss
-            acc = self._loss_acc
-            if acc is None:
-                acc = self._loss_accumulator(step_loss)
-            acc += step_loss
+            losses.append(step_loss)
+            if len(losses) >= _FOLD:
+                self._fold_losses()
             clock.end_step()
             if after:
                 detached_out = ({k2: v.detach() if isinstance(v, torch.Tensor) else v
