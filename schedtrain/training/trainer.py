@@ -208,6 +208,7 @@ class Trainer:
         # event -> the run(name) closure handed to the table
         self._runners: dict[str, Callable[[str, Timestamp], None]] = {}
         self._depth = 0
+        self._log_firings = False
         self._pending_saves: list[tuple[Path, Callable[[Path], None] | None]] = []
         self._in_fit = False
         self._resumed = False  # fit() continues a checkpoint: train_start does not fire again
@@ -272,8 +273,9 @@ class Trainer:
         if self.clock.step > self._loss_from_step:
             self._publish_loss()
         self.firings.append(Firing(name, event, ts))
-        self.metrics.firing(name, event, ts)
-        if structlog.is_configured():  # unconfigured structlog prints every debug line
+        if self.metrics.sinks:
+            self.metrics.firing(name, event, ts)
+        if self._log_firings:
             _log.debug("firing", callback=name, trigger_event=event, step=ts.step,
                        epoch=ts.epoch)
         self._depth += 1
@@ -417,6 +419,9 @@ class Trainer:
         table.attach(clock, self.metrics, self.predicates)
         self.model.train()
         self._in_fit = True
+        # Unconfigured structlog prints every debug line: log firings only when an
+        # application (the CLI) has configured it.
+        self._log_firings = structlog.is_configured()
         failed: BaseException | None = None
         try:
             for cb in self.callbacks:
