@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
+import structlog
+import structlog.testing
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from training_helpers import Noop, UnevenData, tiny_model
@@ -303,6 +305,24 @@ class TestMonitors:
         names = {r["name"] for r in scalars}
         assert names == {"train/loss", "val/loss", "val/accuracy", "val/error"}
         assert all({"value", "step", "epoch", "time"} <= set(r) for r in scalars)
+
+    def test_firings_logged_through_structlog(self) -> None:
+        """With structlog configured (the CLI does it), each firing is one structured event."""
+        with structlog.testing.capture_logs() as logs:
+            t = _trainer([PeriodicTrigger(Noop(), every_k_steps=4)], epochs=2)
+            t.fit()
+        events = [(e["callback"], e["trigger_event"], e["step"]) for e in logs
+                  if e["event"] == "firing"]
+        assert events == [(f.callback, f.event, f.step) for f in t.firings]
+        assert [step for *_, step in events] == [4, 8]
+
+    def test_nothing_logged_per_firing_when_unconfigured(
+            self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Library code never configures structlog, and prints nothing per firing unless asked."""
+        _trainer([PeriodicTrigger(Noop(), every_k_steps=1)], epochs=1).fit()
+        assert not structlog.is_configured()
+        out = capsys.readouterr()
+        assert "firing" not in out.out + out.err
 
     def test_tensorboard_writer(self, tmp_path: Path) -> None:
         """The TensorBoard writer produces an event file."""
