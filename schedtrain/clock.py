@@ -129,20 +129,27 @@ class LoopClock(Clock):
         self.seconds = seconds = self._base_seconds + (_perf_counter() - self._t0)
         self._last = (self.sample, self.token, seconds)
 
-    def end_batch_step(self, samples: int = 0, tokens: int = 0) -> int:
-        """A step of one micro-batch completed: ``end_batch`` then ``end_step``; the step.
+    def catch_up(self, step: int, *, sample: int, token: int, prev_sample: int,
+                 prev_token: int, prev_time: float | None, time: float | None) -> None:
+        """Record steps of one micro-batch each that a loop counted in its own variables.
 
-        The training loop's common case calls this once per step instead of two methods.
+        The loop ran up to step ``step`` and the counters ``sample`` and ``token``;
+        ``prev_sample``, ``prev_token`` are theirs at the previous step's end, and
+        ``prev_time``, ``time`` the ``time.perf_counter()`` at both step ends (``None``
+        for the step the clock already holds). Equal to ``end_batch(...); end_step()``
+        once per step, taken at once; a call with no new step does nothing.
         """
-        self.batch += 1
-        self.sample = sample = self.sample + samples
-        self.token = token = self.token + tokens
-        self._prev = self._last
-        self.step = step = self.step + 1
-        self.step_in_epoch += 1
-        self.seconds = seconds = self._base_seconds + (_perf_counter() - self._t0)
+        k = step - self.step
+        if k <= 0 or time is None:
+            return
+        base, t0 = self._base_seconds, self._t0
+        self._prev = (self._last if prev_time is None
+                      else (prev_sample, prev_token, base + (prev_time - t0)))
+        self.seconds = seconds = base + (time - t0)
         self._last = (sample, token, seconds)
-        return step
+        self.batch += k
+        self.step_in_epoch += k
+        self.step, self.sample, self.token = step, sample, token
 
     def end_epoch(self) -> None:
         """An epoch completed."""

@@ -16,6 +16,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from time import perf_counter as _perf_counter
 from typing import Any
 
 import structlog
@@ -506,48 +507,69 @@ class Trainer:
         """``_steps`` for one micro-batch per step on the CPU in fp32 with no per-step hooks.
 
         Every line of Python here costs on each step, so the options the common case
-        does not use are left out rather than tested; ``_steps`` is the reference. A step
-        on which nothing can happen ends in one comparison against ``limit``: the first
-        step at which a callback may fire, training ends or the kept losses are summed.
+        does not use are left out rather than tested; ``_steps`` is the reference.
+
+        With ``loss_fn`` nothing but the model and the loss runs inside a step, so the
+        clock's counters are kept in local variables and the clock is caught up only at
+        ``limit`` (the first step at which a callback may fire, training ends or the kept
+        losses are summed) and when the loop ends: a quiet step costs one comparison.
+        A ``step_fn`` is user code that may read the clock, so it is caught up every step.
         """
         clock, table, model, opt, step_fn = (self.clock, self.table, self.model,
                                              self.optimizer, self.step_fn)
         run_step_end = self._runner("step_end")
         losses = self._losses
-        end_step = clock.end_batch_step
         tensor = torch.Tensor
         # With `loss_fn`, call it inline: the default step's frame and dict cost per step.
         loss_fn = self.loss_fn if step_fn == self._default_step else None
+        every_step = loss_fn is None
         loss: Any  # torch.Tensor; its backward() is untyped in torch's stubs
         inputs: Any = None
-        limit = min(table.step_due, max_steps, clock.step + _FOLD - len(losses))
-        for batch in it:
-            if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
-                inputs = batch[0]
-                loss = loss_fn(model(inputs), batch[1])
-            else:
-                inputs = None
-                out = step_fn(model, batch)
-                # type() first: isinstance() on torch.Tensor goes through a slow metaclass
-                loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            # `.data`: the value without autograd, as detach() gives it but cheaper
-            losses.append(loss.data)
-            if type(inputs) is tensor and (shape := inputs.shape):
-                step = end_step(shape[0])
-            else:
-                step = end_step(*count_batch(batch))
-            if step >= limit:
-                if len(losses) >= _FOLD:
-                    self._fold_losses()
-                if (step >= table.step_due and table.step_end(run_step_end)) \
-                        or self._pending_saves:
-                    self._after_event("step_end")
-                if step >= max_steps:
-                    return self._epoch_exhausted(it)
-                limit = min(table.step_due, max_steps, step + _FOLD - len(losses))
+        step, sample, token = clock.step, clock.sample, clock.token
+        prev_sample, prev_token = sample, token
+        time: float | None = None
+        prev_time: float | None = None
+        catch_up, perf_counter = clock.catch_up, _perf_counter
+        limit = 0 if every_step else min(table.step_due, max_steps, step + _FOLD - len(losses))
+        try:
+            for batch in it:
+                if loss_fn is not None and type(batch) in _PLAIN_SEQ and len(batch) == 2:
+                    inputs = batch[0]
+                    loss = loss_fn(model(inputs), batch[1])
+                else:
+                    inputs = None
+                    out = step_fn(model, batch)
+                    # type() first: isinstance() on torch.Tensor goes through a slow metaclass
+                    loss = out if type(out) is tensor or isinstance(out, tensor) else out["loss"]
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                # `.data`: the value without autograd, as detach() gives it but cheaper
+                losses.append(loss.data)
+                prev_sample, prev_token = sample, token
+                if type(inputs) is tensor and (shape := inputs.shape):
+                    sample += shape[0]
+                else:
+                    n, n_tokens = count_batch(batch)
+                    sample += n
+                    token += n_tokens
+                step += 1
+                prev_time, time = time, perf_counter()
+                if step >= limit:
+                    catch_up(step, sample=sample, token=token, prev_sample=prev_sample,
+                             prev_token=prev_token, prev_time=prev_time, time=time)
+                    if len(losses) >= _FOLD:
+                        self._fold_losses()
+                    if (step >= table.step_due and table.step_end(run_step_end)) \
+                            or self._pending_saves:
+                        self._after_event("step_end")
+                    if step >= max_steps:
+                        return self._epoch_exhausted(it)
+                    if not every_step:
+                        limit = min(table.step_due, max_steps, step + _FOLD - len(losses))
+        finally:  # the clock holds every completed step, however the loop ends
+            catch_up(step, sample=sample, token=token, prev_sample=prev_sample,
+                     prev_token=prev_token, prev_time=prev_time, time=time)
         return True
 
     def _epoch_exhausted(self, it: Iterator[Any]) -> bool:
