@@ -12,9 +12,9 @@ handler fires every 1000 steps and does nothing. Two hand-written baselines:
 Two measures:
 
 * **wall time** (default): ``--repeats`` rounds, each running every variant once in a
-  shuffled order; the minimum per variant is the least disturbed run (as ``timeit``
-  advises), the median shows the spread. On a shared machine the spread between two
-  identical runs of the bare loop is itself a few per cent: read the ratios with it.
+  shuffled order, in this process pinned to one CPU; the minimum per variant is the
+  least disturbed run (as ``timeit`` advises), the median shows the spread. A second,
+  identical bare loop is timed as a control: its ratio to the first is the noise floor.
 * **instructions** (``--instructions``): each variant runs under valgrind's callgrind
   at two lengths (``--steps`` and three times that); the difference divided by the
   extra steps is the instructions per step, whatever else the machine is doing. One
@@ -57,6 +57,7 @@ from schedtrain.training import Trainer
 
 BATCH, FEATURES, EPOCH = 32, 16, 1000
 BARE = "bare torch loop"
+CONTROL = "bare torch loop, again"
 
 
 def _data(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -234,6 +235,9 @@ def _ratios(per_step: dict[str, float], unit: str) -> None:
 def wall(args: argparse.Namespace) -> None:
     """Interleaved, shuffled wall-time runs."""
     runs = _variants(not args.no_frameworks)
+    runs = {BARE: runs[BARE], CONTROL: bare, **runs}
+    if hasattr(os, "sched_setaffinity"):  # one CPU: no migrations between runs
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     for fn in runs.values():  # warm up imports and allocator
         fn(200)
     times: dict[str, list[float]] = {k: [] for k in runs}
