@@ -67,6 +67,11 @@ def _walk(trigger: Trigger, path: str) -> Iterator[tuple[Trigger, str]]:
         yield from _walk(trigger.trigger, f"{path}.not")
 
 
+def _clock_only(trigger: Trigger) -> bool:
+    """Whether the trigger reads nothing but the clock (no condition, no metric state)."""
+    return not any(isinstance(t, When | Improved | Plateau) for t, _ in _walk(trigger, ""))
+
+
 def _never_reason(trigger: Trigger) -> str | None:
     """Why a clock-only combination can never be true, if it provably cannot."""
     events = trigger.events()
@@ -227,6 +232,13 @@ class TriggerTable:
         self.names: tuple[str, ...] = schedule.names
         self.triggers: tuple[Trigger, ...] = tuple(e.trigger for e in schedule.entries)
         self.nodes: tuple[Node, ...] = tuple(t.compile() for t in self.triggers)
+        # Callbacks with equal clock-only triggers (no condition, no metric) are true
+        # together and due together: each is evaluated and bounded once per event, by
+        # the first such callback (its index here; -1 for triggers with state or metrics).
+        first: dict[Trigger, int] = {}
+        self._shared: tuple[int, ...] = tuple(
+            first.setdefault(t, i) if _clock_only(t) else -1
+            for i, t in enumerate(self.triggers))
         self.warnings = warnings
         self.predicates = predicates
         self._events = [t.events() for t in self.triggers]
@@ -425,18 +437,41 @@ class TriggerTable:
         prev = clock.previous(event)
         pt = Point(event, now, prev, self._metrics, self.predicates)
         out: list[tuple[int, bool | None]] = []
+        nodes, shared = self.nodes, self._shared
+        values: dict[int, bool | None] = {}
         try:
             for i in candidates:
-                value = self.nodes[i].evaluate(pt)
+                first = shared[i]
+                if first < 0:
+                    value = nodes[i].evaluate(pt)
+                elif first in values:
+                    value = values[first]
+                else:
+                    value = values[first] = nodes[i].evaluate(pt)
                 if value is not False:
                     out.append((i, value))
                     if value and run is not None:
                         run(self.names[i], now)
         finally:
             if event in self._global:
-                nodes = self.nodes
-                self._set_dues(event, [(i, nodes[i].bound(event, now)) for i in candidates])
+                self._set_dues(event, self._bounds(event, now, candidates))
                 self._refresh_global(event)
+        return out
+
+    def _bounds(self, event: str, now: Timestamp,
+                candidates: list[int]) -> list[tuple[int, Due]]:
+        nodes, shared = self.nodes, self._shared
+        found: dict[int, Due] = {}
+        out = []
+        for i in candidates:
+            first = shared[i]
+            if first < 0:
+                due = nodes[i].bound(event, now)
+            elif first in found:
+                due = found[first]
+            else:
+                due = found[first] = nodes[i].bound(event, now)
+            out.append((i, due))
         return out
 
     # -- introspection ---------------------------------------------------------------------

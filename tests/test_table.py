@@ -260,3 +260,42 @@ class TestRunWhileEvaluating:
 
         assert table.epoch_end(run) == ("validate", "best")
         assert ran == [("validate", 1), ("best", 1)]
+
+    def test_equal_conditions_are_evaluated_per_callback(self) -> None:
+        """Equal conditional triggers are not shared: the later one sees the metric put
+        in between."""
+        values: dict[str, MetricValue] = {}
+
+        class Store:
+            def latest(self, name: str) -> MetricValue | None:
+                return values.get(name)
+
+        cond = every("1 epoch") & when("ready > 0")
+        table = Schedule({"a": cond, "setter": every("1 epoch"), "b": cond}).compile(
+            produced_metrics=["ready"])
+        clock = LoopClock()
+        table.attach(clock, Store())
+        clock.end_epoch()
+
+        def run(name: str, now: Timestamp) -> None:
+            if name == "setter":
+                values["ready"] = MetricValue(1.0, 1)
+
+        assert table.epoch_end(run) == ("setter", "b")
+
+
+class TestSharedTriggers:
+    """Callbacks with equal clock-only triggers fire, and are next due, together."""
+
+    def test_equal_periodic_triggers_fire_together_every_time(self) -> None:
+        """100 callbacks on one period all fire at each multiple, and nowhere else."""
+        names = {f"cb{i}": every(3, "steps") for i in range(100)}
+        names["other"] = every(2, "steps")
+        table = Schedule(names).compile()
+        clock = LoopClock()
+        table.attach(clock)
+        fired = run_steps(table, clock, 12)
+        by_step = {step: set(got) for step, got in fired if got}
+        every3 = {f"cb{i}" for i in range(100)}
+        assert by_step == {2: {"other"}, 3: every3, 4: {"other"}, 6: every3 | {"other"},
+                           8: {"other"}, 9: every3, 10: {"other"}, 12: every3 | {"other"}}
