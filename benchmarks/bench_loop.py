@@ -174,6 +174,8 @@ def lightning_loop(n_callbacks: int) -> Callable[[int], None] | None:
         import lightning as L
     except ImportError:
         return None
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):  # set on import
+        logging.getLogger(name).setLevel(logging.ERROR)
 
     class Module(L.LightningModule):
         def __init__(self) -> None:
@@ -219,8 +221,6 @@ def _variants(frameworks: bool) -> dict[str, Callable[[int], None]]:
 def _quiet() -> None:
     torch.set_num_threads(1)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    logging.getLogger("lightning").setLevel(logging.ERROR)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
 
 
