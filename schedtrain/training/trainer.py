@@ -1,11 +1,10 @@
 """``Trainer``: a PyTorch loop that drives a ``LoopClock`` and a compiled ``TriggerTable``.
 
-The hot path of a step on which nothing fires is the work itself plus keeping
-the step's loss (on the device), one clock call and one integer comparison
-against the next step at which anything can happen: no
-host-device sync, no per-callback Python calls (per-event hooks are called only
-on callbacks that override them). Losses stay on the device until something that
-fires needs them.
+The hot path of a step on which nothing fires is the work itself plus keeping the
+step's loss (on the device), counting the step in local variables and one integer
+comparison against the next step at which anything can happen: no host-device sync,
+no per-callback Python calls (per-event hooks are called only on callbacks that
+override them). Losses stay on the device until something that fires needs them.
 """
 
 from __future__ import annotations
