@@ -298,8 +298,7 @@ class TriggerTable:
             self._heaps[event] = [[] for _ in COUNTERS]
             self._general[event] = set()
             self._version[event] = [0] * len(self.nodes)
-            for i in self.listeners(event):
-                self._set_due(event, i, self.nodes[i].bound(event, last))
+            self._set_dues(event, self._bounds(event, last, self.listeners(event)))
             self._refresh_global(event)
         watched = {
             COUNTERS[k] for i in self.listeners("step_end")
@@ -323,11 +322,8 @@ class TriggerTable:
         out[0] = 0.0
         return (out[0], out[1], out[2], out[3], out[4], out[5])
 
-    def _set_due(self, event: str, i: int, due: Due) -> None:
-        self._set_dues(event, ((i, due),))
-
     def _set_dues(self, event: str, dues: Iterable[tuple[int, Due]]) -> None:
-        # Called for every callback that fired: the per-event lookups are done once.
+        # Called with every callback evaluated at an event: the lookups are done once.
         dues_of, version, general = self._due[event], self._version[event], self._general[event]
         heaps = self._heaps[event]
         inf = math.inf
@@ -459,7 +455,7 @@ class TriggerTable:
         return out
 
     def _bounds(self, event: str, now: Timestamp,
-                candidates: list[int]) -> list[tuple[int, Due]]:
+                candidates: Iterable[int]) -> list[tuple[int, Due]]:
         nodes, shared = self.nodes, self._shared
         found: dict[int, Due] = {}
         out = []

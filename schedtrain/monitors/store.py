@@ -153,8 +153,6 @@ class MetricStore:
 
     def firing(self, callback: str, event: str, ts: Timestamp) -> None:
         """Report a firing to the sinks."""
-        if not self.sinks:
-            return
         wall = time.time()
         for sink in self.sinks:
             sink.firing(callback, event, ts, wall)
