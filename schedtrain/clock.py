@@ -8,7 +8,8 @@ building a ``Timestamp``; snapshots are made only when something may fire.
 from __future__ import annotations
 
 import abc
-from time import perf_counter as _perf_counter
+from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
 import attrs
@@ -33,7 +34,7 @@ class Clock(abc.ABC):
     step_in_epoch: int
     sample: int
     token: int
-    seconds: float
+    time_ns: int
 
     @abc.abstractmethod
     def now(self) -> Timestamp:
@@ -65,11 +66,11 @@ class Clock(abc.ABC):
 def step_back(now: Timestamp, event: str) -> Timestamp:
     """The previous point of ``event`` for events whose own counter moves by one."""
     if event == "epoch_end":
-        return Timestamp(now.step, now.batch, max(now.epoch - 1, 0), now.step_in_epoch,
-                         now.sample, now.token, now.seconds)
+        return Timestamp.make(now.step, now.batch, max(now.epoch - 1, 0), now.step_in_epoch,
+                              now.sample, now.token, now.time_ns)
     if event == "batch_end":
-        return Timestamp(now.step, max(now.batch - 1, 0), now.epoch, now.step_in_epoch,
-                         now.sample, now.token, now.seconds)
+        return Timestamp.make(now.step, max(now.batch - 1, 0), now.epoch, now.step_in_epoch,
+                              now.sample, now.token, now.time_ns)
     return now
 
 
@@ -78,37 +79,47 @@ class LoopClock(Clock):
 
     The loop calls ``start_train``, ``start_epoch``, ``end_batch`` (with the
     samples and tokens the batch reports), ``end_step`` and ``end_epoch``.
-    ``seconds`` is training wall time, carried across resume; time between
-    ``stop_train`` and the next ``start_train`` (downtime) is excluded.
+    ``time_ns`` is training wall time in nanoseconds, carried across resume; time
+    between ``stop_train`` and the next ``start_train`` (downtime) is excluded.
+
+    Args:
+        time_source: returns a monotonic time in nanoseconds (default
+            ``time.perf_counter_ns``); tests pass a fake one to make wall time exact.
     """
 
     # Slots: the loop updates these on every step, and slot access is the cheapest.
-    __slots__ = ("_base_seconds", "_last", "_prev", "_t0", "batch", "epoch", "sample",
-                 "seconds", "step", "step_in_epoch", "token")
+    __slots__ = ("_base_ns", "_last", "_now_ns", "_prev", "_t0", "batch", "epoch", "sample",
+                 "step", "step_in_epoch", "time_ns", "token")
 
-    def __init__(self) -> None:
+    def __init__(self, time_source: Callable[[], int] = perf_counter_ns) -> None:
         self.step = 0
         self.batch = 0
         self.epoch = 0
         self.step_in_epoch = 0
         self.sample = 0
         self.token = 0
-        self.seconds = 0.0
-        self._t0 = _perf_counter()
-        self._base_seconds = 0.0
-        # (sample, token, seconds) at the last and the previous step end; kept apart from
+        self.time_ns = 0
+        self._now_ns = time_source
+        self._t0 = time_source()
+        self._base_ns = 0
+        # (sample, token, time_ns) at the last and the previous step end; kept apart from
         # the live counters because batches of the next step advance them before its end.
-        self._last: tuple[int, int, float] = (0, 0, 0.0)
-        self._prev: tuple[int, int, float] = (0, 0, 0.0)
+        self._last: tuple[int, int, int] = (0, 0, 0)
+        self._prev: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def time_source(self) -> Callable[[], int]:
+        """The monotonic nanosecond source wall time is read from."""
+        return self._now_ns
 
     def start_train(self) -> None:
         """Start (or resume) the wall-time count."""
-        self._base_seconds = self.seconds
-        self._t0 = _perf_counter()
+        self._base_ns = self.time_ns
+        self._t0 = self._now_ns()
 
     def stop_train(self) -> None:
         """Freeze the wall-time count (called at train end)."""
-        self.seconds = self._base_seconds + (_perf_counter() - self._t0)
+        self.time_ns = self._base_ns + (self._now_ns() - self._t0)
 
     def start_epoch(self) -> None:
         """A new epoch begins: ``step_in_epoch`` restarts at 0."""
@@ -126,27 +137,27 @@ class LoopClock(Clock):
         self._prev = self._last
         self.step += 1
         self.step_in_epoch += 1
-        self.seconds = seconds = self._base_seconds + (_perf_counter() - self._t0)
-        self._last = (self.sample, self.token, seconds)
+        self.time_ns = t = self._base_ns + (self._now_ns() - self._t0)
+        self._last = (self.sample, self.token, t)
 
     def catch_up(self, step: int, *, sample: int, token: int, prev_sample: int,
-                 prev_token: int, prev_time: float | None, time: float | None) -> None:
+                 prev_token: int, prev_time: int | None, time: int | None) -> None:
         """Record steps of one micro-batch each that a loop counted in its own variables.
 
         The loop ran up to step ``step`` and the counters ``sample`` and ``token``;
         ``prev_sample``, ``prev_token`` are theirs at the previous step's end, and
-        ``prev_time``, ``time`` the ``time.perf_counter()`` at both step ends (``None``
+        ``prev_time``, ``time`` the ``time_source()`` readings at both step ends (``None``
         for the step the clock already holds). Equal to ``end_batch(...); end_step()``
         once per step, taken at once; a call with no new step does nothing.
         """
         k = step - self.step
         if k <= 0 or time is None:
             return
-        base, t0 = self._base_seconds, self._t0
+        base, t0 = self._base_ns, self._t0
         self._prev = (self._last if prev_time is None
                       else (prev_sample, prev_token, base + (prev_time - t0)))
-        self.seconds = seconds = base + (time - t0)
-        self._last = (sample, token, seconds)
+        self.time_ns = t = base + (time - t0)
+        self._last = (sample, token, t)
         self.batch += k
         self.step_in_epoch += k
         self.step, self.sample, self.token = step, sample, token
@@ -156,23 +167,22 @@ class LoopClock(Clock):
         self.epoch += 1
 
     def now(self) -> Timestamp:
-        return Timestamp(self.step, self.batch, self.epoch, self.step_in_epoch,
-                         self.sample, self.token, self.seconds)
+        return Timestamp.make(self.step, self.batch, self.epoch, self.step_in_epoch,
+                              self.sample, self.token, self.time_ns)
 
     def previous(self, event: str) -> Timestamp:
-        now = self.now()
         if event != "step_end":
-            return step_back(now, event)
-        sample, token, seconds = self._prev
-        return Timestamp(max(self.step - 1, 0), now.batch, now.epoch, now.step_in_epoch,
-                         sample, token, seconds)
+            return step_back(self.now(), event)
+        sample, token, time_ns = self._prev
+        return Timestamp.make(max(self.step - 1, 0), self.batch, self.epoch,
+                              self.step_in_epoch, sample, token, time_ns)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        now = Timestamp(**state["now"])
-        prev = Timestamp(**state["previous_step_end"])
+        now = Timestamp.make(**state["now"])
+        prev = Timestamp.make(**state["previous_step_end"])
         self.step, self.batch, self.epoch = now.step, now.batch, now.epoch
         self.step_in_epoch, self.sample, self.token = now.step_in_epoch, now.sample, now.token
-        self.seconds = now.seconds
-        self._last = (now.sample, now.token, now.seconds)
-        self._prev = (prev.sample, prev.token, prev.seconds)
-        self._base_seconds = self.seconds
+        self.time_ns = now.time_ns
+        self._last = (now.sample, now.token, now.time_ns)
+        self._prev = (prev.sample, prev.token, prev.time_ns)
+        self._base_ns = self.time_ns

@@ -1,6 +1,8 @@
 """The library's exceptions and warnings.
 
-Factored out so every module can raise them without import cycles.
+Factored out so every module can raise them without import cycles. Errors carry
+data (the argument or key path, what was expected, what was found) from where
+they are raised; nothing downstream parses their text.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 __all__ = [
+    "ArgumentError",
     "Problem",
     "ScheduleError",
     "ScheduleWarning",
     "SpecError",
     "StopTraining",
+    "describe",
     "did_you_mean",
 ]
 
@@ -26,17 +30,38 @@ class Problem:
 
     Args:
         path: where the problem is, e.g. ``callbacks.validate.trigger.any[1].every``.
-        message: what was expected and what was found.
+        message: what was expected and what was found, as a sentence.
         file: the spec file, when the schedule came from one.
+        expected: what a valid value looks like, when one value is at fault.
+        found: what was there instead.
     """
 
     path: str
     message: str
     file: str | None = None
+    expected: str | None = attrs.field(default=None, kw_only=True)
+    found: str | None = attrs.field(default=None, kw_only=True)
 
     def __str__(self) -> str:
         where = f"{self.file}: " if self.file else ""
         return f"{where}{self.path}: {self.message}" if self.path else f"{where}{self.message}"
+
+
+class ArgumentError(ValueError):
+    """A bad argument to a trigger factory or value type.
+
+    Attributes:
+        argument: the parameter at fault (``"period"``, ``"offset"``, ``"stop"``).
+        expected: what a valid value looks like.
+        found: what was given, as text.
+    """
+
+    def __init__(self, argument: str, message: str, *, expected: str | None = None,
+                 found: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.expected = expected
+        self.found = found
 
 
 class ScheduleError(ValueError):
@@ -72,3 +97,20 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def describe(value: object) -> str:
+    """How a TOML value reads in an error message: ``integer 5``, ``a table``."""
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"float {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, dict):
+        return "a table" if value else "an empty table"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    return f"{type(value).__name__} {value!r}"

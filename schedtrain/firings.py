@@ -40,7 +40,7 @@ class Firing:
     def to_dict(self) -> dict[str, Any]:
         """The plan's JSON record (DESIGN §6)."""
         out: dict[str, Any] = {"callback": self.callback, "event": self.event}
-        out.update(attrs.asdict(self.timestamp))
+        out.update(self.timestamp.to_dict())
         if self.conditional:
             out["conditional"] = True
         return out

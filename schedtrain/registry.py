@@ -1,36 +1,108 @@
-"""Callback types by name: the built-ins, and ``"package.module:Class"`` resolution.
+"""Callback types by name: the built-ins with their TOML arguments, and user classes.
 
-Importing this module imports nothing heavy: built-in names map to import
-paths, and a class is imported only by ``resolve()`` (when a schedule runs, or
-``schedtrain check --import``), so ``schedtrain check`` works without torch.
+Importing this module imports nothing heavy: built-in names map to import paths
+and to a description of the arguments TOML may give them, so ``schedtrain check``
+validates a built-in's arguments without torch. A class is imported only by
+``resolve()`` (when a schedule runs, or ``schedtrain check --import``), and a user's
+``"package.module:Class"`` must be a ``Callback`` subclass before it is called.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import re
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from schedtrain.errors import did_you_mean
+import attrs
 
-__all__ = ["BUILTINS", "check_arguments", "is_import_path", "is_known", "resolve"]
+from schedtrain.errors import describe, did_you_mean
+from schedtrain.imports import IMPORT_PATH_RE, import_class
+from schedtrain.names import is_name
 
-#: Built-in callback type name -> ``"module:Class"``.
-BUILTINS: Final[Mapping[str, str]] = {
-    "ModelSaver": "schedtrain.callbacks.saver:ModelSaver",
-    "MinSaver": "schedtrain.callbacks.saver:MinSaver",
-    "MaxSaver": "schedtrain.callbacks.saver:MaxSaver",
-    "InferenceRunner": "schedtrain.callbacks.inference:InferenceRunner",
-    "ScheduledHyperParamSetter": "schedtrain.callbacks.hyperparam:ScheduledHyperParamSetter",
-    "EarlyStopping": "schedtrain.callbacks.stopping:EarlyStopping",
-    "TerminateOnNaN": "schedtrain.callbacks.stopping:TerminateOnNaN",
-    "ProgressBar": "schedtrain.callbacks.progress:ProgressBar",
+__all__ = ["BUILTINS", "Param", "check_arguments", "is_import_path", "is_known", "resolve"]
+
+
+@attrs.frozen
+class Param:
+    """One argument a built-in callback takes from TOML.
+
+    Args:
+        name: the argument (a key of the callback's table).
+        expected: what a valid value is, as a message says it.
+        check: whether a TOML value is valid.
+        required: the table must give it.
+    """
+
+    name: str
+    expected: str
+    check: Callable[[Any], bool]
+    required: bool = False
+
+
+def _int(least: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and least <= v <= 2**63 - 1
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def _flag(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _pairs(v: Any) -> bool:
+    return (isinstance(v, list) and bool(v)
+            and all(isinstance(p, list) and len(p) == 2 and all(_number(x) for x in p)
+                    for p in v))
+
+
+_MONITOR = Param("monitor", "a metric name such as 'val/loss'", _text)
+_FOLDER = Param("folder", "a folder path", _text)
+_MODE = Param("mode", "'min' or 'max'", lambda v: v in ("min", "max"))
+
+
+@attrs.frozen
+class Builtin:
+    """A built-in callback: where its class lives and what TOML may pass it."""
+
+    target: str
+    params: tuple[Param, ...] = ()
+    #: Arguments only Python can pass (data, functions), named in the error.
+    python_only: tuple[str, ...] = ()
+
+
+#: Built-in callback type name -> where it lives and its TOML arguments.
+BUILTINS: Final[Mapping[str, Builtin]] = {
+    "ModelSaver": Builtin("schedtrain.callbacks.saver:ModelSaver", (
+        Param("keep", "a whole number >= 1", _int(1)), _FOLDER)),
+    "MinSaver": Builtin("schedtrain.callbacks.saver:MinSaver", (
+        _MONITOR, Param("filename", "a file name", _text), _FOLDER)),
+    "MaxSaver": Builtin("schedtrain.callbacks.saver:MaxSaver", (
+        _MONITOR, Param("filename", "a file name", _text), _FOLDER)),
+    "InferenceRunner": Builtin("schedtrain.callbacks.inference:InferenceRunner", (
+        Param("prefix", "a metric prefix such as 'val'", is_name),), ("data", "loss_fn")),
+    "ScheduledHyperParamSetter": Builtin(
+        "schedtrain.callbacks.hyperparam:ScheduledHyperParamSetter", (
+            Param("param", "an optimizer param-group key such as 'lr'", _text, required=True),
+            Param("schedule", "a non-empty list of [point, value] pairs of numbers", _pairs,
+                  required=True),
+            Param("interp", "'linear'", lambda v: v == "linear"),
+            Param("step_based", "true or false", _flag))),
+    "EarlyStopping": Builtin("schedtrain.callbacks.stopping:EarlyStopping", (
+        _MONITOR, Param("patience", "a whole number >= 1", _int(1)), _MODE,
+        Param("min_delta", "a number >= 0", lambda v: _number(v) and v >= 0))),
+    "TerminateOnNaN": Builtin("schedtrain.callbacks.stopping:TerminateOnNaN"),
+    "ProgressBar": Builtin("schedtrain.callbacks.progress:ProgressBar", (
+        Param("names", "a list of metric names",
+              lambda v: isinstance(v, list) and all(_text(n) for n in v)),
+        Param("leave", "true or false", _flag), Param("tty_only", "true or false", _flag))),
 }
-
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_IMPORT_PATH_RE: Final = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
 
 #: Parameters the schedule itself supplies, never written among a callback's arguments.
 SUPPLIED: Final = frozenset({"trigger", "name"})
@@ -43,11 +115,38 @@ def is_known(name: str) -> bool:
 
 def is_import_path(name: str) -> bool:
     """Whether ``name`` has the shape ``"package.module:Class"`` (imports nothing)."""
-    return bool(_IMPORT_PATH_RE.match(name))
+    return IMPORT_PATH_RE.fullmatch(name) is not None
+
+
+def check_builtin_arguments(name: str, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    """Check a built-in's TOML arguments without importing it.
+
+    Returns:
+        ``(argument or None, message)`` for each unknown, wrong or missing argument.
+    """
+    builtin = BUILTINS[name]
+    params = {p.name: p for p in builtin.params}
+    problems: list[tuple[str | None, str]] = []
+    for key, value in args.items():
+        param = params.get(key)
+        if key in builtin.python_only:
+            problems.append((key, f"{name} takes {key!r} only from Python (a trainer "
+                                  "argument or a task), not from TOML"))
+        elif param is None:
+            problems.append((key, f"unknown argument {key!r} for {name}"
+                                  f"{did_you_mean(key, params)}; it takes "
+                                  f"{', '.join(params) or 'no arguments'}"))
+        elif not param.check(value):
+            problems.append((key, f"expected {param.expected}, found {describe(value)}"))
+    missing = [p.name for p in builtin.params if p.required and p.name not in args]
+    if missing:
+        problems.append((None, f"{name} needs the argument{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(repr(m) for m in missing)}"))
+    return problems
 
 
 def resolve(type_name: str) -> type:
-    """Import the class a callback type names.
+    """Import the ``Callback`` class a callback type names; nothing in it is called.
 
     Args:
         type_name: a built-in name (``"ModelSaver"``) or ``"package.module:Class"``.
@@ -55,31 +154,17 @@ def resolve(type_name: str) -> type:
     Raises:
         ValueError: the name is neither a built-in nor an import path.
         ImportError: the module or the class cannot be imported.
-        TypeError: the name resolves to something that is not a class.
+        TypeError: the name resolves to something that is not a ``Callback`` class.
     """
-    target = BUILTINS.get(type_name, type_name)
+    builtin = BUILTINS.get(type_name)
+    target = builtin.target if builtin is not None else type_name
     if not is_import_path(target):
         raise ValueError(
             f"unknown callback type {type_name!r}{did_you_mean(type_name, BUILTINS)}; "
-            f"expected a built-in ({', '.join(BUILTINS)}) or 'package.module:Class'"
-        )
-    module_name, _, qualname = target.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ImportError(f"cannot import {target!r}: {type(exc).__name__}: {exc}") from None
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            raise ImportError(
-                f"cannot import {target!r}: {module_name!r} has no attribute {part!r}"
-                f"{did_you_mean(part, names)}"
-            ) from None
-    if not isinstance(obj, type):
-        raise TypeError(f"{target!r} is not a class, it is {type(obj).__name__} {obj!r}")
-    return obj
+            f"expected a built-in ({', '.join(BUILTINS)}) or 'package.module:Class'")
+    from schedtrain.callbacks.base import Callback  # torch: only when a class is imported
+
+    return import_class(target, Callback, "a callback class")
 
 
 def check_arguments(cls: type, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:

@@ -2,33 +2,32 @@
 
 from __future__ import annotations
 
-import re
+import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
+from schedtrain.analysis import Analysis, analyze, locate
+from schedtrain.errors import ScheduleError, ScheduleWarning
 from schedtrain.events import BUILTIN_EVENTS, check_event_name
+from schedtrain.names import NAME_RULE, is_name
+from schedtrain.table import TriggerTable
 from schedtrain.time import Timestamp
-from schedtrain.triggers.base import Predicate, Trigger
-
-if TYPE_CHECKING:
-    from schedtrain.table import TriggerTable
+from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["Schedule", "Scheduled"]
-
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-#]*$")
 
 HookGate = Callable[[Timestamp], bool]
 """Decides, at the moment a lifecycle hook would run, whether it runs (``EnableCallbackIf``)."""
 
 
 def _check_name(_i: object, _a: object, value: str | None) -> None:
-    if value is not None and (not isinstance(value, str) or not _NAME_RE.match(value)):
-        raise ValueError(
-            f"invalid callback name {value!r}: use letters, digits, '_', '-', '.' and start "
-            "with a letter or '_'"
-        )
+    # "Name#2" is how a second unnamed callback of one class is told apart.
+    if value is not None and not is_name(value.split("#")[0] if isinstance(value, str)
+                                         else value):
+        raise ValueError(f"invalid callback name {value!r}: {NAME_RULE}")
 
 
 def _check_trigger(_i: object, _a: object, value: Trigger) -> None:
@@ -107,11 +106,16 @@ class Schedule:
 
     entries: tuple[Scheduled, ...] = attrs.field(converter=_to_entries, validator=_check_unique)
     events: tuple[str, ...] = attrs.field(default=(), converter=_to_events)
+    #: The static checks' result, when whoever built the schedule ran them already.
+    checked: Analysis | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         clash = set(self.events) & set(BUILTIN_EVENTS)
         if clash:
             raise ValueError(f"custom events {sorted(clash)} clash with built-in events")
+        twice = sorted({e for e in self.events if self.events.count(e) > 1})
+        if twice:
+            raise ValueError(f"custom events {twice} are declared more than once")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -134,6 +138,20 @@ class Schedule:
         """Name to trigger, in declared order."""
         return {e.default_name(): e.trigger for e in self.entries}
 
+    def analyze(
+        self,
+        *,
+        predicates: Mapping[str, Predicate] | None = None,
+        produced_metrics: Collection[str] | None = None,
+    ) -> Analysis:
+        """Run the static checks (see ``schedtrain.analysis``); nothing is raised."""
+        if predicates is None and produced_metrics is None and self.checked is not None:
+            return self.checked
+        located = [(e.default_name(), locate(e.trigger, f"callbacks.{e.default_name()}.trigger"))
+                   for e in self.entries]
+        return analyze(located, self.events, predicates=predicates,
+                       produced_metrics=produced_metrics)
+
     def compile(
         self,
         *,
@@ -147,7 +165,15 @@ class Schedule:
                 ``None`` leaves them undecided (planning).
             produced_metrics: metric names something will produce; conditions on
                 others get a ``ScheduleWarning``. ``None`` skips that check.
-        """
-        from schedtrain.table import compile_schedule
 
-        return compile_schedule(self, predicates=predicates, produced_metrics=produced_metrics)
+        Raises:
+            ScheduleError: listing every problem (a trigger that can never fire, an
+                unknown event, an unregistered predicate) with its key path.
+        """
+        result = self.analyze(predicates=predicates, produced_metrics=produced_metrics)
+        if result.problems:
+            raise ScheduleError(result.problems)
+        for note in result.notes:
+            warnings.warn(note, ScheduleWarning, stacklevel=2)
+        return TriggerTable([(e.default_name(), e.trigger) for e in self.entries],
+                            events=self.events, predicates=predicates, warnings=result.notes)

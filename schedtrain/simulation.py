@@ -12,96 +12,29 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from schedtrain.errors import ScheduleError
 from schedtrain.firings import Firing, FiringLog
+from schedtrain.metric_stream import StreamMetrics, records
 from schedtrain.schedule import Schedule
 from schedtrain.simclock import (
-    _PH_BATCH,
-    _PH_EPOCH_END,
-    _PH_EPOCH_START,
-    _PH_STEP,
-    _PH_TRAIN_END,
-    _TRAIN_START,
+    PH_BATCH,
+    PH_EPOCH_END,
+    PH_EPOCH_START,
+    PH_STEP,
+    PH_TRAIN_END,
+    TRAIN_START,
     Key,
     RunShape,
     SimClock,
-    _ceil_div,
+    ceil_div,
 )
 from schedtrain.table import TriggerTable
-from schedtrain.time import COUNTERS, Time, Unit, as_time
-from schedtrain.triggers.base import Due, MetricValue, Predicate
+from schedtrain.time import COUNTERS
+from schedtrain.triggers.protocol import Due, Predicate
 
 __all__ = ["Firing", "FiringLog", "RunShape", "SimClock", "Simulation", "next_firing", "simulate"]
-
-# -- metrics from a stream ---------------------------------------------------------------
-
-
-class MetricRecord(NamedTuple):
-    """A metric value that appears at a given time of a simulated run."""
-
-    at: Time
-    name: str
-    value: float
-
-
-class _StreamMetrics:
-    """Metric values of a simulated run: a record is visible from the point its time is reached."""
-
-    def __init__(self, records: Iterable[MetricRecord], shape: RunShape) -> None:
-        by_name: dict[str, list[tuple[Key, float]]] = {}
-        for r in records:
-            by_name.setdefault(r.name, []).append((self._key(r.at, shape), float(r.value)))
-        self._keys = {n: [k for k, _ in sorted(v, key=lambda kv: kv[0])]
-                      for n, v in by_name.items()}
-        self._values = {n: [x for _, x in sorted(v, key=lambda kv: kv[0])]
-                        for n, v in by_name.items()}
-        self.position: Key = _TRAIN_START
-
-    @staticmethod
-    def _key(at: Time, shape: RunShape) -> Key:
-        if at.unit is Unit.EPOCH:
-            e = int(at.value)
-            if e == 0:
-                return _TRAIN_START
-            if e > shape.epochs:
-                return (shape.total_steps + 1, 0, 0)
-            return (shape.start(e), _PH_EPOCH_END, 0)
-        if at.unit is Unit.BATCH:
-            b = int(at.value)
-            return ((b - 1) // shape.batches_per_step + 1, _PH_BATCH, b) if b else _TRAIN_START
-        s = shape.min_steps(at.counter, at.base)
-        if s == 0:
-            return _TRAIN_START
-        return (int(s), _PH_STEP, 0) if math.isfinite(s) else (shape.total_steps + 1, 0, 0)
-
-    def latest(self, name: str) -> MetricValue | None:
-        keys = self._keys.get(name)
-        if not keys:
-            return None
-        n = bisect.bisect_right(keys, self.position)
-        return MetricValue(self._values[name][n - 1], n) if n else None
-
-
-def _records(metrics: Any) -> list[MetricRecord]:
-    """Accept ``{"val/loss": [("1 epoch", 0.9), ...]}`` or ``[(at, name, value), ...]``."""
-    out: list[MetricRecord] = []
-    if isinstance(metrics, Mapping):
-        for name, series in metrics.items():
-            for at, value in series:
-                out.append(MetricRecord(_at(at), str(name), float(value)))
-    else:
-        for at, name, value in metrics:
-            out.append(MetricRecord(_at(at), str(name), float(value)))
-    return out
-
-
-def _at(at: Any) -> Time:
-    if isinstance(at, int) and not isinstance(at, bool):
-        return Time(at, Unit.STEP)
-    return as_time(at, "metric time")
-
 
 # -- the simulation ------------------------------------------------------------------------
 
@@ -122,8 +55,8 @@ class Simulation:
             predicates=predicates)
         self.shape = shape
         self.clock = SimClock(shape)
-        self._metrics = None if metrics is None else _StreamMetrics(_records(metrics), shape)
-        declared = set(self.table.schedule.events)
+        self._metrics = None if metrics is None else StreamMetrics(records(metrics), shape)
+        declared = set(self.table.events)
         custom: list[tuple[int, int, str]] = []
         for order, (name, steps) in enumerate((events or {}).items()):
             if name not in declared:
@@ -132,14 +65,14 @@ class Simulation:
                     f"(declared: {sorted(declared) or 'none'})")
             custom.extend((int(s), order, name) for s in steps)
         self._custom = sorted(custom)
-        self._custom_keys = [(s, _PH_STEP, 1 + o) for s, o, _ in self._custom]
+        self._custom_keys = [(s, PH_STEP, 1 + o) for s, o, _ in self._custom]
         self.table.attach(self.clock, self._metrics,
                           predicates if predicates is not None else self.table.predicates)
 
     # -- candidates ---------------------------------------------------------------------
     def _next_step_end(self, key: Key, due: Due) -> float:
         sh = self.shape
-        first = key[0] if key[1] < _PH_STEP else key[0] + 1
+        first = key[0] if key[1] < PH_STEP else key[0] + 1
         first = max(first, 1)
         best = math.inf
         for k, d in enumerate(due):
@@ -157,7 +90,7 @@ class Simulation:
     def _next_batch_end(self, key: Key, due: Due) -> float:
         sh = self.shape
         b_rate = sh.batches_per_step
-        first = key[2] + 1 if key[1] == _PH_BATCH else key[0] * b_rate + 1
+        first = key[2] + 1 if key[1] == PH_BATCH else key[0] * b_rate + 1
         best = math.inf
         b: float
         for k, d in enumerate(due):
@@ -167,9 +100,9 @@ class Simulation:
             if c == "batch":
                 b = math.ceil(d)
             elif c == "sample":
-                b = _ceil_div(d, sh.samples_per_batch)
+                b = ceil_div(d, sh.samples_per_batch)
             elif c == "token":
-                b = _ceil_div(d, sh.tokens_per_batch)
+                b = ceil_div(d, sh.tokens_per_batch)
             elif c == "epoch":
                 e = math.ceil(d)
                 b = sh.start(e) * b_rate + 1 if e < sh.epochs else math.inf
@@ -180,11 +113,11 @@ class Simulation:
 
     def _next_epoch_end(self, key: Key, due: Due) -> float:
         sh = self.shape
-        # epoch_end j sits at (start(j + 1), _PH_EPOCH_END, 0): the first one after `key`
-        if key[1] < _PH_EPOCH_END:
-            first = max(bisect.bisect_left(sh._starts, key[0]), 1) - 1
+        # epoch_end j sits at (start(j + 1), PH_EPOCH_END, 0): the first one after `key`
+        if key[1] < PH_EPOCH_END:
+            first = max(sh.first_epoch_starting(key[0], after=False), 1) - 1
         else:
-            first = bisect.bisect_right(sh._starts, key[0]) - 1
+            first = sh.first_epoch_starting(key[0], after=True) - 1
         best = math.inf
         j: float
         for k, d in enumerate(due):
@@ -204,31 +137,29 @@ class Simulation:
         key = self.clock.key
         table, sh = self.table, self.shape
         cands: list[tuple[Key, str, int]] = []
-        if key < _TRAIN_START or (key == _TRAIN_START and not self._started):
-            cands.append((_TRAIN_START, "train_start", 0))
+        if key < TRAIN_START or (key == TRAIN_START and not self._started):
+            cands.append((TRAIN_START, "train_start", 0))
         s = self._next_step_end(key, table.due("step_end"))
         if s != math.inf:
-            cands.append(((int(s), _PH_STEP, 0), "step_end", int(s)))
+            cands.append(((int(s), PH_STEP, 0), "step_end", int(s)))
         if table.needs_batch_end:
             b = self._next_batch_end(key, table.due("batch_end"))
             if b != math.inf:
                 bi = int(b)
-                cands.append((((bi - 1) // sh.batches_per_step + 1, _PH_BATCH, bi),
+                cands.append((((bi - 1) // sh.batches_per_step + 1, PH_BATCH, bi),
                               "batch_end", bi))
         j = self._next_epoch_end(key, table.due("epoch_end"))
         if j != math.inf:
             ji = int(j)
-            cands.append(((sh.start(ji + 1), _PH_EPOCH_END, 0), "epoch_end", ji))
+            cands.append(((sh.start(ji + 1), PH_EPOCH_END, 0), "epoch_end", ji))
         if table.listeners("epoch_start"):
-            starts = sh._starts[:-1]
-            e = (bisect.bisect_left(starts, key[0]) if key[1] < _PH_EPOCH_START
-                 else bisect.bisect_right(starts, key[0]))
+            e = sh.first_epoch_starting(key[0], after=key[1] >= PH_EPOCH_START)
             if e < sh.epochs:
-                cands.append(((sh.start(e), _PH_EPOCH_START, 0), "epoch_start", e))
+                cands.append(((sh.start(e), PH_EPOCH_START, 0), "epoch_start", e))
         i = bisect.bisect_right(self._custom_keys, key)
         if i < len(self._custom):
             cands.append((self._custom_keys[i], self._custom[i][2], i))
-        end_key = (sh.total_steps, _PH_TRAIN_END, 0)
+        end_key = (sh.total_steps, PH_TRAIN_END, 0)
         if key < end_key:
             cands.append((end_key, "train_end", 0))
         return min(cands) if cands else None
@@ -269,7 +200,7 @@ class Simulation:
 
     def run(self, until_step: int | None = None) -> FiringLog:
         """Run to the end, or stop right after the end of step ``until_step``."""
-        until = None if until_step is None else (until_step, _PH_STEP, 10**9)
+        until = None if until_step is None else (until_step, PH_STEP, 10**9)
         return FiringLog(self.iter_firings(until))
 
     def state_dict(self) -> dict[str, Any]:
@@ -333,6 +264,6 @@ def next_firing(
     sim = Simulation(schedule, RunShape.build(**shape), metrics=metrics,
                      predicates=predicates, events=events)
     for firing in sim.iter_firings():
-        if sim.clock.key > (after_step, _PH_STEP, 10**9):
+        if sim.clock.key > (after_step, PH_STEP, 10**9):
             return firing
     return None

@@ -53,11 +53,7 @@ def fired_at(
         event: only firings at this event (e.g. ``"epoch_end"``).
     """
     u = Unit.parse(unit)
-    return [
-        f.timestamp.in_unit(u) if u.is_time else f.timestamp.get(u.counter)
-        for f in log.of(callback)
-        if event is None or f.event == event
-    ]
+    return [f.timestamp.in_unit(u) for f in log.of(callback) if event is None or f.event == event]
 
 
 def assert_fires(

@@ -3,6 +3,11 @@
 ``Time`` is a value in one unit: ``Time.parse("500 steps")``, ``Time(2, Unit.EPOCH)``.
 Printing and parsing round-trip; arithmetic and ordering work within one
 dimension (the three time units ``s``, ``min`` and ``h`` share one).
+
+Time is exact: every ``Time`` has an integer ``base`` in its counter's unit (whole
+steps, samples, ...; nanoseconds for ``s``, ``min`` and ``h``), computed from the
+decimal text the user wrote, so ``"1.4 s"`` is exactly 1,400,000,000 ns and float
+rounding never decides a firing.
 """
 
 from __future__ import annotations
@@ -10,16 +15,22 @@ from __future__ import annotations
 import enum
 import math
 import re
+from fractions import Fraction
 from typing import Final
 
 import attrs
 
-from schedtrain.errors import did_you_mean
+from schedtrain.errors import ArgumentError, did_you_mean
 
-__all__ = ["COUNTERS", "Time", "Timestamp", "Unit", "as_time"]
+__all__ = ["COUNTERS", "MAX_COUNT", "NS_PER_SECOND", "Time", "Timestamp", "Unit", "as_time",
+           "exact_ns"]
 
 #: The clock's monotone counters, in the order used by due vectors.
-COUNTERS: Final = ("step", "batch", "epoch", "sample", "token", "seconds")
+COUNTERS: Final = ("step", "batch", "epoch", "sample", "token", "time_ns")
+#: The largest amount a ``Time`` may have in its counter's unit (a signed 64-bit integer:
+#: 9.2e18 steps or tokens, or about 292 years in nanoseconds).
+MAX_COUNT: Final = 2**63 - 1
+NS_PER_SECOND: Final = 1_000_000_000
 
 
 class Unit(enum.Enum):
@@ -37,11 +48,11 @@ class Unit(enum.Enum):
     @property
     def counter(self) -> str:
         """The ``Timestamp`` field this unit reads."""
-        return _COUNTER[self]
+        return "time_ns" if self in _SCALE else self.value
 
     @property
     def scale(self) -> int:
-        """How many counter units one of this unit is (60 for minutes)."""
+        """How many counter units one of this unit is (60 * 10^9 ns for minutes)."""
         return _SCALE.get(self, 1)
 
     @property
@@ -76,6 +87,8 @@ class Unit(enum.Enum):
         """Parse a unit name, singular or plural (``steps``, ``epoch``, ``min``...)."""
         if isinstance(text, Unit):
             return text
+        if not isinstance(text, str):
+            raise TypeError(f"expected a unit such as 'steps', 'epochs' or 'min', got {text!r}")
         try:
             return _SPELLINGS[text.strip()]
         except KeyError:
@@ -85,17 +98,8 @@ class Unit(enum.Enum):
             ) from None
 
 
-_COUNTER: Final = {
-    Unit.STEP: "step",
-    Unit.BATCH: "batch",
-    Unit.EPOCH: "epoch",
-    Unit.SAMPLE: "sample",
-    Unit.TOKEN: "token",
-    Unit.SECOND: "seconds",
-    Unit.MINUTE: "seconds",
-    Unit.HOUR: "seconds",
-}
-_SCALE: Final = {Unit.SECOND: 1, Unit.MINUTE: 60, Unit.HOUR: 3600}
+_SCALE: Final = {Unit.SECOND: NS_PER_SECOND, Unit.MINUTE: 60 * NS_PER_SECOND,
+                 Unit.HOUR: 3600 * NS_PER_SECOND}
 _SPELLINGS: Final = {
     "step": Unit.STEP, "steps": Unit.STEP,
     "batch": Unit.BATCH, "batches": Unit.BATCH,
@@ -110,13 +114,23 @@ _SPELLINGS: Final = {
 
 _SUFFIX: Final = {"k": 1_000, "M": 1_000_000, "G": 1_000_000_000, "B": 1_000_000_000}
 _TIME_RE: Final = re.compile(
-    r"^\s*(?P<num>[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][+-]?[0-9]+)?)(?P<suffix>[kMGB]?)"
-    r"\s*(?P<unit>[A-Za-z]+)\s*$"
+    r"\s*(?P<num>[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][+-]?[0-9]{1,4})?)(?P<suffix>[kMGB]?)"
+    r"\s*(?P<unit>[A-Za-z]+)\s*"
 )
 
 
-def _to_unit(unit: str | Unit) -> Unit:
-    return Unit.parse(unit)
+def _exact(value: int | float) -> Fraction:
+    """The decimal a float was written as (``0.35`` is 35/100, not the nearest double)."""
+    return Fraction(value) if isinstance(value, int) else Fraction(repr(value))
+
+
+def exact_ns(seconds: int | float) -> int:
+    """Seconds as whole nanoseconds, read from the decimal the number was written as."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"expected a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"expected a finite number of seconds >= 0, got {seconds!r}")
+    return round(_exact(seconds) * NS_PER_SECOND)
 
 
 def _format_number(value: float) -> str:
@@ -125,40 +139,65 @@ def _format_number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-@attrs.frozen(eq=False, repr=False)
+def _value_from_base(base: int, unit: Unit) -> int | float:
+    whole, rest = divmod(base, unit.scale)
+    return whole if rest == 0 else base / unit.scale
+
+
+@attrs.frozen(eq=False, repr=False, init=False)
 class Time:
     """A non-negative amount of training time in one unit.
 
     Args:
         value: the amount; whole numbers for steps, batches, epochs, samples and tokens.
         unit: a ``Unit`` or its name ("steps", "min", ...).
+
+    ``base`` is the exact amount in the counter's unit (nanoseconds for time units).
     """
 
     value: int | float
-    unit: Unit = attrs.field(converter=_to_unit)
+    unit: Unit
+    base: int
 
-    def __attrs_post_init__(self) -> None:
-        value = self.value
+    def __init__(self, value: int | float, unit: str | Unit = Unit.STEP) -> None:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"time value must be a number, got {value!r}")
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"time must be a finite non-negative amount, got {value!r}")
-        if self.unit.is_integral:
-            if float(value) != int(value):
-                raise ValueError(
-                    f"{_format_number(value)} {self.unit.spell(2)} is not a whole number of "
-                    f"{self.unit.spell(2)}"
-                )
-            object.__setattr__(self, "value", int(value))
+            raise ArgumentError("value", f"time value must be a number, got {value!r}",
+                                expected="a number", found=repr(value))
+        u = Unit.parse(unit)
+        if (isinstance(value, float) and not math.isfinite(value)) or value < 0:
+            raise ArgumentError("value", f"time must be a finite non-negative amount, got "
+                                f"{value!r}", expected="a finite amount >= 0", found=repr(value))
+        exact = _exact(value)
+        if u.is_integral and exact.denominator != 1:
+            raise ArgumentError("value", f"{_format_number(value)} {u.spell(2)} is not a whole "
+                                f"number of {u.spell(2)}", expected="a whole number",
+                                found=_format_number(value))
+        base = round(exact * u.scale)
+        if base > MAX_COUNT:
+            raise ArgumentError("value", f"{_format_number(value)} {u.spell(2)} is too large: "
+                                f"at most {MAX_COUNT} {'ns' if u.is_time else u.spell(2)}",
+                                expected=f"at most {MAX_COUNT} in the counter's unit",
+                                found=_format_number(value))
+        self.__attrs_init__(int(value) if u.is_integral else value, u, base)
+
+    @classmethod
+    def from_base(cls, base: int, unit: str | Unit) -> Time:
+        """The time of exactly ``base`` counter units (nanoseconds for time units)."""
+        u = Unit.parse(unit)
+        if not 0 <= base <= MAX_COUNT:
+            raise ArgumentError("base", f"a time's base must be in 0..{MAX_COUNT}, got {base}")
+        t = cls.__new__(cls)
+        t.__attrs_init__(_value_from_base(base, u), u, base)
+        return t
 
     @classmethod
     def parse(cls, text: str | Time) -> Time:
-        """Parse ``"500 steps"``, ``"1e6 tokens"``, ``"50M tokens"``, ``"30 min"``."""
+        """Parse ``"500 steps"``, ``"1e6 tokens"``, ``"50M tokens"``, ``"1.4 s"``, ``"30 min"``."""
         if isinstance(text, Time):
             return text
         if not isinstance(text, str):
             raise TypeError(f"expected a time such as '500 steps', got {text!r}")
-        match = _TIME_RE.match(text)
+        match = _TIME_RE.fullmatch(text)
         if match is None:
             raise ValueError(
                 f"invalid time {text!r}: expected '<number> <unit>' such as '500 steps', "
@@ -168,18 +207,15 @@ class Time:
             unit = Unit.parse(match["unit"])
         except ValueError as exc:
             raise ValueError(f"invalid time {text!r}: {exc}") from None
-        number = float(match["num"].replace("_", ""))
-        number *= _SUFFIX.get(match["suffix"], 1)
-        value: int | float = int(number) if number.is_integer() else number
-        try:
-            return cls(value, unit)
-        except ValueError as exc:
-            raise ValueError(f"invalid time {text!r}: {exc}") from None
-
-    @property
-    def base(self) -> int | float:
-        """The value in the clock counter's own unit (seconds for time units)."""
-        return self.value * self.unit.scale
+        number = Fraction(match["num"].replace("_", "")) * _SUFFIX.get(match["suffix"], 1)
+        if unit.is_integral and number.denominator != 1:
+            raise ValueError(f"invalid time {text!r}: {float(number):g} {unit.spell(2)} is not "
+                             f"a whole number of {unit.spell(2)}")
+        base = round(number * unit.scale)
+        if base > MAX_COUNT:
+            raise ValueError(f"invalid time {text!r}: too large, at most {MAX_COUNT} "
+                             f"{'ns' if unit.is_time else unit.spell(2)}")
+        return cls.from_base(base, unit)
 
     @property
     def counter(self) -> str:
@@ -230,22 +266,25 @@ class Time:
 
     def __add__(self, other: Time) -> Time:
         other = self._check_same(other, "add")
-        unit = self._finer(other)
-        return Time((self.base + other.base) / unit.scale if unit.is_time else
-                    self.base + other.base, unit)
+        return Time.from_base(self.base + other.base, self._finer(other))
 
     def __sub__(self, other: Time) -> Time:
         other = self._check_same(other, "subtract")
         if other.base > self.base:
             raise ValueError(f"cannot subtract {other} from {self}: time can't be negative")
-        unit = self._finer(other)
-        diff = self.base - other.base
-        return Time(diff / unit.scale if unit.is_time else diff, unit)
+        return Time.from_base(self.base - other.base, self._finer(other))
 
     def __mul__(self, factor: int | float) -> Time:
         if isinstance(factor, bool) or not isinstance(factor, int | float):
             return NotImplemented
-        return Time(self.value * factor, self.unit)
+        if not math.isfinite(factor) or factor < 0:
+            raise ValueError(f"cannot multiply {self} by {factor!r}: expected a finite "
+                             "factor >= 0")
+        exact = self.base * _exact(factor)
+        if self.unit.is_integral and exact.denominator != 1:
+            raise ValueError(f"{self} * {factor!r} is not a whole number of "
+                             f"{self.unit.spell(2)}")
+        return Time.from_base(round(exact), self.unit)
 
     __rmul__ = __mul__
 
@@ -260,31 +299,61 @@ def as_time(value: Time | str, name: str = "time") -> Time:
     """Accept a ``Time`` or its text; errors name the parameter ``name``."""
     try:
         return Time.parse(value)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"`{name}`: {exc}") from None
+    except TypeError as exc:
+        raise TypeError(f"`{name}`: {exc}") from None
+    except ValueError as exc:
+        raise ArgumentError(name, f"`{name}`: {exc}", found=repr(value)) from None
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class Timestamp:
     """An immutable snapshot of the clock's counters, all *completed* counts.
 
     ``epoch`` is 0 during the first epoch and 1 at its ``epoch_end``;
-    ``step_in_epoch`` counts optimizer steps completed in the current epoch.
+    ``step_in_epoch`` counts optimizer steps completed in the current epoch;
+    ``time_ns`` is training wall time in whole nanoseconds (``seconds`` reads it in
+    seconds). Build one with counters by keyword: ``Timestamp(step=1500, seconds=2.5)``.
     """
 
-    step: int = 0
-    batch: int = 0
-    epoch: int = 0
-    step_in_epoch: int = 0
-    sample: int = 0
-    token: int = 0
-    seconds: float = 0.0
+    step: int
+    batch: int
+    epoch: int
+    step_in_epoch: int
+    sample: int
+    token: int
+    time_ns: int
 
-    def get(self, counter: str) -> int | float:
-        """The value of one counter by name (``"step"``, ``"seconds"``...)."""
-        value: int | float = getattr(self, counter)
+    def __init__(self, step: int = 0, batch: int = 0, epoch: int = 0, step_in_epoch: int = 0,  # noqa: PLR0917 - the counters, in their documented order
+                 sample: int = 0, token: int = 0, seconds: int | float = 0, *,
+                 time_ns: int | None = None) -> None:
+        ns = exact_ns(seconds) if time_ns is None else time_ns
+        self.__attrs_init__(step, batch, epoch, step_in_epoch, sample, token, ns)
+
+    @classmethod
+    def make(cls, step: int, batch: int, epoch: int, step_in_epoch: int, sample: int,  # noqa: PLR0917
+             token: int, time_ns: int) -> Timestamp:
+        """All seven counters, positionally, without conversions (for clocks)."""
+        ts = cls.__new__(cls)
+        ts.__attrs_init__(step, batch, epoch, step_in_epoch, sample, token, time_ns)
+        return ts
+
+    @property
+    def seconds(self) -> float:
+        """Training wall time in seconds."""
+        return self.time_ns / NS_PER_SECOND
+
+    def get(self, counter: str) -> int:
+        """The value of one counter by name (``"step"``, ``"time_ns"``...)."""
+        value: int = getattr(self, counter)
         return value
 
-    def in_unit(self, unit: Unit) -> float:
+    def in_unit(self, unit: Unit) -> int | float:
         """The counter for ``unit`` expressed in that unit (minutes for ``min``)."""
-        return self.get(unit.counter) / unit.scale
+        value = self.get(unit.counter)
+        return value if unit.scale == 1 else value / unit.scale
+
+    def to_dict(self) -> dict[str, int | float]:
+        """The counters as a plan's JSON record shows them (``seconds`` as a number)."""
+        return {"step": self.step, "batch": self.batch, "epoch": self.epoch,
+                "step_in_epoch": self.step_in_epoch, "sample": self.sample,
+                "token": self.token, "seconds": self.seconds}

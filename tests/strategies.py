@@ -9,6 +9,7 @@ semantics and the table's skipping.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from hypothesis import strategies as st
 
@@ -120,23 +121,37 @@ def shapes(draw: st.DrawFn, max_epochs: int = 5, max_len: int = 25) -> Shape:
 # -- the oracle -----------------------------------------------------------------------
 
 
-def _events_of(t: Trigger) -> set[str] | None:
+OPT_IN = {"batch_end", "eval_start", "eval_step_end", "eval_end", "preempt"}
+
+
+def _events_of(t: Trigger) -> tuple[set[str], bool]:
+    """(events named, evaluated at every default event too) — DESIGN section 3."""
     if isinstance(t, Every | At):
-        return {t.unit.event}
+        return {t.unit.event}, False
     if isinstance(t, On):
-        return {t.event}
+        return {t.event}, False
     if isinstance(t, AllOf):
-        sets = [s for c in t.triggers if (s := _events_of(c)) is not None]
-        return set.intersection(*sets) if sets else None
+        named, default = _events_of(t.triggers[0])
+        for c in t.triggers[1:]:
+            n2, d2 = _events_of(c)
+            both = (named & n2) | ({e for e in named if e not in OPT_IN} if d2 else set())
+            both |= {e for e in n2 if e not in OPT_IN} if default else set()
+            named, default = both, default and d2
+        return named, default
     if isinstance(t, AnyOf):
-        out: set[str] = set()
+        named, default = set(), False
         for c in t.triggers:
-            s = _events_of(c)
-            if s is None:
-                return None
-            out |= s
-        return out
-    return None
+            n2, d2 = _events_of(c)
+            named |= n2
+            default = default or d2
+        return named, default
+    return set(), True  # no clock part: a window, a not
+
+
+def evaluated_at(t: Trigger, event: str) -> bool:
+    """Whether a callback with trigger ``t`` is evaluated at ``event``."""
+    named, default = _events_of(t)
+    return event in named or (default and event not in OPT_IN)
 
 
 def holds(t: Trigger, event: str, now: Timestamp, prev: Timestamp) -> bool:
@@ -147,13 +162,12 @@ def holds(t: Trigger, event: str, now: Timestamp, prev: Timestamp) -> bool:
         k = t.period.base
         off = t.offset.base if t.offset is not None else 0
         lo, hi = prev.get(t.unit.counter), now.get(t.unit.counter)
-        n = 0
-        while off + n * k <= hi:
-            g = off + n * k
-            if g > 0 and lo < g <= hi:
-                return True
-            n += 1
-        return False
+        # the least grid point off + n*k (n >= 0, not 0) above lo; does it reach hi?
+        n = max(0, -(-(lo + 1 - off) // k))
+        g = off + n * k
+        if g == 0:
+            g = k
+        return lo < g <= hi
     if isinstance(t, At):
         if event != t.unit.event:
             return False
@@ -174,44 +188,42 @@ def holds(t: Trigger, event: str, now: Timestamp, prev: Timestamp) -> bool:
 
 
 def brute_force(schedule: Schedule, shape: Shape) -> list[tuple[str, str, Timestamp]]:
-    """Every firing of a run, evaluating every callback at every point."""
+    """Every firing of a run, evaluating every callback at every point where it is evaluated."""
     names = schedule.names
     trigs = [e.trigger for e in schedule.entries]
-    evs = [_events_of(t) for t in trigs]
-    with_batches = any(e is not None and "batch_end" in e for e in evs)
     out: list[tuple[str, str, Timestamp]] = []
     B = shape.batches_per_step
+    ns_per_step = round(Fraction(repr(shape.seconds_per_step)) * 10**9)
+
+    def ts(step: int, batch: int, epoch: int, in_epoch: int, sample: int, token: int,  # noqa: PLR0917
+           ns: int) -> Timestamp:
+        return Timestamp(step, batch, epoch, in_epoch, sample, token, time_ns=ns)
 
     def emit(event: str, now: Timestamp, prev: Timestamp) -> None:
-        for name, t, ev in zip(names, trigs, evs, strict=True):
-            if ev is not None and event not in ev:
-                continue
-            if holds(t, event, now, prev):
+        for name, t in zip(names, trigs, strict=True):
+            if evaluated_at(t, event) and holds(t, event, now, prev):
                 out.append((name, event, now))
 
-    step = batch = sample = token = 0
-    seconds = 0.0
+    step = batch = sample = token = ns = 0
     now = Timestamp()
     emit("train_start", now, now)
     last_step_end = now
     for e, length in enumerate(shape.epoch_lengths):
-        now = Timestamp(step, batch, e, 0, sample, token, seconds)
+        now = ts(step, batch, e, 0, sample, token, ns)
         emit("epoch_start", now, now)
         for i in range(length):
             for _ in range(B):
                 batch += 1
                 sample += shape.samples_per_batch
                 token += shape.tokens_per_batch
-                now = Timestamp(step, batch, e, i, sample, token, seconds)
-                if with_batches:
-                    prev = Timestamp(step, batch - 1, e, i, sample, token, seconds)
-                    emit("batch_end", now, prev)
+                now = ts(step, batch, e, i, sample, token, ns)
+                emit("batch_end", now, ts(step, batch - 1, e, i, sample, token, ns))
             step += 1
-            seconds = step * shape.seconds_per_step
-            now = Timestamp(step, batch, e, i + 1, sample, token, seconds)
+            ns = step * ns_per_step
+            now = ts(step, batch, e, i + 1, sample, token, ns)
             emit("step_end", now, last_step_end)
             last_step_end = now
-        now = Timestamp(step, batch, e + 1, length, sample, token, seconds)
-        emit("epoch_end", now, Timestamp(step, batch, e, length, sample, token, seconds))
+        now = ts(step, batch, e + 1, length, sample, token, ns)
+        emit("epoch_end", now, ts(step, batch, e, length, sample, token, ns))
     emit("train_end", now, now)
     return out

@@ -170,11 +170,13 @@ class TestCheck:
 def _user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A small user callback module on sys.path."""
     (tmp_path / "my_callbacks.py").write_text(textwrap.dedent("""
-        class Saver:
+        from schedtrain.callbacks import Callback
+
+        class Saver(Callback):
             def __init__(self, keep=3, trigger=None):
                 self.keep = keep
 
-        class Needy:
+        class Needy(Callback):
             def __init__(self, path, keep=1, *, name=None):
                 self.path = path
 
@@ -409,9 +411,9 @@ class TestRegistry:
 
     def test_builtins_point_into_callbacks(self) -> None:
         """Every built-in maps to schedtrain.callbacks.<module>:<same name>."""
-        for name, target in BUILTINS.items():
-            assert target.startswith("schedtrain.callbacks.")
-            assert target.endswith(f":{name}")
+        for name, builtin in BUILTINS.items():
+            assert builtin.target.startswith("schedtrain.callbacks.")
+            assert builtin.target.endswith(f":{name}")
 
     def test_is_known(self) -> None:
         """Built-in names are known; import paths and typos are not."""
@@ -432,9 +434,9 @@ class TestRegistry:
             resolve("my_callbacks:Savr")
 
     def test_resolve_not_a_class(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        """A function is refused: callback types are classes."""
+        """A function is refused: callback types are Callback classes."""
         _user_module(tmp_path, monkeypatch)
-        with pytest.raises(TypeError, match="is not a class"):
+        with pytest.raises(TypeError, match=r"is not a callback class .* it is the function"):
             resolve("my_callbacks:not_a_class")
 
     def test_resolve_unknown_name(self) -> None:

@@ -13,8 +13,17 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from schedtrain import Schedule, SpecError, Time, Unit
-from schedtrain.spec import ClockSpec, RunSpec, Spec, load_spec, loads_spec
-from schedtrain.toml_writer import dump_spec, schedule_to_toml, toml_value, trigger_to_toml
+from schedtrain.spec import (
+    ClockSpec,
+    RunSpec,
+    Spec,
+    dump_spec,
+    load_spec,
+    loads_spec,
+    schedule_to_toml,
+    toml_value,
+    trigger_to_toml,
+)
 from schedtrain.triggers import (
     Trigger,
     all_of,
@@ -256,7 +265,7 @@ METRICS = st.sampled_from(["val/loss", "val/acc", "train-loss", "m.x"])
 def periodic(draw: st.DrawFn) -> Trigger:
     """``every`` with an optional offset."""
     unit = draw(st.sampled_from(UNITS))
-    k = draw(st.integers(1, 10**9))
+    k = draw(st.integers(1, 10**6 if unit.is_time else 10**9))
     off = draw(st.none() | st.integers(0, 10**6))
     return every(k, unit, offset=off)
 

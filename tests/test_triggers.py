@@ -11,6 +11,7 @@ from schedtrain.triggers import (
     AllOf,
     AnyOf,
     Every,
+    MetricValue,
     Not,
     Point,
     all_of,
@@ -25,7 +26,6 @@ from schedtrain.triggers import (
     when,
     window,
 )
-from schedtrain.triggers.base import MetricValue
 
 
 class Metrics:

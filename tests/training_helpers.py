@@ -46,4 +46,4 @@ def tiny_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 def comparable(firings: Sequence[Firing]) -> list[tuple[str, str, Any]]:
     """Firings without wall time (real seconds never equal simulated ones)."""
-    return [(f.callback, f.event, attrs.evolve(f.timestamp, seconds=0.0)) for f in firings]
+    return [(f.callback, f.event, attrs.evolve(f.timestamp, time_ns=0)) for f in firings]

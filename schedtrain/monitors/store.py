@@ -17,7 +17,7 @@ import attrs
 import torch
 
 from schedtrain.time import Timestamp
-from schedtrain.triggers.base import MetricValue
+from schedtrain.triggers.protocol import MetricValue
 
 __all__ = ["MetricStore", "Record", "Sink"]
 

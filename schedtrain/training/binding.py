@@ -94,18 +94,14 @@ def bind(
 
 def trigger_metrics(schedule: Schedule) -> dict[str, set[str]]:
     """Per callback name, the metrics its trigger reads."""
-    from schedtrain.table import _walk
-    from schedtrain.triggers.conditions import When
-    from schedtrain.triggers.metric import Improved, Plateau
-
     out: dict[str, set[str]] = {}
     for e in schedule.entries:
         names: set[str] = set()
-        for t, _ in _walk(e.trigger, ""):
-            if isinstance(t, When) and t.fn is None:
-                names |= set(t.metric_names)
-            elif isinstance(t, Improved | Plateau):
-                names.add(t.metric)
+        todo = [e.trigger]
+        while todo:
+            t = todo.pop()
+            names |= t.metrics()
+            todo.extend(t.children())
         out[e.default_name()] = names
     return out
 

@@ -15,7 +15,6 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from time import perf_counter as _perf_counter
 from typing import Any
 
 import structlog
@@ -32,7 +31,7 @@ from schedtrain.time import Timestamp
 from schedtrain.training.batches import count_batch, to_device
 from schedtrain.training.binding import bind, check_order
 from schedtrain.training.checkpoint import atomic_save
-from schedtrain.triggers.base import Predicate
+from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["Trainer"]
 
@@ -526,9 +525,9 @@ class Trainer:
         inputs: Any = None
         step, sample, token = clock.step, clock.sample, clock.token
         prev_sample, prev_token = sample, token
-        time: float | None = None
-        prev_time: float | None = None
-        catch_up, perf_counter = clock.catch_up, _perf_counter
+        time: int | None = None
+        prev_time: int | None = None
+        catch_up, perf_counter = clock.catch_up, clock.time_source
         limit = 0 if every_step else min(table.step_due, max_steps, step + _FOLD - len(losses))
         try:
             for batch in it:

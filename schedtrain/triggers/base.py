@@ -1,182 +1,71 @@
-"""The trigger contract: evaluation points, due vectors, explanations and the base class.
+"""``Trigger``, the base of every trigger, and the algebra over it: ``&``, ``|``, ``~``.
 
-A trigger is an immutable value. ``compile()`` turns it into a ``Node`` that
-the trigger table evaluates; stateless triggers are their own nodes, while
-metric triggers compile to nodes that carry state (best value, patience).
+A trigger is an immutable value. What the table and the simulator ask of it is
+``events()`` (where it can be true) and ``compile()``: a ``Node`` (see
+``triggers.protocol``) that evaluates, bounds and saves state. Stateless triggers
+are their own node. A user's trigger subclasses ``Trigger`` and implements the same
+few methods as the built-ins; nothing in the table or simulator names a built-in.
 
-Evaluation is three-valued: ``True``, ``False`` or ``None`` (unknown, when a
-plan has no metric values to decide a condition).
+Compositions flatten (``(a & b) & c`` is ``all_of(a, b, c)``) and ``~~a`` is ``a``.
+Clock-only children of an ``all_of`` are evaluated first, dynamic children
+(conditions, metric triggers) only when all of those hold; ``any_of`` evaluates every
+child, so a metric trigger's state never depends on the order of its siblings.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Final
 
 import attrs
 
-from schedtrain.time import COUNTERS, Timestamp
+from schedtrain.errors import ArgumentError
+from schedtrain.events import DEFAULT_EVENTS, EventSet
+from schedtrain.time import Timestamp
+from schedtrain.triggers.nodes import AllNode, AnyNode, NotNode
+from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
 
-__all__ = [
-    "ALL_EVENTS",
-    "ANY_TIME",
-    "NEVER",
-    "Due",
-    "Explanation",
-    "MetricValue",
-    "MetricsView",
-    "Node",
-    "Point",
-    "Predicate",
-    "Trigger",
-]
+__all__ = ["MAX_DEPTH", "AllOf", "AnyOf", "Not", "Trigger", "all_of", "any_of", "not_"]
 
-Due: TypeAlias = tuple[float, float, float, float, float, float]
-"""Per counter (``COUNTERS`` order) a threshold: a trigger cannot be true at an
-evaluation point where *every* counter is below its threshold."""
-
-NEVER: Due = (math.inf,) * 6
-ANY_TIME: Due = (0.0,) * 6
-
-#: ``events()`` of a trigger that may be true at any event (windows, conditions).
-ALL_EVENTS = None
-
-
-_COUNTER_INDEX = {c: i for i, c in enumerate(COUNTERS)}
-
-
-def due_on(counter: str, value: float) -> Due:
-    """A due vector with one finite threshold."""
-    due = list(NEVER)
-    due[_COUNTER_INDEX[counter]] = value
-    return tuple(due)  # type: ignore[return-value]  # six items, as NEVER has
-
-
-@attrs.frozen
-class MetricValue:
-    """The latest value of a metric and how many values it has had."""
-
-    value: float
-    count: int
-
-
-class MetricsView(Protocol):
-    """Read access to the latest metric values, as triggers need it."""
-
-    def latest(self, name: str) -> MetricValue | None:
-        """The newest value of ``name``, or ``None`` if it has none yet."""
-
-
-Predicate: TypeAlias = Callable[["Point"], bool]
-"""A predicate registered by name; receives the evaluation point."""
-
-
-@attrs.frozen
-class Point:
-    """An evaluation point: an event, the clock at it and at the previous point.
-
-    ``metrics`` or ``predicates`` set to ``None`` means unknown (planning):
-    conditions that need them evaluate to ``None``.
-    """
-
-    event: str
-    now: Timestamp
-    prev: Timestamp
-    metrics: MetricsView | None = None
-    predicates: Mapping[str, Predicate] | None = None
-
-
-@attrs.frozen
-class Explanation:
-    """Why a trigger is (or is not) true at a point; a tree mirroring the trigger."""
-
-    trigger: str
-    value: bool | None
-    reason: str
-    children: tuple[Explanation, ...] = ()
-
-    def render(self, indent: int = 0) -> str:
-        """The tree as indented text."""
-        mark = {True: "yes", False: "no", None: "unknown"}[self.value]
-        line = f"{'  ' * indent}{self.trigger}: {mark} — {self.reason}"
-        return "\n".join([line] + [c.render(indent + 1) for c in self.children])
-
-    def __str__(self) -> str:
-        return self.render()
-
-
-class Node(Protocol):
-    """A compiled trigger, as the table evaluates it."""
-
-    def evaluate(self, pt: Point) -> bool | None:
-        """Whether the trigger is true at ``pt``; may update the node's state."""
-
-    def bound(self, event: str, last: Timestamp) -> Due:
-        """Thresholds before which it cannot be true at points of ``event`` after ``last``."""
-
-    def explain(self, pt: Point) -> Explanation:
-        """Like ``evaluate`` but never changes state, and says why."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """State that must survive a resume."""
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned."""
+#: How deeply compositions may nest (``any`` inside ``all`` inside ...): deeper trees
+#: are refused when built, so nothing later recurses without bound.
+MAX_DEPTH: Final = 64
+#: How many rounds the static "can it ever fire" check spends on one counter.
+_FIXPOINT_ROUNDS: Final = 64
 
 
 class Trigger:
-    """Base of every trigger value. Compose with ``&``, ``|`` and ``~``."""
+    """Base of every trigger value. Compose with ``&``, ``|`` and ``~``.
+
+    Subclass it for your own trigger and implement ``events`` and ``evaluate``, and
+    ``bound`` so the table can skip points where it cannot fire; a trigger with state
+    returns a fresh stateful node from ``compile`` (see docs/triggers.md).
+    """
 
     __slots__ = ()
 
-    @property
-    def dynamic(self) -> bool:
-        """Whether evaluation reads anything beyond the clock (metrics, predicates)."""
-        return False
-
-    def __and__(self, other: Trigger) -> Trigger:
-        from schedtrain.triggers.logic import all_of
-
-        if not isinstance(other, Trigger):
-            return NotImplemented
-        return all_of(self, other)
-
-    def __or__(self, other: Trigger) -> Trigger:
-        from schedtrain.triggers.logic import any_of
-
-        if not isinstance(other, Trigger):
-            return NotImplemented
-        return any_of(self, other)
-
-    def __invert__(self) -> Trigger:
-        from schedtrain.triggers.logic import not_
-
-        return not_(self)
-
-    # -- the node protocol, for stateless triggers ----------------------------------
-    def events(self) -> frozenset[str] | None:
-        """Events at which this trigger can be true; ``None`` for any event."""
-        return ALL_EVENTS
-
-    def children(self) -> tuple[Trigger, ...]:
-        """Sub-triggers, for walking a tree."""
-        return ()
+    # -- what the table and the simulator use ------------------------------------------
+    def events(self) -> EventSet:
+        """Events at which the trigger can be true (default: every default event)."""
+        return DEFAULT_EVENTS
 
     def compile(self) -> Node:
         """A node for the trigger table; stateless triggers are their own node."""
         return self
 
     def evaluate(self, pt: Point) -> bool | None:
-        """Whether the trigger is true at ``pt``."""
-        raise NotImplementedError
+        """Whether the trigger is true at ``pt`` (``None``: cannot be decided in a plan)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement evaluate()")
 
     def bound(self, event: str, last: Timestamp) -> Due:
-        """Thresholds before which it cannot be true at ``event`` (see ``Due``)."""
+        """Per counter, the value before which it cannot be true at ``event`` after ``last``.
+
+        The default, ``ANY_TIME``, has the trigger evaluated at every point of ``event``.
+        """
         return ANY_TIME
 
     def explain(self, pt: Point) -> Explanation:
-        """Why the trigger is or is not true at ``pt``."""
+        """Why the trigger is or is not true at ``pt`` (never changes state)."""
         value = self.evaluate(pt)
         return Explanation(repr(self), value, self._reason(pt, value))
 
@@ -189,3 +78,221 @@ class Trigger:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Stateless triggers have nothing to restore."""
+
+    # -- what static checks and tools use ----------------------------------------------
+    @property
+    def dynamic(self) -> bool:
+        """Whether evaluation reads anything beyond the clock (metrics, predicates)."""
+        return False
+
+    @property
+    def pure(self) -> bool:
+        """Reads only the clock and keeps no state: equal pure triggers fire together."""
+        return not self.dynamic and type(self).compile is Trigger.compile
+
+    def children(self) -> tuple[Trigger, ...]:
+        """Sub-triggers, for walking a tree."""
+        return ()
+
+    def child_path(self, index: int) -> str:
+        """The key-path step to child ``index`` in error messages (``.any[1]``)."""
+        return f".children[{index}]"
+
+    @property
+    def depth(self) -> int:
+        """Nesting depth: 1 for a leaf."""
+        return 1
+
+    def metrics(self) -> frozenset[str]:
+        """Metric names this trigger itself reads (not its children)."""
+        return frozenset()
+
+    def predicates(self) -> frozenset[str]:
+        """Names of registered predicates this trigger itself calls."""
+        return frozenset()
+
+    def first_possible(self, counter: str, value: float) -> float:
+        """The smallest ``counter`` value >= ``value`` at which it could be true (``inf``: none).
+
+        Used to prove statically that a trigger can never fire. ``step``, ``batch`` and
+        ``epoch`` are asked about (each moves by one at the events that read it); the
+        default claims nothing.
+        """
+        return value
+
+    # -- the algebra ------------------------------------------------------------------
+    def __and__(self, other: Trigger) -> Trigger:
+        if not isinstance(other, Trigger):
+            return NotImplemented
+        return all_of(self, other)
+
+    def __or__(self, other: Trigger) -> Trigger:
+        if not isinstance(other, Trigger):
+            return NotImplemented
+        return any_of(self, other)
+
+    def __invert__(self) -> Trigger:
+        return not_(self)
+
+
+def _check_children(_i: object, _a: object, value: tuple[Trigger, ...]) -> None:
+    if len(value) < 2:
+        raise ValueError("a composition needs at least two triggers")
+    for child in value:
+        if not isinstance(child, Trigger):
+            raise TypeError(f"expected a trigger, got {child!r}")
+
+
+def _check_depth(depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise ArgumentError("triggers", f"triggers nest {depth} levels deep; at most "
+                            f"{MAX_DEPTH} are allowed", expected=f"at most {MAX_DEPTH} levels",
+                            found=f"{depth} levels")
+
+
+def _wrap(child: Trigger) -> str:
+    return f"({child!r})" if isinstance(child, AllOf | AnyOf) else repr(child)
+
+
+@attrs.frozen(repr=False)
+class _Composite(Trigger):
+    """A trigger over two or more children."""
+
+    triggers: tuple[Trigger, ...] = attrs.field(validator=_check_children)
+    _depth: int = attrs.field(init=False, eq=False, hash=False)
+    _pure: bool = attrs.field(init=False, eq=False, hash=False)
+
+    def __attrs_post_init__(self) -> None:
+        depth = 1 + max(t.depth for t in self.triggers)
+        _check_depth(depth)
+        object.__setattr__(self, "_depth", depth)
+        object.__setattr__(self, "_pure", all(t.pure for t in self.triggers))
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def pure(self) -> bool:
+        return self._pure
+
+    @property
+    def dynamic(self) -> bool:
+        return any(t.dynamic for t in self.triggers)
+
+    def children(self) -> tuple[Trigger, ...]:
+        return self.triggers
+
+
+@attrs.frozen(repr=False)
+class AllOf(_Composite):
+    """True where every child is true."""
+
+    def events(self) -> EventSet:
+        out = self.triggers[0].events()
+        for t in self.triggers[1:]:
+            out = out.intersection(t.events())
+        return out
+
+    def compile(self) -> Node:
+        nodes = [t.compile() for t in self.triggers]
+        return AllNode(repr(self), nodes, [t.dynamic for t in self.triggers])
+
+    def child_path(self, index: int) -> str:
+        return f".all[{index}]"
+
+    def first_possible(self, counter: str, value: float) -> float:
+        # Each child's answer is monotone in `value`, so the rounds climb to the least
+        # value all children allow; giving up after a few rounds claims nothing.
+        for _ in range(_FIXPOINT_ROUNDS):
+            nxt = max(t.first_possible(counter, value) for t in self.triggers)
+            if nxt in (value, math.inf):
+                return nxt
+            value = nxt
+        return value
+
+    def __repr__(self) -> str:
+        return " & ".join(_wrap(t) for t in self.triggers)
+
+
+@attrs.frozen(repr=False)
+class AnyOf(_Composite):
+    """True where some child is true."""
+
+    def events(self) -> EventSet:
+        return EventSet.union_of(t.events() for t in self.triggers)
+
+    def compile(self) -> Node:
+        return AnyNode(repr(self), [t.compile() for t in self.triggers])
+
+    def child_path(self, index: int) -> str:
+        return f".any[{index}]"
+
+    def first_possible(self, counter: str, value: float) -> float:
+        return min(t.first_possible(counter, value) for t in self.triggers)
+
+    def __repr__(self) -> str:
+        return " | ".join(_wrap(t) for t in self.triggers)
+
+
+@attrs.frozen(repr=False)
+class Not(Trigger):
+    """True where the child is false. A ``not`` has no clock part: it is evaluated at every
+    default event, and names no event of its child."""
+
+    trigger: Trigger
+    _depth: int = attrs.field(init=False, eq=False, hash=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.trigger, Trigger):
+            raise TypeError(f"expected a trigger, got {self.trigger!r}")
+        _check_depth(1 + self.trigger.depth)
+        object.__setattr__(self, "_depth", 1 + self.trigger.depth)
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def dynamic(self) -> bool:
+        return self.trigger.dynamic
+
+    @property
+    def pure(self) -> bool:
+        return self.trigger.pure
+
+    def children(self) -> tuple[Trigger, ...]:
+        return (self.trigger,)
+
+    def child_path(self, index: int) -> str:
+        return ".not"
+
+    def compile(self) -> Node:
+        return NotNode(repr(self), self.trigger.compile())
+
+    def __repr__(self) -> str:
+        inner = self.trigger
+        return f"~({inner!r})" if isinstance(inner, AllOf | AnyOf) else f"~{inner!r}"
+
+
+def all_of(*triggers: Trigger) -> Trigger:
+    """True where all ``triggers`` are; nested ``all_of`` are spliced in."""
+    flat: list[Trigger] = []
+    for t in triggers:
+        flat.extend(t.triggers if isinstance(t, AllOf) else [t])
+    return flat[0] if len(flat) == 1 else AllOf(tuple(flat))
+
+
+def any_of(*triggers: Trigger) -> Trigger:
+    """True where any of ``triggers`` is; nested ``any_of`` are spliced in."""
+    flat: list[Trigger] = []
+    for t in triggers:
+        flat.extend(t.triggers if isinstance(t, AnyOf) else [t])
+    return flat[0] if len(flat) == 1 else AnyOf(tuple(flat))
+
+
+def not_(trigger: Trigger) -> Trigger:
+    """True where ``trigger`` is not; ``not_(not_(t))`` is ``t``."""
+    if not isinstance(trigger, Trigger):
+        raise TypeError(f"expected a trigger, got {trigger!r}")
+    return trigger.trigger if isinstance(trigger, Not) else Not(trigger)

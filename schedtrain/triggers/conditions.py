@@ -16,7 +16,6 @@ a metric. A missing metric makes its comparison false.
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Callable, Iterator
@@ -24,7 +23,9 @@ from typing import Final
 
 import attrs
 
-from schedtrain.triggers.base import Point, Predicate, Trigger
+from schedtrain.kleene import k_and, k_not, k_or
+from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.protocol import Point, Predicate
 
 __all__ = ["Condition", "When", "parse_condition", "when"]
 
@@ -36,13 +37,16 @@ _OPS: Final[dict[str, Callable[[float, float], bool]]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
+_SPACE_RE: Final = re.compile(r"\s*")
 _TOKEN_RE: Final = re.compile(
-    r"\s*(?:(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf\b)"
+    r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf\b)"
     r"|(?P<op><=|>=|==|!=|<|>)"
     r"|(?P<paren>[()])"
-    r"|(?P<name>[A-Za-z_][A-Za-z0-9_./@\-]*))"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_./@\-]*)"
 )
 _KEYWORDS: Final = ("and", "or", "not")
+#: How deeply `not` and parentheses may nest in one condition.
+MAX_CONDITION_DEPTH: Final = 64
 
 
 @attrs.frozen
@@ -52,38 +56,30 @@ class _Tok:
     pos: int
 
 
-_CALL_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\s*\(")
-
-
 def _tokenize(text: str) -> list[_Tok]:
-    call = _CALL_RE.search(text)
-    if call is not None:
-        raise ValueError(
-            f"invalid condition {text!r}: calls are not allowed ({call.group(0)!r} at "
-            f"position {call.start() + 1}); a condition compares metrics with numbers "
-            "('val/loss < 0.5') or names a predicate registered from Python"
-        )
+    """One pass over the text: each token is matched where the previous one ended."""
     toks: list[_Tok] = []
-    pos = 0
+    pos = _SPACE_RE.match(text, 0).end()  # type: ignore[union-attr]  # \s* always matches
     while pos < len(text):
-        if text[pos:].strip() == "":
-            break
         m = _TOKEN_RE.match(text, pos)
-        if m is None or m.end() == pos:
-            bad = len(text) - len(text[pos:].lstrip())
+        if m is None:
             raise ValueError(
-                f"invalid condition {text!r}: unexpected {text[bad]!r} at "
-                f"position {bad + 1}; "
+                f"invalid condition {text!r}: unexpected {text[pos]!r} at position {pos + 1}; "
                 "a condition compares metrics with numbers ('val/loss < 0.5') or names "
                 "a registered predicate, joined by and/or/not"
             )
         kind = m.lastgroup or ""
         tok_text = m.group(kind)
-        start = m.start(kind)
+        end = _SPACE_RE.match(text, m.end()).end()  # type: ignore[union-attr]
         if kind == "name" and tok_text in _KEYWORDS:
             kind = tok_text
-        toks.append(_Tok(kind, tok_text, start))
-        pos = m.end()
+        elif kind == "name" and text.startswith("(", end):
+            raise ValueError(
+                f"invalid condition {text!r}: calls are not allowed "
+                f"({text[pos:end + 1]!r} at position {pos + 1}); a condition compares metrics "
+                "with numbers ('val/loss < 0.5') or names a predicate registered from Python")
+        toks.append(_Tok(kind, tok_text, pos))
+        pos = end
     return toks
 
 
@@ -121,6 +117,7 @@ class _Parser:
         self.text = text
         self.toks = _tokenize(text)
         self.i = 0
+        self.depth = 0
 
     def error(self, expected: str) -> ValueError:
         if self.i < len(self.toks):
@@ -161,6 +158,16 @@ class _Parser:
         return terms[0] if len(terms) == 1 else BoolOp("and", tuple(terms))
 
     def neg(self) -> Condition:
+        self.depth += 1
+        if self.depth > MAX_CONDITION_DEPTH:
+            raise ValueError(f"invalid condition {self.text[:40]!r}...: `not` and parentheses "
+                             f"nest more than {MAX_CONDITION_DEPTH} levels deep")
+        try:
+            return self._neg()
+        finally:
+            self.depth -= 1
+
+    def _neg(self) -> Condition:
         if self.take("not"):
             return BoolOp("not", (self.neg(),))
         if self.take("paren"):
@@ -203,13 +210,6 @@ class _Parser:
         if not ops:
             if isinstance(first, float):
                 raise self.error("a comparison operator after the number")
-            nxt_tok = self.peek()
-            if nxt_tok is not None and nxt_tok.kind == "paren" and nxt_tok.text == "(":
-                raise ValueError(
-                    f"invalid condition {self.text!r}: calls are not allowed "
-                    f"('(' at position {nxt_tok.pos + 1}); a condition compares metrics "
-                    "with numbers or names a predicate registered from Python"
-                )
             return PredicateRef(first)
         if all(isinstance(o, float) for o in operands):
             raise ValueError(
@@ -234,16 +234,10 @@ def _walk(node: Condition) -> Iterator[Condition]:
 
 def _eval(node: Condition, pt: Point) -> bool | None:
     if isinstance(node, BoolOp):
-        values = [_eval(t, pt) for t in node.terms]
         if node.op == "not":
-            return None if values[0] is None else not values[0]
-        if node.op == "and":
-            if False in values:
-                return False
-            return None if None in values else True
-        if True in values:
-            return True
-        return None if None in values else False
+            return k_not(_eval(node.terms[0], pt))
+        values = [_eval(t, pt) for t in node.terms]
+        return k_and(values) if node.op == "and" else k_or(values)
     if isinstance(node, PredicateRef):
         if pt.predicates is None:
             return None
@@ -262,10 +256,8 @@ def _eval(node: Condition, pt: Point) -> bool | None:
         if mv is None:
             return False
         values_f.append(float(mv.value))
-    return all(
-        _OPS[op](values_f[i], values_f[i + 1]) and not math.isnan(values_f[i])
-        for i, op in enumerate(node.ops)
-    )
+    # IEEE comparisons, as Python's: a NaN compares false, except with `!=`.
+    return all(_OPS[op](values_f[i], values_f[i + 1]) for i, op in enumerate(node.ops))
 
 
 @attrs.frozen(repr=False)
@@ -280,8 +272,7 @@ class When(Trigger):
     def dynamic(self) -> bool:
         return True
 
-    @property
-    def metric_names(self) -> frozenset[str]:
+    def metrics(self) -> frozenset[str]:
         """Metrics the condition reads."""
         names: set[str] = set()
         for n in _walk(self.tree):
@@ -289,10 +280,21 @@ class When(Trigger):
                 names.update(o for o in n.operands if isinstance(o, str))
         return frozenset(names)
 
+    def predicates(self) -> frozenset[str]:
+        """Registered predicates the condition calls (none for a Python callable)."""
+        if self.fn is not None:
+            return frozenset()
+        return frozenset(n.name for n in _walk(self.tree) if isinstance(n, PredicateRef))
+
+    @property
+    def metric_names(self) -> frozenset[str]:
+        """Metrics the condition reads (``metrics()``)."""
+        return self.metrics()
+
     @property
     def predicate_names(self) -> frozenset[str]:
-        """Registered predicates the condition calls."""
-        return frozenset(n.name for n in _walk(self.tree) if isinstance(n, PredicateRef))
+        """Registered predicates the condition calls (``predicates()``)."""
+        return self.predicates()
 
     def evaluate(self, pt: Point) -> bool | None:
         if self.fn is not None:
@@ -306,7 +308,7 @@ class When(Trigger):
             return "condition holds" if value else "condition fails"
         seen = ", ".join(
             f"{m}={mv.value:g}" if (mv := pt.metrics.latest(m)) is not None else f"{m} missing"
-            for m in sorted(self.metric_names)
+            for m in sorted(self.metrics())
         )
         return seen or ("predicate holds" if value else "predicate fails")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import attrs
 
-from schedtrain.events import check_event_name
+from schedtrain.events import EventSet, check_event_name
 from schedtrain.time import Timestamp
-from schedtrain.triggers.base import ANY_TIME, NEVER, Due, Point, Trigger
+from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.protocol import ANY_TIME, NEVER, Due, Point
 
 __all__ = ["On", "on"]
 
@@ -17,8 +18,8 @@ class On(Trigger):
 
     event: str = attrs.field(validator=lambda _i, _a, v: check_event_name(v))
 
-    def events(self) -> frozenset[str]:
-        return frozenset((self.event,))
+    def events(self) -> EventSet:
+        return EventSet.of(self.event)
 
     def evaluate(self, pt: Point) -> bool:
         return pt.event == self.event

@@ -11,22 +11,39 @@ from typing import Any, Literal
 
 import attrs
 
+from schedtrain.errors import ArgumentError
 from schedtrain.time import Timestamp
-from schedtrain.triggers.base import ANY_TIME, Due, Explanation, Node, Point, Trigger
+from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
 
 __all__ = ["Improved", "Plateau", "improved", "plateau"]
 
 Mode = Literal["min", "max"]
 
 
+def _check_metric(_i: object, _a: object, value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ArgumentError("metric", f"`metric` must be a metric name such as 'val/loss', "
+                            f"got {value!r}", expected="a metric name", found=repr(value))
+
+
 def _check_mode(_i: object, _a: object, value: str) -> None:
     if value not in ("min", "max"):
-        raise ValueError(f"`mode` must be 'min' or 'max', got {value!r}")
+        raise ArgumentError("mode", f"`mode` must be 'min' or 'max', got {value!r}",
+                            expected="'min' or 'max'", found=repr(value))
+
+
+def _to_delta(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArgumentError("min_delta", f"`min_delta` must be a number >= 0, got {value!r}",
+                            expected="a number >= 0", found=repr(value))
+    return float(value)
 
 
 def _check_delta(_i: object, _a: object, value: float) -> None:
-    if value < 0:
-        raise ValueError(f"`min_delta` must be >= 0, got {value!r}")
+    if not value >= 0 or value == float("inf"):
+        raise ArgumentError("min_delta", f"`min_delta` must be a finite number >= 0, got "
+                            f"{value!r}", expected="a finite number >= 0", found=repr(value))
 
 
 def _better(value: float, best: float | None, mode: str, min_delta: float) -> bool:
@@ -41,13 +58,16 @@ def _better(value: float, best: float | None, mode: str, min_delta: float) -> bo
 class Improved(Trigger):
     """True when a new value of ``metric`` beats the best so far by more than ``min_delta``."""
 
-    metric: str
+    metric: str = attrs.field(validator=_check_metric)
     mode: Mode = attrs.field(default="min", validator=_check_mode)
-    min_delta: float = attrs.field(default=0.0, converter=float, validator=_check_delta)
+    min_delta: float = attrs.field(default=0.0, converter=_to_delta, validator=_check_delta)
 
     @property
     def dynamic(self) -> bool:
         return True
+
+    def metrics(self) -> frozenset[str]:
+        return frozenset((self.metric,))
 
     def compile(self) -> Node:
         return _ImprovedNode(self)
@@ -61,19 +81,23 @@ class Improved(Trigger):
 class Plateau(Trigger):
     """True once ``patience`` new values in a row fail to beat the best; then counts anew."""
 
-    metric: str
+    metric: str = attrs.field(validator=_check_metric)
     patience: int = attrs.field()
     mode: Mode = attrs.field(default="min", validator=_check_mode)
-    min_delta: float = attrs.field(default=0.0, converter=float, validator=_check_delta)
+    min_delta: float = attrs.field(default=0.0, converter=_to_delta, validator=_check_delta)
 
     @patience.validator
     def _check_patience(self, _a: object, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`patience` must be a whole number >= 1, got {value!r}")
+            raise ArgumentError("patience", f"`patience` must be a whole number >= 1, got "
+                                f"{value!r}", expected="a whole number >= 1", found=repr(value))
 
     @property
     def dynamic(self) -> bool:
         return True
+
+    def metrics(self) -> frozenset[str]:
+        return frozenset((self.metric,))
 
     def compile(self) -> Node:
         return _PlateauNode(self)

@@ -13,15 +13,25 @@ import math
 
 import attrs
 
+from schedtrain.errors import ArgumentError
+from schedtrain.events import EventSet
 from schedtrain.time import Time, Timestamp, Unit, as_time
-from schedtrain.triggers.base import NEVER, Due, Point, Trigger, due_on
+from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.protocol import NEVER, Due, Point, due_on
 
 __all__ = ["Every", "every"]
 
 
+#: Counters that move by exactly one at the events that read them.
+_EXACT = frozenset({"step", "batch", "epoch"})
+
+
 def _validate_period(instance: Every, attribute: attrs.Attribute[Time], value: Time) -> None:
+    if not isinstance(value, Time):
+        raise TypeError(f"`period` must be a Time such as Time(500, 'steps'), got {value!r}")
     if value.base <= 0:
-        raise ValueError(f"`every` needs a positive period, got {value}")
+        raise ArgumentError("period", f"`every` needs a positive period, got {value}",
+                            expected="a period > 0", found=str(value))
 
 
 @attrs.frozen(repr=False)
@@ -34,14 +44,15 @@ class Every(Trigger):
     # and re-bounds each of its callbacks at once, so these are worked out here once.
     _counter: str = attrs.field(init=False, eq=False, hash=False)
     _event: str = attrs.field(init=False, eq=False, hash=False)
-    _k: float = attrs.field(init=False, eq=False, hash=False)
-    _off: float = attrs.field(init=False, eq=False, hash=False)
+    _k: int = attrs.field(init=False, eq=False, hash=False)
+    _off: int = attrs.field(init=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         if self.offset is not None and self.offset.counter != self.period.counter:
-            raise ValueError(
-                f"`offset` {self.offset} must be in the unit of the period {self.period}"
-            )
+            raise ArgumentError(
+                "offset", f"`offset` {self.offset} must be in the unit of the period "
+                f"{self.period}", expected=f"a time in {self.period.unit.spell(2)}",
+                found=str(self.offset))
         object.__setattr__(self, "_counter", self.period.counter)
         object.__setattr__(self, "_event", self.period.unit.event)
         object.__setattr__(self, "_k", self.period.base)
@@ -57,21 +68,28 @@ class Every(Trigger):
         """The event this trigger is evaluated at."""
         return self._event
 
-    def events(self) -> frozenset[str]:
-        return frozenset((self.event,))
+    def events(self) -> EventSet:
+        return EventSet.of(self._event)
 
-    def next_grid_point(self, value: float) -> float:
+    def next_grid_point(self, value: int) -> int:
         """The first grid point strictly after ``value`` (in counter units)."""
         k, off = self._k, self._off
         if value < off:
             return off if off > 0 else k
-        return off + (math.floor((value - off) / k) + 1) * k
+        return off + ((value - off) // k + 1) * k
+
+    def first_possible(self, counter: str, value: float) -> float:
+        if counter != self._counter:
+            return value
+        lowest = max(math.ceil(value), 1)
+        first = self.next_grid_point(lowest - 1)
+        return first if counter in _EXACT else max(value, self.next_grid_point(0))
 
     def evaluate(self, pt: Point) -> bool:
         if pt.event != self._event:
             return False
         counter = self._counter
-        now: float = getattr(pt.now, counter)
+        now: int = getattr(pt.now, counter)
         return self.next_grid_point(getattr(pt.prev, counter)) <= now
 
     def bound(self, event: str, last: Timestamp) -> Due:
@@ -87,8 +105,8 @@ class Every(Trigger):
         g = self.next_grid_point(pt.prev.get(counter))
         prev, now = pt.prev.get(counter), pt.now.get(counter)
         if value:
-            return f"{counter} crossed {g:g} ({prev:g} -> {now:g})"
-        return f"next crossing at {counter} {g:g} (now {now:g})"
+            return f"{counter} crossed {g} ({prev} -> {now})"
+        return f"next crossing at {counter} {g} (now {now})"
 
     def __repr__(self) -> str:
         if self.offset is None or self.offset.base == 0:

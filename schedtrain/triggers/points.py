@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable
 
 import attrs
 
+from schedtrain.errors import ArgumentError
+from schedtrain.events import EventSet
 from schedtrain.time import Time, Timestamp, Unit, as_time
-from schedtrain.triggers.base import NEVER, Due, Point, Trigger, due_on
+from schedtrain.triggers.base import Trigger, any_of
+from schedtrain.triggers.protocol import NEVER, Due, Point, due_on
 
 __all__ = ["At", "at"]
 
@@ -22,20 +26,22 @@ class At(Trigger):
     """Fires at the evaluation point where the counter first reaches each point."""
 
     points: tuple[Time, ...] = attrs.field(converter=_sorted_points)
-    _bases: tuple[float, ...] = attrs.field(init=False, eq=False, hash=False)
+    _bases: tuple[int, ...] = attrs.field(init=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.points:
-            raise ValueError("`at` needs at least one point")
+            raise ArgumentError("points", "`at` needs at least one point",
+                                expected="one or more times", found="none")
         counters = {p.counter for p in self.points}
         if len(counters) > 1:
-            raise ValueError(f"`at` points must share one unit, got {self._text()}")
+            raise ArgumentError("points", f"`at` points must share one unit, got "
+                                f"{self._text()}", expected="times in one unit",
+                                found=self._text())
         for p in self.points:
             if p.base <= 0:
-                raise ValueError(
-                    f"`at` point {p} is at time zero, where nothing is evaluated; "
-                    "use on('train_start') instead"
-                )
+                raise ArgumentError(
+                    "points", f"`at` point {p} is at time zero, where nothing is evaluated; "
+                    "use on('train_start') instead", expected="times > 0", found=str(p))
         object.__setattr__(self, "_bases", tuple(p.base for p in self.points))
 
     @property
@@ -48,12 +54,20 @@ class At(Trigger):
         """The event this trigger is evaluated at."""
         return self.unit.event
 
-    def events(self) -> frozenset[str]:
-        return frozenset((self.event,))
+    def events(self) -> EventSet:
+        return EventSet.of(self.event)
 
-    def _next_after(self, value: float) -> float | None:
+    def _next_after(self, value: float) -> int | None:
         i = bisect.bisect_right(self._bases, value)
         return self._bases[i] if i < len(self._bases) else None
+
+    def first_possible(self, counter: str, value: float) -> float:
+        if counter != self.unit.counter:
+            return value
+        if counter in ("step", "batch", "epoch"):
+            i = bisect.bisect_left(self._bases, value)
+            return self._bases[i] if i < len(self._bases) else math.inf
+        return max(value, self._bases[0])
 
     def evaluate(self, pt: Point) -> bool:
         if pt.event != self.event:
@@ -74,8 +88,8 @@ class At(Trigger):
         counter = self.unit.counter
         nxt = self._next_after(pt.prev.get(counter))
         if value:
-            return f"{counter} reached the point {nxt:g}"
-        return "no points left" if nxt is None else f"next point at {counter} {nxt:g}"
+            return f"{counter} reached the point {nxt}"
+        return "no points left" if nxt is None else f"next point at {counter} {nxt}"
 
     def _text(self) -> str:
         return ", ".join(repr(str(p)) for p in self.points)
@@ -100,6 +114,4 @@ def at(*points: Time | str | Iterable[Time | str]) -> Trigger:
         by_counter.setdefault(p.unit.counter, []).append(p)
     if len(by_counter) <= 1:
         return At(tuple(flat))
-    from schedtrain.triggers.logic import any_of
-
     return any_of(*(At(tuple(ps)) for ps in by_counter.values()))

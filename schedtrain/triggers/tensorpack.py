@@ -21,11 +21,11 @@ import attrs
 
 from schedtrain.schedule import Scheduled
 from schedtrain.time import Timestamp, Unit
-from schedtrain.triggers.base import Point, Trigger
+from schedtrain.triggers.base import Trigger, all_of, any_of
 from schedtrain.triggers.conditions import when
 from schedtrain.triggers.lifecycle import on
-from schedtrain.triggers.logic import all_of, any_of
 from schedtrain.triggers.periodic import every
+from schedtrain.triggers.protocol import Point
 
 __all__ = ["Divisible", "EnableCallbackIf", "PeriodicCallback", "PeriodicTrigger"]
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
+from schedtrain.errors import ArgumentError
 from schedtrain.time import Time, Timestamp, as_time
-from schedtrain.triggers.base import ANY_TIME, NEVER, Due, Point, Trigger, due_on
+from schedtrain.triggers.base import Trigger, all_of
+from schedtrain.triggers.protocol import ANY_TIME, NEVER, Due, Point, due_on
 
 __all__ = ["Window", "window"]
 
@@ -23,17 +27,19 @@ class Window(Trigger):
 
     def __attrs_post_init__(self) -> None:
         if self.start is None and self.stop is None:
-            raise ValueError("`window` needs `start`, `stop` or both")
+            raise ArgumentError("start", "`window` needs `start`, `stop` or both",
+                                expected="a start or a stop time", found="neither")
         if self.start is not None and self.stop is not None:
             if self.start.counter != self.stop.counter:
-                raise ValueError(
-                    f"`start` {self.start} and `stop` {self.stop} must share a unit; "
-                    "AND two windows to bound two counters"
-                )
+                raise ArgumentError(
+                    "stop", f"`start` {self.start} and `stop` {self.stop} must share a unit; "
+                    "AND two windows to bound two counters",
+                    expected=f"a time in {self.start.unit.spell(2)}", found=str(self.stop))
             if self.stop <= self.start:
-                raise ValueError(
-                    f"empty window: `stop` {self.stop} must be after `start` {self.start}"
-                )
+                raise ArgumentError(
+                    "stop", f"empty window: `stop` {self.stop} must be after `start` "
+                    f"{self.start}", expected=f"a time after {self.start}",
+                    found=str(self.stop))
 
     @property
     def counter(self) -> str:
@@ -48,6 +54,13 @@ class Window(Trigger):
             return False
         return self.stop is None or value < self.stop.base
 
+    def first_possible(self, counter: str, value: float) -> float:
+        if counter != self.counter:
+            return value
+        if self.stop is not None and value >= self.stop.base:
+            return math.inf
+        return value if self.start is None else max(value, self.start.base)
+
     def evaluate(self, pt: Point) -> bool:
         return self.contains(pt.now.get(self.counter))
 
@@ -60,7 +73,7 @@ class Window(Trigger):
         return ANY_TIME
 
     def _reason(self, pt: Point, value: bool | None) -> str:
-        return f"{self.counter} is {pt.now.get(self.counter):g}"
+        return f"{self.counter} is {pt.now.get(self.counter)}"
 
     def __repr__(self) -> str:
         parts = []
@@ -79,7 +92,5 @@ def window(start: Time | str | None = None, stop: Time | str | None = None) -> T
     start_t = None if start is None else as_time(start, "start")
     stop_t = None if stop is None else as_time(stop, "stop")
     if start_t is not None and stop_t is not None and start_t.counter != stop_t.counter:
-        from schedtrain.triggers.logic import all_of
-
         return all_of(Window(start=start_t), Window(stop=stop_t))
     return Window(start_t, stop_t)

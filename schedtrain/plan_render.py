@@ -1,0 +1,140 @@
+"""Rendering a ``Plan``: the table with a text timeline, JSON, and a PNG timeline."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Final
+
+from schedtrain.firings import Firing
+from schedtrain.planning import Plan
+
+__all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "render_json", "render_png",
+           "render_table"]
+
+#: Columns of the text timeline; the run is binned into this many, whatever its length.
+TIMELINE_WIDTH: Final = 64
+PNG_MISSING: Final = "the png format needs matplotlib: pip install 'schedtrain[plot]'"
+
+
+def render_json(plan: Plan) -> str:
+    """``{"firings": [...]}`` as ``schedtrain plan --format json`` prints it."""
+    return plan.log.to_json() + "\n"
+
+
+def _when(f: Firing) -> str:
+    mark = "?" if f.conditional else ""
+    if f.event == "epoch_end":
+        return f"epoch {f.epoch}{mark}"
+    if f.event in ("train_start", "train_end", "epoch_start"):
+        return f"{f.event}@{f.step}{mark}"
+    return f"step {f.step:,}{mark}"
+
+
+def _bin(step: int, total: int, width: int) -> int:
+    # A firing at the end of step s belongs to the column holding step s.
+    if step <= 0 or total <= 0:
+        return 0
+    return min(width - 1, (step - 1) * width // total)
+
+
+def _timeline(plan: Plan, width: int = TIMELINE_WIDTH) -> list[str]:
+    shape, names = plan.shape, plan.table.names
+    total = shape.total_steps
+    label = max(len(n) for n in names)
+    lanes = {n: [" "] * width for n in names}
+    for f in plan.log:
+        lane = lanes[f.callback]
+        col = _bin(f.step, total, width)
+        mark = "?" if f.conditional else "|"
+        cur = lane[col]
+        if cur == " ":
+            lane[col] = mark
+        elif cur in "|?" and (cur != mark or mark == "|"):
+            lane[col] = "#" if mark == "|" or cur == "|" else "?"
+    ruler = ["-"] * width
+    for col in range(width):  # a '+' where an epoch ends: per column, not per epoch
+        # the steps s this column holds (see _bin) are lo < s <= hi
+        lo, hi = -(-col * total // width), -(-(col + 1) * total // width)
+        e = shape.first_epoch_starting(lo, after=True)
+        if 1 <= e <= shape.epochs and shape.start(e) <= hi:
+            ruler[col] = "+"
+    head = f"timeline: {total:,} steps in {width} columns of ~{max(total / width, 1):,.0f} steps"
+    lines = [head, f"{'epochs':>{label}} {''.join(ruler)}"]
+    lines += [f"{n:>{label}} {''.join(lanes[n])}" for n in names]
+    lines.append(f"{'':>{label}} 0{f'{total:,}':>{width - 1}}")
+    lines.append(f"{'':>{label}} '|' fires, '#' several times, '?' conditional, "
+                 "'+' epoch end")
+    return lines
+
+
+def render_table(plan: Plan, first: int) -> str:
+    spec, shape = plan.spec, plan.shape
+    names = plan.table.names
+    lines = [f"plan: {spec.path}: {shape.epochs:,} epochs x "
+             f"{shape.length(0) if shape.epochs else 0:,} steps = "
+             f"{shape.total_steps:,} steps"]
+    rows = [("callback", "trigger", "fires", "first firings")]
+    for name, trig in zip(names, plan.table.triggers, strict=True):
+        mine = plan.log.of(name)
+        cond = sum(1 for f in mine if f.conditional)
+        count = f"{len(mine):,}" + (f" ({cond:,}?)" if cond else "")
+        shown = ", ".join(_when(f) for f in mine[:first])
+        if len(mine) > first:
+            shown += ", ..."
+        rows.append((name, repr(trig), count, shown or "never"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
+                     + "  " + r[3])
+    lines.append("")
+    lines.append("evaluated at every step: " + (", ".join(plan.always) or "none"))
+    if any(f.conditional for f in plan.log):
+        lines.append("'?': conditional, fires only if its runtime condition or metric "
+                     "allows (--metrics FILE resolves them)")
+    if plan.truncated:
+        lines.append(f"note: stopped after {len(plan.log):,} firings")
+    lines.append("")
+    lines += _timeline(plan) if names and shape.total_steps else []
+    return "\n".join(lines) + "\n"
+
+
+def render_png(plan: Plan, out: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PngUnavailable(PNG_MISSING) from None
+    names = plan.table.names
+    total = max(plan.shape.total_steps, 1)
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(names) + 1.6))
+    for lane, name in enumerate(reversed(names)):
+        mine = plan.log.of(name)
+        sure = [f.step for f in mine if not f.conditional]
+        cond = [f.step for f in mine if f.conditional]
+        if sure:
+            ax.vlines(sure, lane - 0.35, lane + 0.35, color="tab:blue", linewidth=1.2)
+        if cond:
+            ax.vlines(cond, lane - 0.35, lane + 0.35, color="tab:orange", linewidth=1.2,
+                      linestyles="dotted")
+    epochs = plan.shape.ended_epochs
+    stride = max(1, math.ceil(epochs / 50))  # at most ~50 boundary lines stay readable
+    for e in range(stride, epochs + 1, stride):
+        ax.axvline(plan.shape.start(e), color="0.8", linewidth=0.6, zorder=0)
+    ax.set_yticks(range(len(names)), list(reversed(names)))
+    ax.set_xlim(0, total * 1.01)
+    ax.set_ylim(-0.7, len(names) - 0.3)
+    ax.set_xlabel(f"optimizer steps (grey lines: every {stride} epoch{'' if stride == 1 else 's'})")
+    title = f"schedtrain plan: {Path(plan.spec.path or 'spec').name}"
+    if any(f.conditional for f in plan.log):
+        title += "  (dotted orange: conditional)"
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+class PngUnavailable(Exception):
+    """matplotlib is not installed."""

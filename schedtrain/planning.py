@@ -1,0 +1,106 @@
+"""Planning: simulate a spec over its run's shape and collect the firings.
+
+``plan_spec(spec)`` is what ``schedtrain plan`` prints, as a value: the firings
+(a ``FiringLog``), the table (what is evaluated every step) and whether the list was
+cut at ``MAX_FIRINGS``. Rendering lives in ``schedtrain.plan_render``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import attrs
+
+from schedtrain.firings import Firing, FiringLog
+from schedtrain.metric_stream import MetricRecord
+from schedtrain.simclock import RunShape
+from schedtrain.simulation import Simulation
+from schedtrain.spec import Spec
+from schedtrain.table import TriggerTable
+
+__all__ = ["MAX_ALWAYS_STEPS", "MAX_FIRINGS", "Plan", "PlanError", "plan_spec"]
+
+#: A plan stops collecting firings here, so a mistaken `every = "1 step"` over 10^9
+#: steps reports quickly instead of filling memory.
+MAX_FIRINGS: Final = 100_000
+#: Beyond this many steps, a callback evaluated at every step makes a plan too slow.
+MAX_ALWAYS_STEPS: Final = 5_000_000
+
+
+class PlanError(ValueError):
+    """A plan that cannot be made: no run length, a class not imported, too costly."""
+
+
+@attrs.frozen
+class Plan:
+    """A simulated run of a spec.
+
+    Args:
+        spec: the spec planned.
+        shape: the run's shape.
+        log: every firing, in order (at most ``MAX_FIRINGS``).
+        table: the compiled table, for what it reports (``always_evaluated``).
+        truncated: the run had more firings than ``log`` holds.
+    """
+
+    spec: Spec
+    shape: RunShape
+    log: FiringLog
+    table: TriggerTable
+    truncated: bool = False
+
+    @property
+    def always(self) -> tuple[str, ...]:
+        """Callbacks evaluated at every step (no clock part bounds them)."""
+        return self.table.always_evaluated
+
+
+def _shape(spec: Spec, epochs: int | None, steps_per_epoch: int | None) -> RunShape:
+    shape = spec.clock.shape(epochs=epochs, steps_per_epoch=steps_per_epoch)
+    if shape is not None:
+        return shape
+    clock = spec.clock
+    missing = []
+    if epochs is None and clock.epochs is None and clock.epoch_lengths is None:
+        missing.append("epochs")
+    if steps_per_epoch is None and clock.steps_per_epoch is None:
+        missing.append("steps_per_epoch")
+    raise PlanError(
+        f"{spec.path}: plan needs the run's length: set {' and '.join(missing)} in [clock] "
+        f"or pass {' and '.join('--' + m.replace('_', '-') for m in missing)}")
+
+
+def plan_spec(
+    spec: Spec,
+    metrics: Iterable[MetricRecord] | None = None,
+    *,
+    epochs: int | None = None,
+    steps_per_epoch: int | None = None,
+    shape: RunShape | None = None,
+    max_firings: int = MAX_FIRINGS,
+) -> Plan:
+    """Simulate ``spec`` over its ``[clock]`` shape (``epochs``, ``steps_per_epoch`` or a
+    whole ``shape`` override it), with an optional metric stream.
+
+    Raises:
+        PlanError: no run length, a custom trigger class that was not imported, or a
+            callback evaluated at every step of a very long run.
+    """
+    if spec.unimported:
+        raise PlanError(f"{spec.path}: custom trigger {spec.unimported[0]!r} is not imported; "
+                        "plan it with --import (which imports and runs that module)")
+    shape = shape if shape is not None else _shape(spec, epochs, steps_per_epoch)
+    sim = Simulation(spec.schedule(), shape, metrics=None if metrics is None else list(metrics))
+    always = sim.table.always_evaluated
+    if always and shape.total_steps > MAX_ALWAYS_STEPS:
+        raise PlanError(
+            f"{spec.path}: {', '.join(always)} would be evaluated at each of "
+            f"{shape.total_steps:,} steps; give each a clock part (e.g. every = \"1 epoch\") "
+            "or plan a shorter run with --epochs/--steps-per-epoch")
+    firings: list[Firing] = []
+    for firing in sim.iter_firings():
+        if len(firings) >= max_firings:
+            return Plan(spec, shape, FiringLog(firings), sim.table, truncated=True)
+        firings.append(firing)
+    return Plan(spec, shape, FiringLog(firings), sim.table)

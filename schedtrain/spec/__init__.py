@@ -1,0 +1,39 @@
+"""TOML schedules: read -> validate -> build, and write back.
+
+A spec file mirrors DESIGN §5::
+
+    [clock]                      # the run's shape, for `plan` and simulation
+    epochs = 10
+    steps_per_epoch = 100
+
+    [triggers.after_warmup]      # a named trigger, referenced by its name
+    every = "1 epoch"
+    start = "2 epochs"
+
+    [callbacks.validate]
+    type = "InferenceRunner"     # a built-in name or "package.module:Class"
+    trigger = { any = ["after_warmup", { on = "train_end" }] }
+
+``load_spec`` reads the TOML (``spec.document``), validates every table and builds
+the triggers with the key path each was written at (``spec.triggers``,
+``spec.callbacks``, one vocabulary in ``spec.vocabulary``), then runs the static
+checks once (``spec.load``). Every problem is raised at once as a ``SpecError``.
+This package never imports torch, nor anything a spec names unless asked.
+"""
+
+from schedtrain.spec.load import load_spec as load_spec
+from schedtrain.spec.load import loads_spec as loads_spec
+from schedtrain.spec.model import CallbackSpec as CallbackSpec
+from schedtrain.spec.model import ClockSpec as ClockSpec
+from schedtrain.spec.model import RunSpec as RunSpec
+from schedtrain.spec.model import Spec as Spec
+from schedtrain.spec.vocabulary import TRIGGER_KEYS as TRIGGER_KEYS
+from schedtrain.spec.write import dump_spec as dump_spec
+from schedtrain.spec.write import schedule_to_toml as schedule_to_toml
+from schedtrain.spec.write import toml_value as toml_value
+from schedtrain.spec.write import trigger_to_toml as trigger_to_toml
+
+__all__ = [
+    "TRIGGER_KEYS", "CallbackSpec", "ClockSpec", "RunSpec", "Spec", "dump_spec", "load_spec",
+    "loads_spec", "schedule_to_toml", "toml_value", "trigger_to_toml",
+]  # fmt: skip

@@ -1,0 +1,259 @@
+"""Reading a spec's text: TOML syntax, the top-level keys, ``[clock]``, ``[run]``, ``events``.
+
+One private cattrs converter with strict scalar hooks (``"10"`` is not an integer,
+``"my_event"`` is not a list) and detailed validation structures the tables; range
+checks follow, each problem with its key path, what was expected and what was found.
+Trigger and callback tables are left raw here for ``spec.triggers`` and
+``spec.callbacks``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any, Final
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    BaseValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationNote,
+)
+
+from schedtrain.errors import describe, did_you_mean
+from schedtrain.events import BUILTIN_EVENTS
+from schedtrain.names import NAME_RULE, is_name
+from schedtrain.spec.model import ClockSpec, RunSpec
+from schedtrain.spec.problems import Problems, Rel
+from schedtrain.time import MAX_COUNT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = ["Document", "parse_toml", "read_document"]
+
+_TASK_RE: Final = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+_DEVICE_RE: Final = re.compile(r"auto|cpu|cuda|mps|cuda:(?P<index>[0-9]{1,4})")
+#: torch keeps a device index in 8 bits.
+MAX_DEVICE_INDEX: Final = 127
+
+
+@attrs.frozen
+class Document:
+    """A spec's top level, structured; trigger and callback tables still raw."""
+
+    clock: ClockSpec = attrs.Factory(ClockSpec)
+    run: RunSpec | None = None
+    events: tuple[str, ...] = ()
+    triggers: dict[str, Any] = attrs.field(factory=dict)
+    callbacks: dict[str, Any] = attrs.field(factory=dict)
+
+
+class _Invalid(Exception):
+    """Raised by a structuring hook: what was expected."""
+
+
+def _strict_int(value: object, _t: object) -> int:
+    # cattrs' default int hook is int(x): it would accept "10", 1.5 and true silently.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"expected an integer, found {describe(value)}")
+    return value
+
+
+def _strict_float(value: object, _t: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Invalid(f"expected a number, found {describe(value)}")
+    return float(value)
+
+
+def _strict_str(value: object, _t: object) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(f"expected a string, found {describe(value)}")
+    return value
+
+
+def _strict_list(value: object, t: Any) -> tuple[Any, ...]:
+    if not isinstance(value, list):
+        raise _Invalid(f"expected a list, found {describe(value)}")
+    item = t.__args__[0]
+    return tuple(_converter.structure(v, item) for v in value)
+
+
+def _table(value: object, _t: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Invalid(f"expected a table, found {describe(value)}")
+    return value
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+_converter.register_structure_hook(int, _strict_int)
+_converter.register_structure_hook(float, _strict_float)
+_converter.register_structure_hook(str, _strict_str)
+_converter.register_structure_hook_func(
+    lambda t: getattr(t, "__origin__", None) is tuple, _strict_list)
+_converter.register_structure_hook_func(
+    lambda t: getattr(t, "__origin__", None) is dict, _table)
+
+
+def _nesting_too_deep(text: str) -> tuple[int, int] | None:
+    """Where brackets and braces first nest deeper than the TOML reader can follow."""
+    depth, line, col, quote = 0, 1, 0, ""
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+            if quote in ("'", '"'):
+                quote = ""
+        elif quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            if depth > 100:
+                return line, col
+        elif ch in "]}":
+            depth -= 1
+    return None
+
+
+def parse_toml(text: str, problems: Problems) -> dict[str, Any] | None:
+    """TOML text -> a dict, or ``None`` with the syntax error (line and column) recorded."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        problems.add("", f"invalid TOML: {exc}")
+    except RecursionError:
+        where = _nesting_too_deep(text)
+        at = f" (at line {where[0]}, column {where[1]})" if where else ""
+        problems.add("", f"invalid TOML: tables and lists nest too deeply{at}; triggers may "
+                         "nest at most 64 levels", expected="at most 64 levels")
+    return None
+
+
+def _collect(exc: BaseException, path: Rel) -> Iterator[tuple[Rel, str]]:
+    """Flatten a cattrs error tree into ``(path, message)`` pairs."""
+    if isinstance(exc, _Invalid):
+        yield path, str(exc)
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        fields = [a.name for a in attrs.fields(exc.cl)]
+        for key in sorted(exc.extra_fields):
+            yield (*path, key), (f"unknown key {key!r}{did_you_mean(key, fields)}; expected one "
+                                 f"of {', '.join(fields)}")
+    elif isinstance(exc, BaseValidationError):
+        for sub in exc.exceptions:
+            seg: Rel = ()
+            for note in getattr(sub, "__notes__", []):
+                if isinstance(note, AttributeValidationNote):
+                    seg = (note.name,)
+                elif isinstance(note, IterableValidationNote):
+                    seg = (note.index,)
+            yield from _collect(sub, (*path, *seg))
+    elif isinstance(exc, KeyError):
+        yield path, f"missing key {exc.args[0]!r}"
+    else:
+        yield path, f"expected a different value ({exc})"
+
+
+def _whole(problems: Problems, where: Rel, value: int | None, least: int) -> None:
+    if value is not None and not least <= value <= MAX_COUNT:
+        problems.add(where, f"expected a whole number >= {least}, found {value}",
+                     expected=f"a whole number >= {least}", found=value)
+
+
+def _check_clock(clock: ClockSpec, problems: Problems) -> None:
+    for key in ("epochs", "steps_per_epoch", "batches_per_step", "max_steps"):
+        _whole(problems, ("clock", key), getattr(clock, key), 1)
+    for key in ("samples_per_batch", "tokens_per_batch"):
+        _whole(problems, ("clock", key), getattr(clock, key), 0)
+    for i, n in enumerate(clock.epoch_lengths or ()):
+        _whole(problems, ("clock", "epoch_lengths", i), n, 1)
+    if clock.epoch_lengths is not None:
+        if not clock.epoch_lengths:
+            problems.expect(("clock", "epoch_lengths"), "a non-empty list of step counts", [])
+        if clock.steps_per_epoch is not None:
+            problems.add(("clock", "epoch_lengths"), "give `steps_per_epoch` or "
+                         "`epoch_lengths`, not both", found="both")
+        elif clock.epochs is not None and clock.epochs != len(clock.epoch_lengths):
+            problems.add(("clock", "epochs"), f"epochs = {clock.epochs} but epoch_lengths has "
+                         f"{len(clock.epoch_lengths)} entries",
+                         expected=f"{len(clock.epoch_lengths)}", found=clock.epochs)
+    sps = clock.seconds_per_step
+    if sps is not None and not (math.isfinite(sps) and 0 <= sps <= 1e9):
+        problems.add(("clock", "seconds_per_step"), f"expected a number >= 0 and at most 1e9, "
+                     f"found {sps}", expected="a number >= 0", found=sps)
+
+
+def _check_run(run: RunSpec, problems: Problems) -> None:
+    if run.task is not None and not _TASK_RE.fullmatch(run.task):
+        problems.expect(("run", "task"), "'module:function'", run.task)
+    for key in ("max_epochs", "max_steps", "grad_accum"):
+        _whole(problems, ("run", key), getattr(run, key), 1)
+    device = _DEVICE_RE.fullmatch(run.device)
+    if device is None or int(device["index"] or 0) > MAX_DEVICE_INDEX:
+        problems.expect(("run", "device"), f"'auto', 'cpu', 'cuda', 'cuda:N' (N from 0 to "
+                                           f"{MAX_DEVICE_INDEX}) or 'mps'", run.device)
+    if run.precision not in ("fp32", "bf16", "fp16"):
+        problems.expect(("run", "precision"), "'fp32', 'bf16' or 'fp16'", run.precision)
+    if run.grad_clip is not None and not (run.grad_clip > 0 and math.isfinite(run.grad_clip)):
+        problems.expect(("run", "grad_clip"), "a finite number > 0", run.grad_clip)
+    if not 0 <= run.seed <= MAX_COUNT:
+        problems.expect(("run", "seed"), f"a whole number from 0 to {MAX_COUNT}", run.seed)
+
+
+def _check_events(events: tuple[str, ...], problems: Problems) -> None:
+    seen: set[str] = set()
+    for i, event in enumerate(events):
+        if event in BUILTIN_EVENTS:
+            problems.add(("events", i), f"{event!r} is a built-in event; declare only custom "
+                                        "ones", expected="a custom event name", found=event)
+        elif not is_name(event):
+            problems.add(("events", i), f"invalid event name {event!r}: {NAME_RULE}",
+                         expected="a name", found=event)
+        elif event in seen:
+            problems.add(("events", i), f"event {event!r} is declared twice",
+                         expected="each event once", found=event)
+        seen.add(event)
+
+
+_TOP_KEYS: Final = ("clock", "run", "events", "triggers", "callbacks")
+
+
+def _structure(value: object, cls: type, where: Rel, problems: Problems) -> Any:
+    try:
+        return _converter.structure(value, cls)
+    except Exception as exc:
+        for path, message in _collect(exc, where):
+            problems.add(path, message)
+        return None
+
+
+def read_document(data: dict[str, Any], problems: Problems) -> Document:
+    """Structure and range-check the top level; a table that cannot be structured is
+    reported and read as empty, so the other tables are still checked."""
+    for key in data:
+        if key not in _TOP_KEYS:
+            problems.add((key,), f"unknown key {key!r}{did_you_mean(key, _TOP_KEYS)}; expected "
+                                 f"one of {', '.join(_TOP_KEYS)}", found=key)
+    clock = _structure(data.get("clock", {}), ClockSpec, ("clock",), problems) or ClockSpec()
+    run = _structure(data["run"], RunSpec, ("run",), problems) if "run" in data else None
+    events = _structure(data.get("events", []), tuple[str, ...], ("events",), problems) or ()
+    tables = {k: _structure(data.get(k, {}), dict[str, Any], (k,), problems) or {}
+              for k in ("triggers", "callbacks")}
+    _check_clock(clock, problems)
+    if run is not None:
+        _check_run(run, problems)
+    _check_events(events, problems)
+    for kind, table in tables.items():
+        for name in table:
+            if not is_name(name):
+                problems.add((kind, name), f"invalid name {name!r}: {NAME_RULE}",
+                             expected="a name", found=name)
+    return Document(clock, run, events, tables["triggers"], tables["callbacks"])

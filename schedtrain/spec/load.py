@@ -1,0 +1,81 @@
+"""Loading a spec: read (TOML) -> validate (tables, types, ranges) -> build (triggers, checks).
+
+Every problem found is reported at once, as a ``SpecError`` whose problems carry the
+file, the key path, what was expected and what was found. The static checks run once,
+here; the resulting ``Spec.schedule()`` carries their result so compiling it does not
+repeat them. Nothing a spec names is imported unless ``imports=True``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from schedtrain.analysis import analyze
+from schedtrain.errors import Problem, SpecError
+from schedtrain.spec.callbacks import read_callback
+from schedtrain.spec.document import parse_toml, read_document
+from schedtrain.spec.model import CallbackSpec, Spec
+from schedtrain.spec.problems import Problems
+from schedtrain.spec.triggers import TriggerReader
+
+__all__ = ["load_spec", "loads_spec"]
+
+
+def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> Spec:
+    """Load a TOML schedule from text.
+
+    Args:
+        text: the TOML document.
+        file: a name for error messages.
+        imports: import the classes of custom triggers (``{ custom = "pkg.mod:Class" }``);
+            without it they load as placeholders that cannot be simulated.
+
+    Raises:
+        SpecError: listing every problem with its key path (and line and column for
+            TOML syntax errors).
+    """
+    problems = Problems(file, imports)
+    data = parse_toml(text, problems)
+    problems.raise_if_any()
+    assert data is not None
+    doc = read_document(data, problems)
+    if doc is None:
+        problems.raise_if_any()
+    assert doc is not None
+    reader = TriggerReader(doc.triggers, problems)
+    for name in doc.triggers:
+        reader.named_trigger(name)
+    callbacks: dict[str, CallbackSpec] = {}
+    located = {}
+    for name, table in doc.callbacks.items():
+        got = read_callback(name, table, reader, problems)
+        if got is not None:
+            type_name, args, loc = got
+            callbacks[name] = CallbackSpec(type_name, args, loc.trigger)
+            located[name] = loc
+    if not doc.callbacks:
+        problems.add("callbacks", "a spec needs at least one [callbacks.NAME] table",
+                     expected="a [callbacks.NAME] table", found="none")
+    problems.raise_if_any()
+    analysis = analyze(list(located.items()), doc.events, file=file)
+    if analysis.problems:
+        raise SpecError(list(dict.fromkeys(analysis.problems)))
+    run = doc.run
+    if run is not None and run.run_dir is None:
+        stem = Path(file).stem if file and not file.startswith("<") else "schedule"
+        run = attrs.evolve(run, run_dir=f"runs/{stem}")
+    named = {n: loc.trigger for n, loc in reader.done.items() if loc is not None}
+    return Spec(callbacks, named, doc.clock, run, doc.events, file, analysis.notes, analysis,
+                located)
+
+
+def load_spec(path: str | Path, *, imports: bool = False) -> Spec:
+    """Load a TOML schedule from a file; see ``loads_spec``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SpecError([Problem("", f"cannot read the spec: {reason}", str(path))]) from None
+    return loads_spec(text, str(path), imports=imports)

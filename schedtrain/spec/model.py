@@ -1,0 +1,177 @@
+"""The values a TOML spec loads into: ``Spec``, ``ClockSpec``, ``RunSpec``, ``CallbackSpec``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from schedtrain.analysis import Analysis, Located
+from schedtrain.errors import Problem, SpecError
+from schedtrain.schedule import Schedule, Scheduled
+from schedtrain.simclock import RunShape
+from schedtrain.triggers import Trigger
+
+__all__ = ["CallbackSpec", "ClockSpec", "RunSpec", "Spec"]
+
+
+@attrs.frozen
+class ClockSpec:
+    """The ``[clock]`` table: the run's shape, for ``plan`` and simulation.
+
+    Args:
+        epochs: number of epochs (or ``epoch_lengths``).
+        steps_per_epoch: optimizer steps per epoch.
+        epoch_lengths: optimizer steps in each epoch, for epochs of uneven length.
+        batches_per_step: micro-batches per optimizer step (gradient accumulation).
+        samples_per_batch: samples each micro-batch adds to the ``sample`` counter.
+        tokens_per_batch: tokens each micro-batch adds to the ``token`` counter.
+        seconds_per_step: training wall time per optimizer step, for time triggers.
+        max_steps: the run ends right after this step, as ``[run] max_steps`` does.
+    """
+
+    epochs: int | None = None
+    steps_per_epoch: int | None = None
+    epoch_lengths: tuple[int, ...] | None = None
+    batches_per_step: int | None = None
+    samples_per_batch: int | None = None
+    tokens_per_batch: int | None = None
+    seconds_per_step: float | None = None
+    max_steps: int | None = None
+
+    def shape(self, *, epochs: int | None = None,
+              steps_per_epoch: int | None = None) -> RunShape | None:
+        """The run shape, with ``epochs``/``steps_per_epoch`` overriding; ``None`` without a
+        length."""
+        lengths = self.epoch_lengths
+        epochs = epochs if epochs is not None else self.epochs
+        spe = steps_per_epoch if steps_per_epoch is not None else self.steps_per_epoch
+        if spe is not None or lengths is None:
+            if epochs is None or spe is None:
+                return None
+            lengths = None
+        elif epochs is not None and epochs != len(lengths):
+            lengths = lengths[:epochs] + (lengths[-1],) * max(0, epochs - len(lengths))
+        return RunShape.build(
+            epochs=None if lengths is not None else epochs,
+            steps_per_epoch=None if lengths is not None else spe,
+            epoch_lengths=lengths, batches_per_step=self.batches_per_step or 1,
+            samples_per_batch=self.samples_per_batch or 0,
+            tokens_per_batch=self.tokens_per_batch or 0,
+            seconds_per_step=self.seconds_per_step or 0.0, max_steps=self.max_steps)
+
+
+@attrs.frozen
+class RunSpec:
+    """The ``[run]`` table: what ``schedtrain train`` needs besides the schedule.
+
+    Args:
+        task: ``"module:function"`` building the model, data and optimizer.
+        max_epochs: stop after this many epochs.
+        max_steps: stop after this many optimizer steps.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+        grad_accum: micro-batches per optimizer step.
+        grad_clip: clip the gradient norm to this value.
+        seed: random seed, 0 to 2**63 - 1.
+        run_dir: where checkpoints and logs go; default ``runs/<spec file stem>``.
+    """
+
+    task: str | None = None
+    max_epochs: int | None = None
+    max_steps: int | None = None
+    device: str = "auto"
+    precision: str = "fp32"
+    grad_accum: int = 1
+    grad_clip: float | None = None
+    seed: int = 0
+    run_dir: str | None = None
+
+
+@attrs.frozen
+class CallbackSpec:
+    """One ``[callbacks.NAME]`` table.
+
+    Args:
+        type: a built-in name or ``"package.module:Class"``; ``None`` when the
+            callback object is bound from Python by its name.
+        args: the callback's own arguments (every other key of the table).
+        trigger: when the callback runs.
+    """
+
+    type: str | None
+    args: Mapping[str, Any]
+    trigger: Trigger
+
+
+@attrs.frozen
+class Spec:
+    """A loaded, checked TOML schedule.
+
+    Args:
+        callbacks: name -> callback, in declared order.
+        triggers: the named ``[triggers.NAME]`` triggers.
+        clock: the run's shape for planning.
+        run: the ``[run]`` table, if any.
+        events: declared custom events.
+        path: the file it was loaded from, if any.
+        warnings: ``ScheduleWarning`` texts from the static checks.
+        analysis: the static checks' result, reused when the schedule is compiled.
+    """
+
+    callbacks: Mapping[str, CallbackSpec]
+    triggers: Mapping[str, Trigger] = attrs.field(factory=dict)
+    clock: ClockSpec = attrs.Factory(ClockSpec)
+    run: RunSpec | None = None
+    events: tuple[str, ...] = ()
+    path: str | None = None
+    warnings: tuple[str, ...] = attrs.field(default=(), eq=False)
+    analysis: Analysis | None = attrs.field(default=None, eq=False, repr=False)
+    located: Mapping[str, Located] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def schedule(self) -> Schedule:
+        """The core ``Schedule``: each callback by name, unbound (``callback=None``)."""
+        return Schedule([Scheduled(cb.trigger, None, n) for n, cb in self.callbacks.items()],
+                        events=self.events, checked=self.analysis)
+
+    @property
+    def unimported(self) -> tuple[str, ...]:
+        """Custom trigger classes named but not imported (load with imports to plan)."""
+        from schedtrain.spec.custom import CustomTrigger
+
+        found = []
+        for loc in self.located.values():
+            for node in loc.walk():
+                t = node.trigger
+                if isinstance(t, CustomTrigger) and not t.loaded:
+                    found.append(t.target)
+        return tuple(dict.fromkeys(found))
+
+    def callback_classes(self) -> dict[str, type]:
+        """Import every typed callback's class and check its arguments; nothing is called.
+
+        Raises:
+            SpecError: a class cannot be imported, is not a ``Callback`` subclass, or
+                its arguments do not fit its signature.
+        """
+        from schedtrain import registry
+
+        problems: list[Problem] = []
+        classes: dict[str, type] = {}
+        for name, cb in self.callbacks.items():
+            if cb.type is None:
+                continue
+            try:
+                cls = registry.resolve(cb.type)
+            except (ImportError, ValueError, TypeError) as exc:
+                problems.append(Problem(f"callbacks.{name}.type", str(exc), self.path,
+                                        expected="a Callback subclass", found=cb.type))
+                continue
+            classes[name] = cls
+            for key, message in registry.check_arguments(cls, cb.args):
+                path = f"callbacks.{name}" + (f".{key}" if key else "")
+                problems.append(Problem(path, message, self.path))
+        if problems:
+            raise SpecError(problems)
+        return classes

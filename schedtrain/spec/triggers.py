@@ -1,0 +1,168 @@
+"""Trigger tables and named references -> triggers located at the keys they were written at.
+
+A trigger value is a table of keys (``TERMS``, AND-ed) or the name of a
+``[triggers.NAME]`` entry. Named triggers may reference each other; a cycle is an
+error naming it. Every node of the result carries the key path it came from, so a
+problem found later names the place the user wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from schedtrain.analysis import Located
+from schedtrain.errors import did_you_mean
+from schedtrain.names import is_name
+from schedtrain.spec.problems import Problems, Rel, key_path
+from schedtrain.spec.vocabulary import (
+    COMPOSITE_KEYS,
+    NAMING_KEYS,
+    TERMS,
+    TRIGGER_KEYS,
+    describe_key,
+)
+from schedtrain.time import Time
+from schedtrain.triggers import MAX_DEPTH, AllOf, AnyOf, Not
+
+__all__ = ["TriggerReader"]
+
+
+def _joined(kind: type[AllOf | AnyOf], parts: list[Located], path: str) -> Located:
+    """``all_of``/``any_of`` of located parts, spliced as the core splices them."""
+    flat: list[Located] = []
+    for p in parts:
+        flat.extend(p.children if isinstance(p.trigger, kind) else [p])
+    if len(flat) == 1:
+        return flat[0]
+    return Located(kind(tuple(p.trigger for p in flat)), path, tuple(flat))
+
+
+class TriggerReader:
+    """Reads trigger values of one spec; resolves each named trigger once.
+
+    Args:
+        named: the raw ``[triggers]`` tables by name.
+        problems: where problems go.
+    """
+
+    def __init__(self, named: Mapping[str, Any], problems: Problems) -> None:
+        self.named = named
+        self.problems = problems
+        self.done: dict[str, Located | None] = {}
+        self._stack: list[str] = []
+
+    def named_trigger(self, name: str) -> Located | None:
+        """The located ``[triggers.NAME]`` trigger (``None`` if it has problems)."""
+        if name not in self.done:
+            self._stack.append(name)
+            self.done[name] = self.read(self.named[name], ("triggers", name))
+            self._stack.pop()
+        return self.done[name]
+
+    def read(self, value: object, rel: Rel, depth: int = 1) -> Located | None:
+        """A trigger value at ``rel``: a table or a name."""
+        if isinstance(value, str):
+            return self._reference(value, rel)
+        if not isinstance(value, dict):
+            self.problems.expect(rel, "a trigger table such as { every = \"500 steps\" } or "
+                                      "the name of a [triggers] entry", value)
+            return None
+        if depth > MAX_DEPTH:
+            self.problems.add(rel, f"triggers nest more than {MAX_DEPTH} levels deep here",
+                              expected=f"at most {MAX_DEPTH} levels", found="deeper")
+            return None
+        if not value:
+            self.problems.expect(rel, "a trigger table with at least one of "
+                                      f"{', '.join(NAMING_KEYS)}", value)
+            return None
+        return self._table(value, rel, depth)
+
+    def _reference(self, name: str, rel: Rel) -> Located | None:
+        problems = self.problems
+        if not is_name(name):
+            hint = ""
+            try:
+                Time.parse(name)
+                hint = f"; to fire periodically write {{ every = {name!r} }}"
+            except ValueError:
+                pass
+            problems.expect(rel, "a trigger table or the name of a [triggers] entry", name,
+                            hint)
+            return None
+        if name not in self.named:
+            problems.add(rel, f"unknown trigger {name!r}{did_you_mean(name, self.named)}; a "
+                              f"string names a [triggers.{name}] table"
+                              + ("" if self.named else " and this spec defines none"),
+                         expected="the name of a [triggers] entry", found=name)
+            return None
+        if name in self._stack:
+            cycle = " -> ".join([*self._stack[self._stack.index(name):], name])
+            problems.add(rel, f"cyclic trigger reference: {cycle}", found=name)
+            self.done[name] = None
+            return None
+        return self.named_trigger(name)
+
+    def _table(self, table: dict[str, Any], rel: Rel, depth: int) -> Located | None:
+        problems = self.problems
+        start = len(problems)
+        for key in table:
+            if key not in TRIGGER_KEYS:
+                problems.add((*rel, key), f"unknown trigger key {key!r}"
+                                          f"{did_you_mean(key, TRIGGER_KEYS)}; expected one of "
+                                          f"{', '.join(TRIGGER_KEYS)}",
+                             expected="a trigger key", found=key)
+        active = [t for t in TERMS if any(k in table for k in t.keys if k in NAMING_KEYS)]
+        for key in table:
+            if key in TRIGGER_KEYS and key not in COMPOSITE_KEYS \
+                    and not any(key in t.keys for t in active):
+                owner = describe_key(key)
+                add = owner if " or " not in owner else "one of them"
+                problems.add((*rel, key), f"`{key}` belongs to {owner}; add {add} or remove "
+                                          f"`{key}`", found=key)
+        for a, b in ((a, b) for i, a in enumerate(active) for b in active[i + 1:]):
+            shared = [k for k in a.keys if k in b.keys]
+            if shared:
+                problems.add((*rel, b.key), f"`{a.key}` and `{b.key}` in one table would share "
+                                            f"`{shared[0]}`; combine two tables with "
+                                            "all = [...] or any = [...]", found=b.key)
+                return None
+        parts: list[Located] = []
+        for term in active:
+            trigger = term.read(table, rel, problems)
+            if trigger is not None:
+                where = next(k for k in term.keys if k in table)
+                parts.append(Located(trigger, key_path((*rel, where))))
+        for key in ("all", "any"):
+            if key in table:
+                part = self._list(table[key], (*rel, key), key, depth)
+                if part is not None:
+                    parts.append(part)
+        if "not" in table:
+            inner = self.read(table["not"], (*rel, "not"), depth + 1)
+            if inner is not None:
+                if isinstance(inner.trigger, Not):  # ~~a is a
+                    parts.append(inner.children[0])
+                else:
+                    parts.append(Located(Not(inner.trigger), key_path((*rel, "not")), (inner,)))
+        if len(problems) > start:
+            return None
+        return self._combine(AllOf, parts, rel)
+
+    def _list(self, items: object, rel: Rel, key: str, depth: int) -> Located | None:
+        if not isinstance(items, list) or not items:
+            self.problems.expect(rel, "a non-empty list of triggers", items)
+            return None
+        kids = [self.read(item, (*rel, i), depth + 1) for i, item in enumerate(items)]
+        if any(k is None for k in kids):
+            return None
+        return self._combine(AllOf if key == "all" else AnyOf,
+                             [k for k in kids if k is not None], rel)
+
+    def _combine(self, kind: type[AllOf | AnyOf], parts: list[Located],
+                 rel: Rel) -> Located | None:
+        try:
+            return _joined(kind, parts, key_path(rel))
+        except ValueError as exc:  # nesting too deep through named triggers
+            self.problems.add(rel, str(exc))
+            return None

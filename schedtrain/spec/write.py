@@ -1,0 +1,169 @@
+"""Writing schedules and specs as TOML that loads back to an equal value.
+
+Triggers are written with the same vocabulary ``spec.load`` reads (``TERMS``): each
+term writes its own keys. Strings are escaped per TOML and keys quoted when not bare.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from schedtrain.schedule import Schedule
+from schedtrain.spec.model import ClockSpec, RunSpec, Spec
+from schedtrain.spec.vocabulary import TERMS, term_of
+from schedtrain.triggers import AllOf, AnyOf, Not, Trigger
+
+__all__ = ["dump_spec", "schedule_to_toml", "toml_value", "trigger_to_toml"]
+
+
+_BARE_KEY_RE: Final = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_str(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY_RE.match(key) else _toml_str(key)
+
+
+def toml_value(value: object) -> str:
+    """A TOML value as inline text (strings, numbers, booleans, lists, inline tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        text = repr(value)
+        return text if any(c in text for c in ".eE") else text + ".0"
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, Mapping):
+        inner = ", ".join(f"{_toml_key(str(k))} = {toml_value(v)}" for k, v in value.items())
+        return f"{{ {inner} }}" if inner else "{}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _trigger_table(trigger: Trigger) -> dict[str, Any]:
+    term = term_of(trigger)
+    if term is not None:
+        return term.write(trigger)
+    if isinstance(trigger, AllOf):
+        merged = _merged(trigger.triggers)
+        if merged is not None:
+            return merged
+    if isinstance(trigger, AllOf | AnyOf):
+        key = "all" if isinstance(trigger, AllOf) else "any"
+        return {key: [_trigger_table(t) for t in trigger.triggers]}
+    if isinstance(trigger, Not):
+        return {"not": _trigger_table(trigger.trigger)}
+    raise ValueError(f"{trigger!r} ({type(trigger).__name__}) has no TOML form; a trigger "
+                     "class of your own is written as {{ custom = \"package.module:Class\" }}")
+
+
+def _merged(children: Sequence[Trigger]) -> dict[str, Any] | None:
+    """One table for an AND of leaves that the reader would AND back in the same order.
+
+    That needs leaves of distinct terms, in the order ``TERMS`` ANDs them, whose keys
+    do not overlap.
+    """
+    order = [TERMS.index(term) if (term := term_of(t)) is not None else -1 for t in children]
+    if -1 in order or any(b <= a for a, b in itertools.pairwise(order)):
+        return None
+    keys = [k for i in order for k in TERMS[i].keys]
+    if len(keys) != len(set(keys)):
+        return None
+    table: dict[str, Any] = {}
+    for t in children:
+        table.update(_trigger_table(t))
+    return table
+
+
+def trigger_to_toml(trigger: Trigger) -> str:
+    """A trigger as an inline TOML table: ``{ every = "500 steps" }``.
+
+    Raises:
+        ValueError: the trigger wraps a Python callable (``when(fn)``) or has no TOML form.
+    """
+    return toml_value(_trigger_table(trigger))
+
+
+def _header(*keys: str) -> str:
+    return "[" + ".".join(_toml_key(k) for k in keys) + "]"
+
+
+def _write(
+    callbacks: Mapping[str, tuple[str | None, Mapping[str, Any], Trigger]],
+    *,
+    events: Sequence[str] = (),
+    clock: ClockSpec | None = None,
+    run: RunSpec | None = None,
+    triggers: Mapping[str, Trigger] | None = None,
+) -> str:
+    lines: list[str] = []
+    if events:
+        lines.append(f"events = {toml_value(list(events))}")
+    for title, obj in (("clock", clock), ("run", run)):
+        if obj is None:
+            continue
+        values = {k: list(v) if isinstance(v, tuple) else v
+                  for k, v in attrs.asdict(obj).items() if v is not None}
+        if values:
+            lines += ["", f"[{title}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    for name, trigger in (triggers or {}).items():
+        table = _trigger_table(trigger)
+        lines += ["", _header("triggers", name)]
+        lines += [f"{_toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
+    for name, (type_name, args, trigger) in callbacks.items():
+        lines += ["", _header("callbacks", name)]
+        if type_name is not None:
+            lines.append(f"type = {toml_value(type_name)}")
+        lines += [f"{_toml_key(k)} = {toml_value(v)}" for k, v in args.items()]
+        lines.append(f"trigger = {trigger_to_toml(trigger)}")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def schedule_to_toml(schedule: Schedule) -> str:
+    """Write a schedule composed in Python as TOML that loads back to an equal schedule.
+
+    Callbacks are written without ``type``: their objects are bound from Python by name.
+
+    Raises:
+        ValueError: a trigger wraps a Python callable (``when(fn)``).
+    """
+    return _write({e.default_name(): (None, {}, e.trigger) for e in schedule.entries},
+                  events=schedule.events)
+
+
+def dump_spec(spec: Spec) -> str:
+    """Write a ``Spec`` back as TOML (named triggers are written out in full)."""
+    return _write({n: (cb.type, cb.args, cb.trigger) for n, cb in spec.callbacks.items()},
+                  events=spec.events, clock=spec.clock, run=spec.run, triggers=spec.triggers)
