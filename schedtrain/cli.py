@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final, NoReturn
 
-import structlog
-
 from schedtrain.errors import Problem, ScheduleError
 from schedtrain.metric_stream import MetricStreamError
 from schedtrain.planning import PlanError
@@ -124,6 +122,8 @@ def _positive_int(text: str) -> int:
 
 def _configure_logging(verbose: bool) -> None:
     level = 10 if verbose else 30  # DEBUG / WARNING
+    import structlog  # only `train` logs: check and plan start without it
+
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(
             colors=False)],
@@ -237,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except SystemExit as exc:  # --help exits 0 through argparse
         return exc.code if isinstance(exc.code, int) else EXIT_OK
-    _configure_logging(args.verbose)
+    if args.command == "train":
+        _configure_logging(args.verbose)
     try:
         return _COMMANDS[args.command](args)
     except ScheduleError as exc:  # SpecError included

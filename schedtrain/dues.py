@@ -1,10 +1,10 @@
 """``DueBook``: per callback a due vector for one event, and their element-wise minimum.
 
 A callback's due vector holds, per counter, the value before which its trigger cannot
-be true (see ``triggers.protocol.Due``). The book answers two questions cheaply:
-the minimum over all callbacks (nothing at all can fire before it), and which
-callbacks' own vectors a clock position has reached. Vectors with one finite counter
-(the common case: "at step 500") live in a heap per counter; the rest are scanned.
+be true (see ``triggers.protocol.Due``): it may be true once *any* counter reaches its
+threshold. So the book keeps, per counter, a heap of ``(threshold, callback)``; a
+callback is reached when one of its entries is, and the minimum over all callbacks is
+the top of each heap. Every operation is logarithmic in the number of callbacks.
 """
 
 from __future__ import annotations
@@ -24,63 +24,48 @@ class DueBook:
     """Due vectors of ``n`` callbacks at one event; all ``NEVER`` until set."""
 
     def __init__(self, n: int) -> None:
-        self._dues: list[Due] = [NEVER] * n
         self._version = [0] * n
         # Per counter a heap of (threshold, callback, version); an entry whose version is
         # not the callback's current one has been superseded and is dropped when met.
         self._heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(6)]
-        self._general: set[int] = set()  # callbacks with several finite counters
+        # Superseded entries far in the future would never reach the top: past this size
+        # a heap is rebuilt from current entries (amortised, so memory stays bounded).
+        self._limit = 2 * n + 64
         self.minimum: Due = NEVER
 
     def set(self, dues: Iterable[tuple[int, Due]]) -> None:
         """Replace the vectors of some callbacks, then recompute ``minimum``."""
-        dues_of, version, general, heaps = self._dues, self._version, self._general, self._heaps
+        version, heaps = self._version, self._heaps
+        push = heapq.heappush
         for i, due in dues:
-            dues_of[i] = due
-            version[i] += 1
-            finite = 6 - due.count(_INF)
-            if finite == 1:
-                general.discard(i)
-                k = 0
-                while due[k] == _INF:
-                    k += 1
-                heapq.heappush(heaps[k], (due[k], i, version[i]))
-            elif finite:
-                general.add(i)
-            else:
-                general.discard(i)
-        self._refresh()
-
-    def _refresh(self) -> None:
-        version, dues = self._version, self._dues
+            version[i] = v = version[i] + 1
+            for k in range(6):
+                d = due[k]
+                if d != _INF:
+                    push(heaps[k], (d, i, v))
         g = [_INF] * 6
-        for k, heap in enumerate(self._heaps):
+        for k, heap in enumerate(heaps):
+            if len(heap) > self._limit:
+                heap[:] = [e for e in heap if e[2] == version[e[1]]]
+                heapq.heapify(heap)
             while heap and heap[0][2] != version[heap[0][1]]:
                 heapq.heappop(heap)
             if heap:
                 g[k] = heap[0][0]
-        for i in self._general:
-            d = dues[i]
-            for k in range(6):
-                g[k] = min(g[k], d[k])
         self.minimum = (g[0], g[1], g[2], g[3], g[4], g[5])
 
     def reached(self, cur: tuple[float, ...]) -> list[int]:
         """Callbacks whose vector ``cur`` reaches (some counter at or past its threshold).
 
-        Their heap entries are consumed: call ``set`` for each one afterwards.
+        Their entries are consumed: call ``set`` for each of them afterwards.
         """
         version = self._version
         found: set[int] = set()
+        pop = heapq.heappop
         for k, heap in enumerate(self._heaps):
             c = cur[k]
             while heap and heap[0][0] <= c:
-                _, i, v = heapq.heappop(heap)
+                _, i, v = pop(heap)
                 if v == version[i]:
                     found.add(i)
-        dues = self._dues
-        for i in self._general:
-            d = dues[i]
-            if any(c >= x for c, x in zip(cur, d, strict=True)):
-                found.add(i)
         return sorted(found)

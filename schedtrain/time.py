@@ -139,6 +139,12 @@ def _format_number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
+def _short(value: int | float) -> str:
+    """A number for a message, shortened when it has more digits than anyone reads."""
+    text = _format_number(value)
+    return text if len(text) <= 24 else f"{text[:6]}...({len(text)} digits)"
+
+
 def _value_from_base(base: int, unit: Unit) -> int | float:
     whole, rest = divmod(base, unit.scale)
     return whole if rest == 0 else base / unit.scale
@@ -174,10 +180,10 @@ class Time:
                                 found=_format_number(value))
         base = round(exact * u.scale)
         if base > MAX_COUNT:
-            raise ArgumentError("value", f"{_format_number(value)} {u.spell(2)} is too large: "
+            raise ArgumentError("value", f"{_short(value)} {u.spell(2)} is too large: "
                                 f"at most {MAX_COUNT} {'ns' if u.is_time else u.spell(2)}",
                                 expected=f"at most {MAX_COUNT} in the counter's unit",
-                                found=_format_number(value))
+                                found=_short(value))
         self.__attrs_init__(int(value) if u.is_integral else value, u, base)
 
     @classmethod
@@ -207,8 +213,11 @@ class Time:
             unit = Unit.parse(match["unit"])
         except ValueError as exc:
             raise ValueError(f"invalid time {text!r}: {exc}") from None
-        number = Fraction(match["num"].replace("_", "")) * _SUFFIX.get(match["suffix"], 1)
-        if unit.is_integral and number.denominator != 1:
+        digits = match["num"].replace("_", "")
+        scale = _SUFFIX.get(match["suffix"], 1)
+        # Fraction reads the decimal exactly; plain integers (most times) skip it.
+        number = int(digits) * scale if digits.isdigit() else Fraction(digits) * scale
+        if unit.is_integral and isinstance(number, Fraction) and number.denominator != 1:
             raise ValueError(f"invalid time {text!r}: {float(number):g} {unit.spell(2)} is not "
                              f"a whole number of {unit.spell(2)}")
         base = round(number * unit.scale)

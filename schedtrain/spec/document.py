@@ -101,27 +101,38 @@ _converter.register_structure_hook_func(
     lambda t: getattr(t, "__origin__", None) is dict, _table)
 
 
-def _nesting_too_deep(text: str) -> tuple[int, int] | None:
-    """Where brackets and braces first nest deeper than the TOML reader can follow."""
-    depth, line, col, quote = 0, 1, 0, ""
-    for ch in text:
-        col += 1
-        if ch == "\n":
-            line, col = line + 1, 0
-            if quote in ("'", '"'):
-                quote = ""
-        elif quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{":
-            depth += 1
-            if depth > 100:
-                return line, col
-        elif ch in "]}":
-            depth -= 1
-    return None
+_HEADER_RE: Final = re.compile(r"\[\[?\s*([^\]]+?)\s*\]\]?")
+_KEY_RE: Final = re.compile(r"\s*([A-Za-z0-9_\-.\"']+)\s*=")
+
+
+def _too_deep_at(text: str, limit: int = 100) -> tuple[str, str]:
+    """Where brackets and braces first nest deeper than ``limit``: the key path and line.
+
+    A light scan (strings and comments skipped) for when the TOML reader itself gives
+    up; the key path is the table header and the key whose value nests.
+    """
+    depth, quote, header, key = 0, "", "", ""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if depth == 0 and not quote:
+            if (m := _HEADER_RE.match(line.strip())) is not None:
+                header = m.group(1)
+            elif (m := _KEY_RE.match(line)) is not None:
+                key = m.group(1)
+        for col, ch in enumerate(line, 1):
+            if quote:
+                quote = "" if ch == quote else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch == "#":
+                break
+            elif ch in "[{":
+                depth += 1
+                if depth > limit:
+                    return ".".join(p for p in (header, key) if p), f"line {lineno}, column {col}"
+            elif ch in "]}":
+                depth -= 1
+        quote = ""
+    return "", "somewhere"
 
 
 def parse_toml(text: str, problems: Problems) -> dict[str, Any] | None:
@@ -131,10 +142,10 @@ def parse_toml(text: str, problems: Problems) -> dict[str, Any] | None:
     except tomllib.TOMLDecodeError as exc:
         problems.add("", f"invalid TOML: {exc}")
     except RecursionError:
-        where = _nesting_too_deep(text)
-        at = f" (at line {where[0]}, column {where[1]})" if where else ""
-        problems.add("", f"invalid TOML: tables and lists nest too deeply{at}; triggers may "
-                         "nest at most 64 levels", expected="at most 64 levels")
+        path, where = _too_deep_at(text)
+        problems.add(path, f"tables and lists nest too deeply to read ({where}); triggers "
+                           "may nest at most 64 levels", expected="at most 64 levels",
+                     found="more than 100 levels")
     return None
 
 

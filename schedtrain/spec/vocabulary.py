@@ -31,7 +31,6 @@ from schedtrain.triggers import (
     every,
     improved,
     on,
-    parse_condition,
     plateau,
     when,
     window,
@@ -159,11 +158,10 @@ def _read_if(table: Mapping[str, Any], rel: Rel, problems: Problems) -> Trigger 
         problems.expect((*rel, "if"), "condition text such as 'val/loss < 0.5'", text)
         return None
     try:
-        parse_condition(text)  # parsed by the core grammar, never evaluated
+        return when(text)  # parsed by the core grammar, never evaluated
     except ValueError as exc:
         problems.add((*rel, "if"), str(exc), expected="a condition", found=text)
         return None
-    return when(text)
 
 
 def _write_if(t: When) -> dict[str, Any]:

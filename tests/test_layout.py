@@ -1,0 +1,119 @@
+"""The package's shape: a torch-free core, no import cycles, small modules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "schedtrain"
+#: Packages where torch lives; everything else is the torch-free core.
+TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed")
+MAX_LINES = 400
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules(*, core_only: bool) -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).parts
+        if core_only and rel[0] in TORCH_PACKAGES:
+            continue
+        out[_module_name(path)] = path
+    return out
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Every schedtrain module ``path`` imports, at any depth of the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found |= {n for n in names if n in known}
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+class TestCore:
+    """The torch-free core: time, clock, triggers, table, spec, planning, testing, cli."""
+
+    def test_imports_with_torch_unimportable(self) -> None:
+        """Every core module imports with torch made unimportable, and torch stays out."""
+        names = [n for n in _modules(core_only=True) if n != "schedtrain.__main__"]
+        code = ("import sys, warnings; sys.modules['torch'] = None\n"
+                "warnings.simplefilter('ignore', DeprecationWarning)\n"
+                + "".join(f"import {m}\n" for m in names)
+                + "import schedtrain\n"
+                + "[getattr(schedtrain, n) for n in schedtrain.__all__]\n"
+                + "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=False)
+        assert result.returncode == 0, result.stderr
+
+    def test_no_import_cycles(self) -> None:
+        """No module of the core imports (directly or through others) one that imports it."""
+        mods = _modules(core_only=True)
+        graph = {m: _imports(p, set(mods)) - {m} for m, p in mods.items()}
+        # A submodule's import of its own package's __init__ is how packages load, not a cycle.
+        for m in graph:
+            graph[m] = {t for t in graph[m] if not m.startswith(t + ".")}
+        assert _cycles(graph) == []
+
+    @pytest.mark.parametrize("name", sorted(_modules(core_only=True)))
+    def test_module_is_small(self, name: str) -> None:
+        """No core module is over 400 lines: each has one job."""
+        lines = len(_modules(core_only=True)[name].read_text().splitlines())
+        assert lines <= MAX_LINES, f"{name} has {lines} lines"
+
+
+def test_public_names_are_exported() -> None:
+    """Everything in ``schedtrain.__all__`` exists, and ``dir()`` lists it."""
+    import schedtrain
+
+    missing = [n for n in schedtrain.__all__ if not hasattr(schedtrain, n)]
+    assert missing == []
+    assert set(schedtrain.__all__) <= set(dir(schedtrain))
