@@ -160,6 +160,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             continue
         for note in spec.warnings:
             print(f"warning: {path}: {note}", file=sys.stderr)
+        for target in spec.unimported:
+            print(f"note: {path}: custom trigger {target!r} was not imported; --import "
+                  "imports it (and runs its module) to check it fully", file=sys.stderr)
         print(f"{path}: ok: {_plural(len(spec.callbacks), 'callback')}, "
               f"{_plural(len(spec.triggers), 'named trigger')}, "
               f"{_plural(len(spec.events), 'custom event')}, "

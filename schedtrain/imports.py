@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
+from pathlib import Path
 from typing import Any, Final
 
 from schedtrain.errors import did_you_mean
 
-__all__ = ["IMPORT_PATH_RE", "import_class"]
+__all__ = ["IMPORT_PATH_RE", "add_user_paths", "import_class"]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 IMPORT_PATH_RE: Final = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
@@ -41,3 +43,16 @@ def import_class(target: str, base: type, what: str) -> type:
         raise TypeError(f"{target!r} is not {what} (a subclass of {base.__module__}."
                         f"{base.__qualname__}); it is the {kind}")
     return obj
+
+
+def add_user_paths(spec_file: str | None) -> None:
+    """Put where user modules of a spec live on ``sys.path``: the current directory and
+    the spec file's parent's parent (``specs/x.toml`` next to ``examples/`` finds
+    ``examples.module``). ``train``, ``check --import`` and ``plan --import`` all use this.
+    """
+    roots = [str(Path.cwd())]
+    if spec_file and not spec_file.startswith("<"):
+        roots.append(str(Path(spec_file).resolve().parent.parent))
+    for root in roots:
+        if root not in sys.path:
+            sys.path.insert(0, root)

@@ -14,6 +14,7 @@ import attrs
 
 from schedtrain.analysis import analyze
 from schedtrain.errors import Problem, SpecError
+from schedtrain.imports import add_user_paths
 from schedtrain.spec.callbacks import read_callback
 from schedtrain.spec.document import parse_toml, read_document
 from schedtrain.spec.model import CallbackSpec, Spec
@@ -36,6 +37,8 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
         SpecError: listing every problem with its key path (and line and column for
             TOML syntax errors).
     """
+    if imports:
+        add_user_paths(file)
     problems = Problems(file, imports)
     data = parse_toml(text, problems)
     problems.raise_if_any()

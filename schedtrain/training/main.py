@@ -10,7 +10,6 @@ the current directory and the spec file's parent directory's parent on
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ import attrs
 import torch
 
 from schedtrain.errors import Problem, SpecError
+from schedtrain.imports import add_user_paths
 from schedtrain.spec import Spec
 from schedtrain.training.checkpoint import latest_checkpoint
 
@@ -58,12 +58,7 @@ def load_task(spec: Any, target: str) -> Task:
     module_name, _, func_name = target.partition(":")
     if not module_name or not func_name:
         raise _problem(spec, "run.task", f"expected 'module:function', got {target!r}")
-    roots = [str(Path.cwd())]
-    if getattr(spec, "path", None):
-        roots.append(str(Path(spec.path).resolve().parent.parent))
-    for root in roots:
-        if root not in sys.path:
-            sys.path.insert(0, root)
+    add_user_paths(getattr(spec, "path", None))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

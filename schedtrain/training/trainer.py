@@ -126,6 +126,8 @@ class Trainer:
         run_dir: where ``events.jsonl`` and checkpoints go (``None``: nothing written).
         sinks: extra metric writers (``TensorBoardWriter``, ``ConsolePrinter``).
         predicates: named predicates for ``when("name")`` conditions.
+        clock: the loop's clock (default: a new ``LoopClock``); give one with a fake
+            ``time_source`` to make wall-time triggers exact in tests.
     """
 
     def __init__(  # noqa: PLR0915 - validation and wiring, read top to bottom
@@ -150,6 +152,7 @@ class Trainer:
         run_dir: str | Path | None = None,
         sinks: Iterable[Sink] = (),
         predicates: Mapping[str, Predicate] | None = None,
+        clock: LoopClock | None = None,
     ) -> None:
         if (loss_fn is None) == (step_fn is None):
             raise TypeError("give exactly one of `loss_fn` and `step_fn`")
@@ -179,7 +182,7 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         # An empty mapping, not None: at run time conditions are decided, never "unknown".
         self.predicates: dict[str, Predicate] = dict(predicates or {})
-        self.clock = LoopClock()
+        self.clock = clock if clock is not None else LoopClock()
         self.scaler: Any = (torch.amp.GradScaler(self.device.type)
                             if precision == "fp16" else None)
         self.schedule, self.callbacks = bind(callbacks, schedule, bindings)
