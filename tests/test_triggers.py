@@ -130,6 +130,14 @@ class TestConditions:
         ("(acc > 0.9 or acc < 0.1) and loss != 0", {"acc": 0.05, "loss": 2.0}, True),
         ("train/loss < val/loss", {"train/loss": 0.1, "val/loss": 0.2}, True),
         ("delta > -1", {"delta": -0.5}, True),
+        ("not (a < 1 or b > 2)", {"a": 1.5, "b": 1.0}, True),
+        ("not (a < 1 or b > 2)", {"a": 0.5, "b": 1.0}, False),
+        ("x < 1 and (y > 2 or z < 3)", {"x": 0, "y": 0, "z": 2}, True),
+        ("x < 1 and (y > 2 or z < 3)", {"x": 0, "y": 0, "z": 4}, False),
+        ("a > 1 or (b > 1 and not (c > 1))", {"a": 0, "b": 2, "c": 0}, True),
+        ("not(a<1)and(b<1)", {"a": 2, "b": 0}, True),
+        ("x != 1", {"x": float("nan")}, True),
+        ("x < 1", {"x": float("nan")}, False),
     ])
     def test_comparisons(self, text: str, metrics: dict, expected: bool) -> None:
         """Comparisons, chains, and/or/not and parentheses evaluate against metric values."""
@@ -146,6 +154,8 @@ class TestConditions:
         ("3", "comparison operator"),
         ("os.system('rm')", "calls are not allowed"),
         ("loss; import os", "unexpected ';'"),
+        ("not (" * 70 + "a < 1" + ")" * 70, "nest more than 64 levels"),
+        ("a < 1 and f(2)", "calls are not allowed ('f(' at position 11)"),
     ])
     def test_unsafe_or_malformed_text_is_refused(self, text: str, fragment: str) -> None:
         """Text that is not the grammar is refused with where and what was expected."""

@@ -1,0 +1,123 @@
+"""Firing rules that once went wrong, each checked in simulate(), plan and a real run."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from test_agreement import FakeTime
+from training_helpers import Noop, UnevenData, tiny_model
+
+from schedtrain import LoopClock, Schedule, simulate
+from schedtrain.cli import main
+from schedtrain.training import Trainer
+from schedtrain.triggers import at, every, improved, on, when, window
+
+
+def _plan_json(tmp_path: Path, toml: str, *args: str) -> list[dict[str, object]]:
+    spec = tmp_path / "s.toml"
+    spec.write_text(toml)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", str(spec), "--format", "json", *args]) == 0
+    firings: list[dict[str, object]] = json.loads(out.getvalue())["firings"]
+    return firings
+
+
+class TestEventsAreTheCallbacksOwn:
+    """A callback is evaluated at ``batch_end`` only when its own trigger names it."""
+
+    SCHEDULE = Schedule({"x": every("2 batches") | when("loss < 1")})
+
+    def test_a_batch_unit_child_beside_a_condition_fires_at_batch_end(self) -> None:
+        """``any(every 2 batches, if ...)`` fires at batch_end: the condition hides nothing."""
+        log = simulate(self.SCHEDULE, epochs=1, steps_per_epoch=3, batches_per_step=2,
+                       metrics={"loss": [(0, 2.0)]})
+        assert [(f.event, f.timestamp.batch) for f in log] == [
+            ("batch_end", 2), ("batch_end", 4), ("batch_end", 6)]
+
+    @pytest.mark.filterwarnings("ignore:.*no callback produces:schedtrain.ScheduleWarning")
+    def test_the_same_in_plan_and_in_training(self, tmp_path: Path) -> None:
+        """plan --format json and a Trainer agree with simulate() on it."""
+        toml = ('[clock]\nepochs = 1\nsteps_per_epoch = 3\nbatches_per_step = 2\n'
+                '[callbacks.x]\ntrigger = { any = [{ every = "2 batches" }, '
+                '{ if = "loss < 1" }] }\n')
+        planned = _plan_json(tmp_path, toml)  # no metrics: the condition is undecided
+        assert [(f["batch"], f.get("conditional", False)) for f in planned
+                if f["event"] == "batch_end"] == [(1, True), (2, False), (3, True), (4, False),
+                                                  (5, True), (6, False)]
+        model, opt = tiny_model()
+        trainer = Trainer(model, opt, UnevenData([6]), torch.nn.functional.mse_loss,
+                          schedule=self.SCHEDULE, bindings={"x": Noop()}, max_epochs=1,
+                          grad_accum=2)
+        trainer.fit()  # no metric `loss` is ever put: only the clock part fires
+        assert [(f.event, f.timestamp.batch) for f in trainer.firings] == [
+            ("batch_end", 2), ("batch_end", 4), ("batch_end", 6)]
+
+    @pytest.mark.parametrize("other", [every("3 batches"), on("batch_end"), at("5 batches")])
+    def test_a_bare_condition_is_not_evaluated_at_batch_end(self, other: object) -> None:
+        """Another callback counting batches does not add batch_end to a bare condition's."""
+        alone = simulate(Schedule({"c": window(start="2 steps")}), epochs=1,
+                         steps_per_epoch=4, batches_per_step=2)
+        both = simulate(Schedule({"other": other, "c": window(start="2 steps")}), epochs=1,
+                        steps_per_epoch=4, batches_per_step=2)
+        assert both.of("c") == alone.of("c")
+        assert "batch_end" not in alone.events("c")
+
+
+class TestExactTime:
+    """Wall time is an exact count: float rounding never decides a firing."""
+
+    def test_every_1_4_s_at_0_35_s_per_step(self) -> None:
+        """Every 1.4 s at 0.35 s per step fires at steps 4, 8, 12, ... exactly."""
+        log = simulate(Schedule({"t": every("1.4 s")}), epochs=1, steps_per_epoch=40,
+                       seconds_per_step=0.35)
+        assert log.steps("t") == list(range(4, 41, 4))
+        assert log[0].timestamp.time_ns == 1_400_000_000
+
+    def test_in_plan_and_training(self, tmp_path: Path) -> None:
+        """plan --format json and a Trainer on an exact nanosecond clock agree."""
+        planned = _plan_json(tmp_path, '[clock]\nepochs = 1\nsteps_per_epoch = 13\n'
+                                       'seconds_per_step = 0.35\n[callbacks.t]\n'
+                                       'trigger = { every = "1.4 s" }\n')
+        assert [f["step"] for f in planned] == [4, 8, 12]
+        model, opt = tiny_model()
+        trainer = Trainer(model, opt, UnevenData([13]), torch.nn.functional.mse_loss,
+                          schedule=Schedule({"t": every("1.4 s")}), bindings={"t": Noop()},
+                          max_epochs=1, clock=LoopClock(time_source=FakeTime(350_000_000)))
+        trainer.fit()
+        assert trainer.firing_log.steps("t") == [4, 8, 12]
+
+    def test_minutes_and_hours_are_exact(self) -> None:
+        """0.1 min is 6 s and 1/1000 h is 3.6 s, exactly."""
+        log = simulate(Schedule({"m": every("0.1 min"), "h": every("0.001 h")}), epochs=1,
+                       steps_per_epoch=40, seconds_per_step=0.6)
+        assert log.steps("m") == [10, 20, 30, 40]
+        assert log.steps("h") == [6, 12, 18, 24, 30, 36]
+
+
+class TestCutEpochs:
+    """An epoch cut by ``max_steps`` never ends: what is stamped at its end never appears."""
+
+    def test_metric_of_an_unfinished_epoch_is_not_visible(self) -> None:
+        """A value stamped at the end of the cut epoch is not seen at train_end."""
+        schedule = Schedule({"x": on("train_end") & when("acc > 0.5"),
+                             "y": on("train_end") & improved("acc", mode="max")})
+        log = simulate(schedule, epochs=2, steps_per_epoch=10, max_steps=15,
+                       metrics={"acc": [("2 epochs", 0.9)]})
+        assert list(log) == []
+
+    def test_in_plan(self, tmp_path: Path) -> None:
+        """plan --metrics resolves it the same way."""
+        stream = tmp_path / "m.jsonl"
+        stream.write_text('{"name": "acc", "value": 0.9, "epoch": 2}\n'
+                          '{"name": "acc", "value": 0.4, "epoch": 1}\n')
+        toml = ('[clock]\nepochs = 2\nsteps_per_epoch = 10\nmax_steps = 15\n'
+                '[callbacks.x]\ntrigger = { on = "train_end", if = "acc > 0.5" }\n'
+                '[callbacks.y]\ntrigger = { on = "train_end", if = "acc < 0.5" }\n')
+        planned = _plan_json(tmp_path, toml, "--metrics", str(stream))
+        assert [(f["callback"], f["epoch"], f["step"]) for f in planned] == [("y", 1, 15)]
