@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from examples.custom_trigger import (  # noqa: E402 - the repository root is on sys.path now
-    LogSpaced,
     in_plan,
     in_simulation,
     in_training,
@@ -142,7 +141,7 @@ class TestProtocol:
     @pytest.mark.parametrize("module", ["table.py", "dues.py", "simulation.py", "simclock.py"])
     def test_table_and_simulator_name_no_built_in_trigger(self, module: str) -> None:
         """No built-in trigger class appears in the table's or the simulator's code."""
-        import schedtrain.triggers as triggers
+        from schedtrain import triggers
 
         built_in = {n for n in triggers.__all__ if isinstance(getattr(triggers, n), type)
                     and issubclass(getattr(triggers, n), Trigger) and n != "Trigger"}
