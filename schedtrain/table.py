@@ -169,7 +169,10 @@ class TriggerTable:
 
     # -- firing --------------------------------------------------------------------------
     def step_end(self, run: Runner | None = None) -> tuple[str, ...]:
-        """Call after each optimizer step (the loop may skip it while ``step < step_due``)."""
+        """Call after each optimizer step; one comparison while ``step < step_due``."""
+        clock = self._clock
+        if clock is not None and clock.step < self.step_due:
+            return ()
         return self.fire("step_end", run)
 
     def batch_end(self, run: Runner | None = None) -> tuple[str, ...]:

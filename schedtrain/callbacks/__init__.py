@@ -1,11 +1,22 @@
 """Callbacks say *what* to do; triggers say *when* (torch allowed here).
 
-Built-ins live one family per module: ``saver`` (ModelSaver, MinSaver, MaxSaver),
-``inference`` (InferenceRunner), ``hyperparam`` (ScheduledHyperParamSetter),
-``stopping`` (EarlyStopping, TerminateOnNaN) and ``progress`` (ProgressBar).
+The ``Callback`` base and the built-ins, one family per module: ``saver`` (ModelSaver,
+MinSaver, MaxSaver), ``inference`` (InferenceRunner), ``hyperparam``
+(ScheduledHyperParamSetter), ``stopping`` (EarlyStopping, TerminateOnNaN) and
+``progress`` (ProgressBar). All are importable from here.
 """
 
 from schedtrain.callbacks.base import Callback as Callback
 from schedtrain.callbacks.base import StepOutputs as StepOutputs
+from schedtrain.callbacks.hyperparam import ScheduledHyperParamSetter as ScheduledHyperParamSetter
+from schedtrain.callbacks.inference import InferenceRunner as InferenceRunner
+from schedtrain.callbacks.progress import ProgressBar as ProgressBar
+from schedtrain.callbacks.saver import MaxSaver as MaxSaver
+from schedtrain.callbacks.saver import MinSaver as MinSaver
+from schedtrain.callbacks.saver import ModelSaver as ModelSaver
+from schedtrain.callbacks.stopping import EarlyStopping as EarlyStopping
+from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 
-__all__ = ["Callback", "StepOutputs"]
+__all__ = ["Callback", "EarlyStopping", "InferenceRunner", "MaxSaver", "MinSaver",
+           "ModelSaver", "ProgressBar", "ScheduledHyperParamSetter", "StepOutputs",
+           "TerminateOnNaN"]
