@@ -22,7 +22,7 @@ from schedtrain.triggers import AllOf, AnyOf, Not, Trigger
 __all__ = ["dump_spec", "schedule_to_toml", "toml_value", "trigger_to_toml"]
 
 
-_BARE_KEY_RE: Final = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _toml_str(text: str) -> str:
@@ -46,7 +46,7 @@ def _toml_str(text: str) -> str:
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY_RE.match(key) else _toml_str(key)
+    return key if _BARE_KEY_RE.fullmatch(key) else _toml_str(key)
 
 
 def toml_value(value: object) -> str:
