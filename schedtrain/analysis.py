@@ -84,13 +84,17 @@ def _why_not(trigger: Trigger, counter: str) -> str:
         if blocker is not None:
             if not raisers:
                 return f"{blocker!r} is never true at any {counter} value"
-            shown = ", ".join(repr(t) for t in raisers)
-            return (f"{blocker!r} is never true at {counter} {value:g} or later, and {shown} "
-                    f"is not true before {counter} {value:g}")
+            # "X is not true before V" only when V is where X can first be true at all
+            if all(t.first_possible(counter, 0) == value for t in raisers):
+                shown = ", ".join(repr(t) for t in raisers)
+                return (f"{blocker!r} is never true at {counter} {value:g} or later, and "
+                        f"{shown} is not true before {counter} {value:g}")
+            break
         nxt = max(a for _, a in answers)
         raisers = [t for t, a in answers if a == nxt and nxt > value] or raisers
         value = nxt
-    return f"its parts are never true at one {counter} value"
+    shown = ", ".join(repr(t) for t in parts if t.first_possible(counter, 0) != 0)
+    return f"no {counter} value makes all of its parts true ({shown})"
 
 
 def _dead_branches(root: Located) -> Iterator[str]:

@@ -95,14 +95,20 @@ class EventSet:
         """Events in either set (``any``)."""
         return EventSet(self.named | other.named, self.default or other.default)
 
-    def intersection(self, other: EventSet) -> EventSet:
-        """Events in both sets (``all``)."""
-        named = self.named & other.named
-        if other.default:
-            named |= {e for e in self.named if e not in OPT_IN_EVENTS}
-        if self.default:
-            named |= {e for e in other.named if e not in OPT_IN_EVENTS}
-        return EventSet(frozenset(named), self.default and other.default)
+    @classmethod
+    def all_of(cls, sets: Iterable[EventSet]) -> EventSet:
+        """The events of ``all``: where every clock part's events meet.
+
+        A part with no clock part (``default``) restricts nothing: in
+        ``every("2 batches") & window(...)`` the window is evaluated at ``batch_end`` too.
+        Only when no part has a clock part is the result itself without one; the events
+        its parts name stay named.
+        """
+        sets = list(sets)
+        clocked = [s.named for s in sets if not s.default]
+        if not clocked:
+            return cls(frozenset().union(*(s.named for s in sets)), True)
+        return cls(frozenset.intersection(*clocked), False)
 
     def describe(self) -> str:
         """``step_end``, ``epoch_end/train_end``, ``any default event``..."""
@@ -113,7 +119,7 @@ class EventSet:
 
     @classmethod
     def union_of(cls, sets: Iterable[EventSet]) -> EventSet:
-        """The union of several sets."""
+        """The events of ``any``: where some part can be true."""
         out = cls()
         for s in sets:
             out = out.union(s)

@@ -71,8 +71,9 @@ def _timeline(plan: Plan, width: int = TIMELINE_WIDTH) -> list[str]:
 def render_table(plan: Plan, first: int) -> str:
     spec, shape = plan.spec, plan.shape
     names = plan.table.names
-    lines = [f"plan: {spec.path}: {shape.epochs:,} epochs x "
-             f"{shape.length(0) if shape.epochs else 0:,} steps = "
+    lengths = sorted({n for n, _ in shape.runs}) or [0]
+    each = (f"{lengths[0]:,}" if len(lengths) == 1 else f"{lengths[0]:,}-{lengths[-1]:,}")
+    lines = [f"plan: {spec.path}: {shape.epochs:,} epochs x {each} steps = "
              f"{shape.total_steps:,} steps"]
     rows = [("callback", "trigger", "fires", "first firings")]
     for name, trig in zip(names, plan.table.triggers, strict=True):

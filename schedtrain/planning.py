@@ -57,14 +57,17 @@ class Plan:
 
 
 def _shape(spec: Spec, epochs: int | None, steps_per_epoch: int | None) -> RunShape:
-    shape = spec.clock.shape(epochs=epochs, steps_per_epoch=steps_per_epoch)
+    try:
+        shape = spec.clock.shape(epochs=epochs, steps_per_epoch=steps_per_epoch)
+    except ValueError as exc:
+        raise PlanError(f"{spec.path}: {exc}") from None
     if shape is not None:
         return shape
     clock = spec.clock
     missing = []
     if epochs is None and clock.epochs is None and clock.epoch_lengths is None:
         missing.append("epochs")
-    if steps_per_epoch is None and clock.steps_per_epoch is None:
+    if steps_per_epoch is None and clock.steps_per_epoch is None and not clock.epoch_lengths:
         missing.append("steps_per_epoch")
     raise PlanError(
         f"{spec.path}: plan needs the run's length: set {' and '.join(missing)} in [clock] "

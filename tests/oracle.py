@@ -62,16 +62,12 @@ def _events(t: Trigger) -> tuple[set[str], bool]:
     if isinstance(t, On):
         return {t.event}, False
     if isinstance(t, AllOf):
-        named, default = _events(t.triggers[0])
-        for c in t.triggers[1:]:
-            n2, d2 = _events(c)
-            both = named & n2
-            if d2:
-                both |= {e for e in named if e not in OPT_IN}
-            if default:
-                both |= {e for e in n2 if e not in OPT_IN}
-            named, default = both, default and d2
-        return named, default
+        # a part with no clock part restricts nothing; the clock parts' events must meet
+        parts = [_events(c) for c in t.triggers]
+        clocked = [n for n, d in parts if not d]
+        if not clocked:
+            return set().union(*(n for n, _ in parts)), True
+        return set.intersection(*clocked), False
     if isinstance(t, AnyOf):
         named, default = set(), False
         for c in t.triggers:

@@ -126,26 +126,9 @@ OPT_IN = {"batch_end", "eval_start", "eval_step_end", "eval_end", "preempt"}
 
 def _events_of(t: Trigger) -> tuple[set[str], bool]:
     """(events named, evaluated at every default event too) — DESIGN section 3."""
-    if isinstance(t, Every | At):
-        return {t.unit.event}, False
-    if isinstance(t, On):
-        return {t.event}, False
-    if isinstance(t, AllOf):
-        named, default = _events_of(t.triggers[0])
-        for c in t.triggers[1:]:
-            n2, d2 = _events_of(c)
-            both = (named & n2) | ({e for e in named if e not in OPT_IN} if d2 else set())
-            both |= {e for e in n2 if e not in OPT_IN} if default else set()
-            named, default = both, default and d2
-        return named, default
-    if isinstance(t, AnyOf):
-        named, default = set(), False
-        for c in t.triggers:
-            n2, d2 = _events_of(c)
-            named |= n2
-            default = default or d2
-        return named, default
-    return set(), True  # no clock part: a window, a not
+    from oracle import _events
+
+    return _events(t)
 
 
 def evaluated_at(t: Trigger, event: str) -> bool:

@@ -68,22 +68,25 @@ def periodic(draw: st.DrawFn) -> Trigger:
 
 @st.composite
 def points(draw: st.DrawFn) -> Trigger:
-    unit = draw(st.sampled_from(UNITS))
-    return at(*(Time(p, unit) for p in draw(st.lists(st.integers(1, 40), min_size=1,
-                                                        max_size=3))))
+    """Points in one unit, or in several (an ``any`` of one ``at`` per unit)."""
+    ps = draw(st.lists(st.tuples(st.integers(1, 40), st.sampled_from(UNITS)), min_size=1,
+                       max_size=3))
+    return at(*(Time(p, unit) for p, unit in ps))
 
 
 @st.composite
 def windows(draw: st.DrawFn) -> Trigger:
-    unit = draw(st.sampled_from([Unit.STEP, Unit.EPOCH, Unit.SAMPLE, Unit.BATCH]))
+    """A window; start and stop may read two counters (then two windows AND-ed)."""
+    units = [Unit.STEP, Unit.EPOCH, Unit.SAMPLE, Unit.BATCH]
+    lo_unit, hi_unit = draw(st.sampled_from(units)), draw(st.sampled_from(units))
     start = draw(st.none() | st.integers(0, 30))
     stop = draw(st.none() | st.integers(1, 60))
     if start is None and stop is None:
         start = 1
-    if start is not None and stop is not None and stop <= start:
+    if lo_unit is hi_unit and start is not None and stop is not None and stop <= start:
         stop = start + 1
-    return window(None if start is None else Time(start, unit),
-                  None if stop is None else Time(stop, unit))
+    return window(None if start is None else Time(start, lo_unit),
+                  None if stop is None else Time(stop, hi_unit))
 
 
 def _cond_tree() -> st.SearchStrategy[Any]:

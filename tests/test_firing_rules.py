@@ -121,3 +121,39 @@ class TestCutEpochs:
                 '[callbacks.y]\ntrigger = { on = "train_end", if = "acc < 0.5" }\n')
         planned = _plan_json(tmp_path, toml, "--metrics", str(stream))
         assert [(f["callback"], f["epoch"], f["step"]) for f in planned] == [("y", 1, 15)]
+
+
+class TestAllRestrictsOnlyByClockParts:
+    """In ``all``, a part with no clock part restricts no event: the clock parts decide."""
+
+    @pytest.mark.parametrize("other", [when("loss < 1"), window(start="1 step"),
+                                       ~at("4 batches")])
+    def test_batch_unit_and_no_clock_part_fires_at_batch_end(self, other: object) -> None:
+        """``every 2 batches & X`` is evaluated at batch_end, never refused as never firing."""
+        log = simulate(Schedule({"x": every("2 batches") & other}), epochs=1,
+                       steps_per_epoch=3, batches_per_step=2, metrics={"loss": [(0, 0.5)]})
+        assert log.events("x") and set(log.events("x")) == {"batch_end"}
+
+    def test_any_of_batches_and_steps_with_a_window(self) -> None:
+        """``any(every 2 batches, every 1 step) & window`` fires at both events."""
+        log = simulate(Schedule({"x": (every("2 batches") | every("1 step"))
+                                 & window(start="1 step")}),
+                       epochs=1, steps_per_epoch=3, batches_per_step=2)
+        assert [(f.event, f.timestamp.batch) for f in log if f.event == "batch_end"] == [
+            ("batch_end", 4), ("batch_end", 6)]
+
+
+class TestOneKeyManyParts:
+    """A table key that builds several triggers keeps them all (TOML)."""
+
+    @pytest.mark.parametrize(("trigger", "steps"), [
+        ('{ every = "1 step", start = "1 epoch", stop = "7 steps" }', [4, 5, 6]),
+        ('{ start = "4 samples", stop = "5 steps", on = "step_end" }', [2, 3, 4]),
+        ('{ any = [{ at = ["2 steps", "2 epochs"] }, { on = "train_end" }] }', [2, 6, 9]),
+    ])
+    def test_in_plan(self, tmp_path: Path, trigger: str, steps: list[int]) -> None:
+        """Windows over two units and points in two units survive being nested."""
+        planned = _plan_json(tmp_path, "[clock]\nepochs = 3\nsteps_per_epoch = 3\n"
+                                       "samples_per_batch = 2\n[callbacks.x]\n"
+                                       f"trigger = {trigger}\n")
+        assert [f["step"] for f in planned] == steps

@@ -42,19 +42,32 @@ class ClockSpec:
 
     def shape(self, *, epochs: int | None = None,
               steps_per_epoch: int | None = None) -> RunShape | None:
-        """The run shape, with ``epochs``/``steps_per_epoch`` overriding; ``None`` without a
-        length."""
-        lengths = self.epoch_lengths
-        epochs = epochs if epochs is not None else self.epochs
+        """The run's shape, ``None`` without a length.
+
+        ``steps_per_epoch`` makes every epoch that long (``epoch_lengths`` aside);
+        ``epochs`` takes that many epochs (of ``epoch_lengths``, the first ones).
+
+        Raises:
+            ValueError: ``epochs`` asks for more epochs than ``epoch_lengths`` lists.
+        """
+        n = epochs if epochs is not None else self.epochs
+        lengths: tuple[int, ...] | None = None
+        if steps_per_epoch is None and self.steps_per_epoch is None and self.epoch_lengths:
+            lengths = self.epoch_lengths[:n] if n is not None else self.epoch_lengths
+            if n is not None and n > len(self.epoch_lengths):
+                raise ValueError(f"[clock] epoch_lengths lists {len(self.epoch_lengths)} "
+                                 f"epochs, and {n} were asked for; give --steps-per-epoch "
+                                 "for epochs of one length")
         spe = steps_per_epoch if steps_per_epoch is not None else self.steps_per_epoch
-        if spe is not None or lengths is None:
-            if epochs is None or spe is None:
+        if lengths is None:
+            if spe is None:
                 return None
-            lengths = None
-        elif epochs is not None and epochs != len(lengths):
-            lengths = lengths[:epochs] + (lengths[-1],) * max(0, epochs - len(lengths))
+            if n is None:
+                n = len(self.epoch_lengths) if self.epoch_lengths else None
+            if n is None:
+                return None
         return RunShape.build(
-            epochs=None if lengths is not None else epochs,
+            epochs=None if lengths is not None else n,
             steps_per_epoch=None if lengths is not None else spe,
             epoch_lengths=lengths, batches_per_step=self.batches_per_step or 1,
             samples_per_batch=self.samples_per_batch or 0,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schedtrain.analysis import Located
+from schedtrain.analysis import Located, locate
 from schedtrain.errors import did_you_mean
 from schedtrain.names import is_name
 from schedtrain.spec.problems import Problems, Rel, key_path
@@ -132,7 +132,9 @@ class TriggerReader:
             trigger = term.read(table, rel, problems)
             if trigger is not None:
                 where = next(k for k in term.keys if k in table)
-                parts.append(Located(trigger, key_path((*rel, where))))
+                # One key may build a composition (a window over two units, points in
+                # several units): its parts are located under that key.
+                parts.append(locate(trigger, key_path((*rel, where))))
         for key in ("all", "any"):
             if key in table:
                 part = self._list(table[key], (*rel, key), key, depth)

@@ -189,10 +189,7 @@ class AllOf(_Composite):
     """True where every child is true."""
 
     def events(self) -> EventSet:
-        out = self.triggers[0].events()
-        for t in self.triggers[1:]:
-            out = out.intersection(t.events())
-        return out
+        return EventSet.all_of(t.events() for t in self.triggers)
 
     def compile(self) -> Node:
         nodes = [t.compile() for t in self.triggers]
