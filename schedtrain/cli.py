@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final, NoReturn
 
-from schedtrain.errors import Problem, ScheduleError
+from schedtrain.errors import Preempted, Problem, RunDirError, ScheduleError
 from schedtrain.metric_stream import MetricStreamError
 from schedtrain.planning import PlanError
 from schedtrain.spec import load_spec
@@ -24,6 +24,9 @@ __all__ = ["main"]
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_BAD_INPUT: Final = 2
+#: SIGTERM/SIGINT stopped training after a checkpoint: run again with --resume auto
+#: (sysexits' EX_TEMPFAIL, "try again later").
+EXIT_PREEMPTED: Final = 75
 
 
 
@@ -55,6 +58,11 @@ _TRAIN_EPILOG = """\
 examples:
   schedtrain train specs/digits.toml
   schedtrain train specs/digits.toml --run-dir runs/try2 --resume auto
+  schedtrain train specs/digits.toml --overwrite     # start the run again
+
+exit codes: 0 done, 1 training failed, 2 bad input (spec, arguments, a run directory
+in use or holding a run), 75 preempted (SIGTERM/SIGINT) after a checkpoint: run again
+with --resume auto
 """
 
 
@@ -105,6 +113,9 @@ def _build_parser() -> _Parser:
                            description="Run training as the spec's [run] table describes.")
     train.add_argument("spec", metavar="SPEC", help="a TOML spec file")
     train.add_argument("--run-dir", metavar="DIR", help="override run.run_dir")
+    train.add_argument("--overwrite", action="store_true",
+                       help="start afresh in a run directory that holds a run (removes its "
+                            "log and checkpoints)")
     train.add_argument("--resume", metavar="PATH|auto",
                        help="resume from a checkpoint, or 'auto' for the newest in the run dir")
     return parser
@@ -213,7 +224,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print("error: schedtrain train needs schedtrain.training (and torch), which cannot "
               f"be imported: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    trainer = train_from_spec(spec, args.run_dir, args.resume)
+    try:
+        trainer = train_from_spec(spec, args.run_dir, args.resume, overwrite=args.overwrite)
+    except RunDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Preempted as exc:
+        again = ["schedtrain", "train", args.spec, "--resume", "auto"]
+        if args.run_dir:
+            again[3:3] = ["--run-dir", args.run_dir]
+        print(f"preempted by {exc.signal} after step {exc.step}: "
+              + (f"checkpoint {exc.checkpoint}; resume with: {' '.join(again)}"
+                 if exc.checkpoint else "no run directory, nothing saved"), file=sys.stderr)
+        return EXIT_PREEMPTED
+    if trainer.stop_reason:
+        print(trainer.stop_reason)
     ts = trainer.clock.now()
     shown = [f"{n}={mv.value:.4g}" for n in trainer.metrics.names()
              if n.startswith("val/") and (mv := trainer.metrics.latest(n)) is not None]

@@ -140,15 +140,15 @@ class LoopClock(Clock):
         self.time_ns = t = self._base_ns + (self._now_ns() - self._t0)
         self._last = (self.sample, self.token, t)
 
-    def catch_up(self, step: int, *, sample: int, token: int, prev_sample: int,
+    def catch_up(self, step: int, *, batch: int, sample: int, token: int, prev_sample: int,
                  prev_token: int, prev_time: int | None, time: int | None) -> None:
-        """Record steps of one micro-batch each that a loop counted in its own variables.
+        """Record steps that a loop counted in its own variables.
 
-        The loop ran up to step ``step`` and the counters ``sample`` and ``token``;
-        ``prev_sample``, ``prev_token`` are theirs at the previous step's end, and
-        ``prev_time``, ``time`` the ``time_source()`` readings at both step ends (``None``
-        for the step the clock already holds). Equal to ``end_batch(...); end_step()``
-        once per step, taken at once; a call with no new step does nothing.
+        The loop ran up to step ``step`` and the counters ``batch``, ``sample`` and
+        ``token``; ``prev_sample``, ``prev_token`` are theirs at the previous step's end,
+        and ``prev_time``, ``time`` the ``time_source()`` readings at both step ends
+        (``None`` for the step the clock already holds). Equal to the ``end_batch`` and
+        ``end_step`` calls of those steps, taken at once; with no new step it does nothing.
         """
         k = step - self.step
         if k <= 0 or time is None:
@@ -158,9 +158,8 @@ class LoopClock(Clock):
                       else (prev_sample, prev_token, base + (prev_time - t0)))
         self.time_ns = t = base + (time - t0)
         self._last = (sample, token, t)
-        self.batch += k
         self.step_in_epoch += k
-        self.step, self.sample, self.token = step, sample, token
+        self.step, self.batch, self.sample, self.token = step, batch, sample, token
 
     def end_epoch(self) -> None:
         """An epoch completed."""

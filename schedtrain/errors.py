@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import attrs
 
 __all__ = [
     "ArgumentError",
+    "Preempted",
     "Problem",
+    "RunDirError",
     "ScheduleError",
     "ScheduleWarning",
     "SpecError",
@@ -91,6 +94,26 @@ class ScheduleWarning(UserWarning):
 
 class StopTraining(Exception):
     """Raised by a callback to end training cleanly; train-end callbacks still run."""
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be used as asked (in use, holds a run, finished)."""
+
+
+class Preempted(Exception):
+    """Training stopped on SIGTERM or SIGINT, after the current step and a checkpoint.
+
+    Attributes:
+        signal: the signal's name (``"SIGTERM"``).
+        step: the last completed step.
+        checkpoint: the checkpoint written (``None`` if the run has no run directory).
+    """
+
+    def __init__(self, signal: str, step: int, checkpoint: Path | None) -> None:
+        where = (f"checkpoint {checkpoint}; resume with --resume auto" if checkpoint
+                 else "no checkpoint (the trainer has no run_dir)")
+        super().__init__(f"preempted by {signal} after step {step}: {where}")
+        self.signal, self.step, self.checkpoint = signal, step, checkpoint
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

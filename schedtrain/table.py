@@ -207,6 +207,8 @@ class TriggerTable:
         book = self._books.get(event)
         if book is None:
             candidates: Iterable[int] = self.listeners(event)
+            if not candidates:
+                return []
         else:
             g = book.minimum
             cur = (clock.step, clock.batch, clock.epoch, clock.sample, clock.token,

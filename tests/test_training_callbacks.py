@@ -65,7 +65,7 @@ class Recorder(Callback):
     def _after_epoch(self) -> None:
         self.calls.append("after_epoch")
 
-    def _before_step(self, step: int) -> None:
+    def _before_step(self, step: int, batch: object) -> None:
         self.calls.append(f"before_step{step}")
 
     def _after_step(self, step: int, outputs: object) -> None:
@@ -287,12 +287,22 @@ class TestMonitors:
         assert got is not None and (got.value, got.count) == (2.5, 2)
         assert store.history("a") == [(0, 1.5), (0, 2.5)]
 
-    def test_store_refuses_non_scalars(self) -> None:
-        """Putting a vector is refused with its shape."""
+    @pytest.mark.parametrize(("value", "error", "fragment"), [
+        (torch.ones(3), ValueError, r"metric 'v' must be a scalar, got a tensor of shape \(3,\)"),
+        ("high", TypeError, r"metric 'v' must be a number or a one-element tensor, got str"),
+        ([1.0], TypeError, r"metric 'v' must be a number"),
+        (None, TypeError, r"metric 'v' must be a number"),
+    ])
+    def test_store_refuses_non_scalars_at_put(self, value: object, error: type,
+                                              fragment: str) -> None:
+        """A vector, a string or anything not one number is refused when put, with the
+        metric's name; the other metrics of the step are kept and flushed."""
         store = MetricStore()
-        store.put("v", torch.ones(3))
-        with pytest.raises(ValueError, match=r"shape \(3,\)"):
-            store.flush()
+        store.put("ok", 1.0)
+        with pytest.raises(error, match=fragment):
+            store.put("v", value)
+        store.flush()
+        assert store.history("ok") == [(0, 1.0)] and "v" not in store
 
     def test_events_jsonl(self, tmp_path: Path) -> None:
         """Every scalar and every firing is one line with step, epoch and a time."""

@@ -100,23 +100,27 @@ class TestCatchUp:
     """``LoopClock.catch_up`` equals one ``end_batch``/``end_step`` pair per step."""
 
     @settings(max_examples=50, deadline=None)
-    @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 9)), min_size=1, max_size=12),
-           st.integers(1, 4))
-    def test_equals_step_by_step(self, batches: list[tuple[int, int]], every_k: int) -> None:
-        """Counters and the previous step end agree, catching up every ``every_k`` steps."""
+    @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(0, 9)),
+                    min_size=1, max_size=12), st.integers(1, 4))
+    def test_equals_step_by_step(self, steps: list[tuple[int, int, int]], every_k: int) -> None:
+        """Counters and the previous step end agree, catching up every ``every_k`` steps
+        (each step of one to three micro-batches)."""
         one, lazy = LoopClock(), LoopClock()
-        step, sample, token = 0, 0, 0
+        step, batch, sample, token = 0, 0, 0, 0
         prev_sample = prev_token = 0
         time = prev_time = None
-        for i, (n, tk) in enumerate(batches, start=1):
-            one.end_batch(n, tk)
+        for i, (micro, n, tk) in enumerate(steps, start=1):
+            for _ in range(micro):
+                one.end_batch(n, tk)
             one.end_step()
             prev_sample, prev_token = sample, token
-            step, sample, token = step + 1, sample + n, token + tk
-            prev_time, time = time, float(i)
-            if i % every_k == 0 or i == len(batches):
-                lazy.catch_up(step, sample=sample, token=token, prev_sample=prev_sample,
-                              prev_token=prev_token, prev_time=prev_time, time=time)
+            step, batch = step + 1, batch + micro
+            sample, token = sample + micro * n, token + micro * tk
+            prev_time, time = time, i
+            if i % every_k == 0 or i == len(steps):
+                lazy.catch_up(step, batch=batch, sample=sample, token=token,
+                              prev_sample=prev_sample, prev_token=prev_token,
+                              prev_time=prev_time, time=time)
                 a, b = one.now(), lazy.now()
                 assert (a.step, a.batch, a.step_in_epoch, a.sample, a.token) == \
                     (b.step, b.batch, b.step_in_epoch, b.sample, b.token)
@@ -129,6 +133,6 @@ class TestCatchUp:
         clock.end_batch(3)
         clock.end_step()
         before = (clock.now(), clock.previous("step_end"))
-        clock.catch_up(1, sample=99, token=99, prev_sample=99, prev_token=99,
-                       prev_time=1.0, time=2.0)
+        clock.catch_up(1, batch=99, sample=99, token=99, prev_sample=99, prev_token=99,
+                       prev_time=1, time=2)
         assert (clock.now(), clock.previous("step_end")) == before

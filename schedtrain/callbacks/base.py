@@ -10,8 +10,10 @@ call the overridable underscore methods, as in tensorpack. Where each hook runs:
         before_epoch()
         [epoch_start]
         for each optimizer step:
-            before_step(step)
+            before_step(step, batch)       may return fetches: {name: fn()}
             for each micro-batch: forward, backward; [batch_end]
+            after_backward(step)           the step's gradients, as accumulated
+            before_optimizer_step(step)    unscaled gradients, before clipping
             optimizer step
             after_step(step, outputs); trigger_step()
             [step_end]
@@ -23,26 +25,32 @@ call the overridable underscore methods, as in tensorpack. Where each hook runs:
 
 ``[event]`` marks where the trigger table is evaluated. Per-event hooks are
 called only on callbacks that override them, and only while the callback's
-gate (``EnableCallbackIf``/``PeriodicCallback``) is open.
+gate (``EnableCallbackIf``/``PeriodicCallback``) is open. A callback sees the loop
+through ``self.trainer``, a ``TrainingContext``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+import warnings
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import torch
 
-from schedtrain.triggers import every
-from schedtrain.triggers.base import Trigger
+from schedtrain.triggers import Trigger, every
 
 if TYPE_CHECKING:
+    from schedtrain.callbacks.context import TrainingContext
     from schedtrain.monitors.store import MetricStore
     from schedtrain.time import Timestamp
-    from schedtrain.training.trainer import Trainer
 
-__all__ = ["Callback", "StepOutputs"]
+__all__ = ["PER_EVENT_HOOKS", "Callback", "Fetches", "StepOutputs", "overrides"]
+
+Fetches = Mapping[str, Callable[[], Any]]
+"""What a ``before_step`` hook asks the step for: name -> a function evaluated right after
+the step's backward (gradients present), its result delivered to ``after_step``."""
 
 
 @attrs.frozen
@@ -52,10 +60,14 @@ class StepOutputs:
     Args:
         loss: the mean loss over the step's micro-batches, detached.
         outputs: the step function's outputs of the last micro-batch, detached.
+        batch: the step's first micro-batch, as the data gave it.
+        fetched: what ``before_step`` hooks asked for, by name.
     """
 
     loss: torch.Tensor
     outputs: Mapping[str, Any]
+    batch: Any = None
+    fetched: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 class Callback:
@@ -72,13 +84,15 @@ class Callback:
     produces: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
 
-    trainer: Trainer
+    trainer: TrainingContext
     name: str | None = None
+    _old_before_step = False
 
     # -- public API, called by the trainer -------------------------------------------------
-    def setup(self, trainer: Trainer) -> None:
+    def setup(self, trainer: TrainingContext) -> None:
         """Bind to ``trainer``; called once before training."""
         self.trainer = trainer
+        self._old_before_step = _takes_step_only(self)
         self._setup()
 
     def before_train(self) -> None:
@@ -98,9 +112,20 @@ class Callback:
         """After each epoch's last step (the epoch counter already counts it)."""
         self._after_epoch()
 
-    def before_step(self, step: int) -> None:
-        """Before optimizer step number ``step`` (1-based) starts."""
-        self._before_step(step)
+    def before_step(self, step: int, batch: Any = None) -> Fetches | None:
+        """Before optimizer step number ``step`` (1-based) starts, with its first batch."""
+        if self._old_before_step:
+            self._before_step(step)  # type: ignore[call-arg]
+            return None
+        return self._before_step(step, batch)
+
+    def after_backward(self, step: int) -> None:
+        """After the step's backward: gradients as accumulated (scaled under fp16)."""
+        self._after_backward(step)
+
+    def before_optimizer_step(self, step: int) -> None:
+        """Just before the optimizer step: gradients unscaled, not yet clipped."""
+        self._before_optimizer_step(step)
 
     def after_step(self, step: int, outputs: StepOutputs) -> None:
         """After optimizer step ``step``; ``outputs`` stay on the device."""
@@ -138,7 +163,13 @@ class Callback:
     def _after_epoch(self) -> None:
         return None
 
-    def _before_step(self, step: int) -> None:
+    def _before_step(self, step: int, batch: Any) -> Fetches | None:
+        return None
+
+    def _after_backward(self, step: int) -> None:
+        return None
+
+    def _before_optimizer_step(self, step: int) -> None:
         return None
 
     def _after_step(self, step: int, outputs: StepOutputs) -> None:
@@ -157,7 +188,7 @@ class Callback:
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """State to checkpoint (plain data or tensors)."""
+        """State to checkpoint: plain data (numbers, strings, lists, dicts) and tensors."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -184,9 +215,9 @@ class Callback:
         """The metric store: ``put(name, value)``, ``latest(name)``, ``history(name)``."""
         return self.trainer.metrics
 
-    def fire(self, event: str) -> None:
-        """Fire a custom event declared on the schedule."""
-        self.trainer.fire(event)
+    def fire(self, event: str, **payload: Any) -> None:
+        """Fire an event: a custom one declared on the schedule, or an ``eval_*`` one."""
+        self.trainer.fire(event, **payload)
 
     @property
     def rank(self) -> int:
@@ -203,8 +234,8 @@ class Callback:
 
 
 #: Hooks the trainer calls only on callbacks that override them (see ``overrides``).
-PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", "_after_step",
-                   "_trigger_step", "_trigger_epoch")
+PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", "_after_backward",
+                   "_before_optimizer_step", "_after_step", "_trigger_step", "_trigger_epoch")
 
 
 def overrides(callback: object, hook: str) -> bool:
@@ -212,3 +243,22 @@ def overrides(callback: object, hook: str) -> bool:
     if not isinstance(callback, Callback):
         return callable(getattr(callback, hook, None))
     return getattr(type(callback), hook) is not getattr(Callback, hook)
+
+
+def _takes_step_only(callback: Callback) -> bool:
+    """An override ``_before_step(self, step)`` from before hooks received the batch.
+
+    Checked once at setup; it still works, with a ``DeprecationWarning``.
+    """
+    if not overrides(callback, "_before_step"):
+        return False
+    try:
+        params = inspect.signature(callback._before_step).parameters
+    except (TypeError, ValueError):
+        return False
+    if len(params) != 1 or any(p.kind is p.VAR_POSITIONAL for p in params.values()):
+        return False
+    warnings.warn(f"{type(callback).__name__}._before_step(self, step) is deprecated: define "
+                  "_before_step(self, step, batch) (it may return fetches); the one-argument "
+                  "form stops working in 0.3", DeprecationWarning, stacklevel=3)
+    return True

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.triggers import any_of, at, every, on
-from schedtrain.triggers.base import Trigger
+from schedtrain.triggers import Trigger, any_of, at, every, on
 
 __all__ = ["ScheduledHyperParamSetter"]
 

@@ -8,9 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.training.batches import to_device
-from schedtrain.triggers import every
-from schedtrain.triggers.base import Trigger
+from schedtrain.triggers import Trigger, every
 
 __all__ = ["InferenceRunner"]
 
@@ -21,7 +19,9 @@ class InferenceRunner(Callback):
     Batches are ``(inputs, targets)``; the loss is the trainer's ``loss_fn`` (or
     ``loss_fn`` given here), averaged over samples. Accuracy is computed when the
     outputs are ``(N, classes)`` scores and the targets class indexes. Sums stay on
-    the device; the metrics are put lazily (reading them syncs).
+    the device; the metrics are put lazily (reading them syncs). It fires ``eval_start``
+    before the pass, ``eval_step_end`` after each batch and ``eval_end`` after the
+    metrics are put, so triggers can name them (``on = "eval_end"``).
 
     Args:
         data: validation batches (default: the trainer's ``val_data``).
@@ -62,15 +62,17 @@ class InferenceRunner(Callback):
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device)
         n = 0
+        trainer.fire("eval_start")
         with torch.inference_mode(), trainer.autocast():
             for batch in self.data:
-                inputs, targets = to_device(batch, device)
+                inputs, targets = trainer.to_device(batch)
                 out = model(inputs)
                 size = targets.shape[0]
                 loss_sum += self.loss_fn(out, targets).float() * size
                 if out.ndim == 2 and not targets.is_floating_point():
                     correct += (out.argmax(dim=1) == targets).sum()
                 n += size
+                trainer.fire("eval_step_end")
         model.train(was_training)
         if n == 0:
             raise ValueError(f"callback {self.name!r} (InferenceRunner): validation data is "
@@ -80,3 +82,4 @@ class InferenceRunner(Callback):
         accuracy = correct / n
         self.metrics.put(f"{p}/accuracy", accuracy)
         self.metrics.put(f"{p}/error", 1 - accuracy)
+        trainer.fire("eval_end")

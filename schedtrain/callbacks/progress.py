@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 from tqdm.auto import tqdm
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.triggers import any_of, every
-from schedtrain.triggers.base import Trigger
+from schedtrain.triggers import Trigger, any_of, every
 
 __all__ = ["ProgressBar"]
 

@@ -1,30 +1,37 @@
 """``ModelSaver`` (the last N checkpoints) and ``MinSaver``/``MaxSaver`` (the best by a metric).
 
-Checkpoints are written atomically (temporary file + ``os.replace``) once every
-callback firing at the current event has run, so each is resumable.
+Checkpoints are written atomically, with a checksum, once every callback firing at the
+current event has run, so each is resumable (see docs/checkpoints.md). ``ModelSaver``
+prunes only checkpoints this run wrote, and never the newest one whose weights and loss
+are finite: a run that diverges keeps a good checkpoint to go back to.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.triggers import every
-from schedtrain.triggers.base import Trigger
+from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver"]
+
+_NAME_RE = re.compile(r"step-(\d+)(-nonfinite)?\.pt")
 
 
 class ModelSaver(Callback):
     """Save a resumable checkpoint when fired (default: every epoch), keeping the last ``keep``.
 
-    Files are ``RUN_DIR/checkpoints/step-00000120.pt`` (``--resume auto`` picks the newest).
+    Files are ``RUN_DIR/checkpoints/step-00000120.pt`` (``--resume auto`` picks the newest
+    valid one); a checkpoint of non-finite weights or loss is written as
+    ``step-00000120-nonfinite.pt`` and never chosen to resume from.
 
     Args:
-        keep: how many checkpoints to keep (``None``: all).
+        keep: how many checkpoints to keep (``None``: all); the newest finite one is
+            always kept besides.
         folder: where to write them (default: ``RUN_DIR/checkpoints``).
     """
 
@@ -36,7 +43,6 @@ class ModelSaver(Callback):
             raise ValueError(f"`keep` must be a whole number >= 1 or None, got {keep!r}")
         self.keep = keep
         self.folder = folder
-        self.saved: list[str] = []
 
     def _dir(self) -> Path:
         if self.folder is not None:
@@ -52,24 +58,31 @@ class ModelSaver(Callback):
     def _trigger(self) -> None:
         if not self.is_chief:
             return
-        path = self._dir() / f"step-{self.trainer.clock.step:08d}.pt"
-        if str(path) not in self.saved:
-            self.saved.append(str(path))
+        path = self._dir() / f"step-{self.now.step:08d}.pt"
         self.trainer.save_checkpoint(path, on_saved=self._prune)
 
-    def _prune(self, _path: Path) -> None:
+    def _prune(self, _written: Path) -> None:
+        """Delete the oldest of this run's checkpoints beyond ``keep``, sparing the newest
+        finite one."""
         if self.keep is None:
             return
-        while len(self.saved) > self.keep:
-            old = self.saved.pop(0)
-            with contextlib.suppress(FileNotFoundError):
-                Path(old).unlink()
+        folder = self._dir().resolve()
+        mine = []
+        for path in self.trainer.written_checkpoints():
+            m = _NAME_RE.fullmatch(path.name)
+            if m is not None and path.resolve().parent == folder and path.exists():
+                mine.append((int(m[1]), m[2] is None, path))
+        mine.sort(key=lambda x: (x[0], x[1]))
+        finite = [p for _, ok, p in mine if ok]
+        spared = {finite[-1]} if finite else set()
+        keep = {p for _, _, p in mine[-self.keep:]} | spared
+        for _, _, path in mine:
+            if path not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"saved": list(self.saved)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.saved = list(state["saved"])
+        return {}
 
 
 class _BestSaver(Callback):

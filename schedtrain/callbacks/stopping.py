@@ -8,9 +8,7 @@ import structlog
 import torch
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.errors import StopTraining
-from schedtrain.triggers import every, plateau
-from schedtrain.triggers.base import Trigger
+from schedtrain.triggers import Trigger, every, plateau
 
 __all__ = ["EarlyStopping", "TerminateOnNaN"]
 
@@ -50,9 +48,12 @@ class EarlyStopping(Callback):
         self.wait = 0
 
     def _trigger(self) -> None:
+        where = f"at epoch {self.now.epoch} (step {self.now.step})"
         if self.patience is None:
             _log.info("early_stopping", callback=self.name, step=self.now.step)
-            raise StopTraining(f"{self.name}: {self.monitor} stopped improving")
+            self.trainer.request_stop(f"stopped by {self.name} {where}: its trigger fired "
+                                      f"({self.monitor} stopped improving)")
+            return
         got = self.metrics.latest(self.monitor)
         if got is None:
             return
@@ -64,8 +65,9 @@ class EarlyStopping(Callback):
         self.wait += 1
         if self.wait >= self.patience:
             _log.info("early_stopping", callback=self.name, step=self.now.step, best=self.best)
-            raise StopTraining(f"{self.name}: no improvement of {self.monitor} in "
-                               f"{self.patience} checks")
+            self.trainer.request_stop(f"stopped by {self.name} {where}: {self.monitor} did "
+                                      f"not improve for {self.patience} checks "
+                                      f"(best {self.best:.4g})")
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "wait": self.wait}
@@ -94,7 +96,8 @@ class TerminateOnNaN(Callback):
             self.triggered_at = self.now.step
             _log.warning("nan_loss", callback=self.name, step=self.now.step)
             value = float(loss.float().mean())
-            raise StopTraining(f"{self.name}: loss is {value} at step {self.now.step}")
+            self.trainer.request_stop(f"stopped by {self.name} at step {self.now.step}: the "
+                                      f"loss is {value}")
 
     def state_dict(self) -> dict[str, Any]:
         return {}

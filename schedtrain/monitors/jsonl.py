@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from schedtrain.monitors.store import Record
 from schedtrain.time import Timestamp
@@ -16,20 +16,39 @@ __all__ = ["JsonlWriter"]
 class JsonlWriter:
     """Append scalars (``{"kind": "scalar", ...}``) and firings (``{"kind": "firing", ...}``).
 
-    Lines are appended (a resumed run continues the same file) and flushed at
-    each write, so the file is readable while training runs.
+    Lines are appended and flushed at each write, so the file is readable while
+    training runs. A resumed run first cuts the file back to where its checkpoint was
+    taken (``truncate``), so the file holds exactly what the uninterrupted run's would.
+    The file is opened at the first write.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = None
+
+    def _open(self) -> IO[str]:
+        if self._file is None or self._file.closed:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        return self._file
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
-        if self._file.closed:  # a second fit() on the same trainer appends again
-            self._file = self.path.open("a", encoding="utf-8")
-        self._file.write("".join(json.dumps(r) + "\n" for r in rows))
-        self._file.flush()
+        f = self._open()
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+        f.flush()
+
+    def position(self) -> int:
+        """The file's length in bytes now (where a checkpoint taken now resumes it)."""
+        if self._file is not None and not self._file.closed:
+            self._file.flush()
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def truncate(self, size: int) -> None:
+        """Cut the file back to ``size`` bytes (what a checkpoint recorded)."""
+        self.close()
+        if self.path.exists() and self.path.stat().st_size > size:
+            with self.path.open("r+b") as f:
+                f.truncate(size)
 
     def scalars(self, records: Sequence[Record]) -> None:
         self._write([r.to_dict() for r in records])
@@ -41,4 +60,5 @@ class JsonlWriter:
                       "token": ts.token, "seconds": ts.seconds, "time": wall}])
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()

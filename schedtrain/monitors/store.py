@@ -8,6 +8,7 @@ hands the records to the sinks (JSONL, TensorBoard, console).
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -51,17 +52,16 @@ class Sink(Protocol):
         """Flush and release files."""
 
 
-def _as_float(value: Any) -> float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"a metric must be a scalar, got a tensor of shape "
-                             f"{tuple(value.shape)}")
-        return float(value.item())
+def _as_float(name: str, value: Any) -> float:
+    if isinstance(value, bool | str | bytes) or value is None:
+        raise TypeError(f"metric {name!r} must be a number or a one-element tensor, got "
+                        f"{type(value).__name__} {value!r:.40}; images and histograms go to "
+                        "TensorBoard through their own calls")
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"a metric must be a number or a one-element tensor, "
-                        f"got {value!r}") from None
+        raise TypeError(f"metric {name!r} must be a number or a one-element tensor, "
+                        f"got {type(value).__name__} {value!r:.40}") from None
 
 
 class MetricStore:
@@ -70,26 +70,43 @@ class MetricStore:
     Args:
         now: returns the clock's timestamp, stamped on each value put.
         sinks: writers that receive each value once materialised.
+        history_limit: how many recent values of each metric are kept in memory
+            (``None``: all); the count of values is kept whole, and every value goes to
+            the sinks (``events.jsonl``), so a long run's memory does not grow.
     """
 
     def __init__(self, now: Callable[[], Timestamp] | None = None,
-                 sinks: Iterable[Sink] = ()) -> None:
+                 sinks: Iterable[Sink] = (), history_limit: int | None = 10_000) -> None:
         self._now = now or Timestamp
         self.sinks: list[Sink] = list(sinks)
-        self._history: dict[str, list[Record]] = {}
+        self.history_limit = history_limit
+        self._history: dict[str, collections.deque[Record]] = {}
+        self._counts: dict[str, int] = {}
         self._pending: list[Record] = []  # put but not yet materialised or sent to sinks
 
     def put(self, name: str, value: Any) -> None:
-        """Add a value of ``name`` (a number, or a one-element tensor kept lazy)."""
+        """Add a value of ``name`` (a number, or a one-element tensor kept lazy).
+
+        Raises:
+            ValueError, TypeError: naming the metric, for a tensor of several values, a
+                string or anything else that is not one number.
+        """
         if not isinstance(name, str) or not name:
             raise ValueError(f"a metric name must be a non-empty string, got {name!r}")
         if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"metric {name!r} must be a scalar, got a tensor of shape "
+                                 f"{tuple(value.shape)}")
             value = value.detach()
-        elif not isinstance(value, int | float):
-            value = _as_float(value)
+        elif type(value) is not float and type(value) is not int:
+            value = _as_float(name, value)
         ts = self._now()
         rec = Record(name, value, ts.step, ts.epoch, time.time())
-        self._history.setdefault(name, []).append(rec)
+        hist: collections.deque[Record] | None = self._history.get(name)
+        if hist is None:
+            hist = self._history[name] = collections.deque(maxlen=self.history_limit)
+        hist.append(rec)
+        self._counts[name] = self._counts.get(name, 0) + 1
         self._pending.append(rec)
 
     def flush(self) -> None:
@@ -120,7 +137,7 @@ class MetricStore:
         rec = hist[-1]
         if not isinstance(rec.value, float):
             self.flush()
-        return MetricValue(rec.value, len(hist))
+        return MetricValue(rec.value, self._counts[name])
 
     def value(self, name: str, default: float = math.nan) -> float:
         """The newest value of ``name`` as a float, or ``default``."""
@@ -128,8 +145,8 @@ class MetricStore:
         return default if got is None else got.value
 
     def history(self, name: str) -> list[tuple[int, float]]:
-        """``(step, value)`` for every value of ``name``."""
-        hist = self._history.get(name, [])
+        """``(step, value)`` for each kept value of ``name`` (the last ``history_limit``)."""
+        hist: Iterable[Record] = self._history.get(name, ())
         if any(not isinstance(r.value, float) for r in hist):
             self.flush()
         return [(r.step, r.value) for r in hist]
@@ -165,14 +182,19 @@ class MetricStore:
 
     # -- resume --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Every value (materialised), so metric triggers see the same counts after resume."""
+        """The kept values (materialised) and counts, so metric triggers see the same
+        counts after resume."""
         self.flush()
-        return {"history": {n: [(r.step, r.epoch, r.value, r.wall) for r in h]
-                            for n, h in self._history.items()}}
+        return {"history": {n: [[r.step, r.epoch, r.value, r.wall] for r in h]
+                            for n, h in self._history.items()},
+                "counts": dict(self._counts)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore values saved by ``state_dict`` (they are not re-sent to the sinks)."""
         self._pending = []
         self._history = {
-            n: [Record(n, float(v), int(s), int(e), float(w)) for s, e, v, w in h]
+            n: collections.deque((Record(n, float(v), int(s), int(e), float(w))
+                                  for s, e, v, w in h), maxlen=self.history_limit)
             for n, h in state["history"].items()}
+        self._counts = {n: int(c) for n, c in state.get(
+            "counts", {n: len(h) for n, h in self._history.items()}).items()}

@@ -15,17 +15,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import structlog
 import torch
 
 from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
 from schedtrain.spec import Spec
-from schedtrain.training.checkpoint import latest_checkpoint
+from schedtrain.training.checkpoint import newest_valid
 
 if TYPE_CHECKING:
     from schedtrain.training.trainer import Trainer
 
 __all__ = ["Task", "load_task", "train_from_spec"]
+
+_log = structlog.get_logger("schedtrain.training")
+
+
+def _skipped(path: Path, reason: str) -> None:
+    _log.warning("checkpoint_skipped", checkpoint=str(path), reason=reason)
 
 
 @attrs.define
@@ -94,19 +101,25 @@ def build_callbacks(spec: Spec) -> dict[str, Any]:
     return out
 
 
-def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None) -> Trainer:
+def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
+                    overwrite: bool = False) -> Trainer:
     """Train as ``spec``'s ``[run]`` table says.
 
     Args:
         spec: a loaded ``schedtrain.spec.Spec``.
         run_dir: overrides ``[run] run_dir`` (default ``runs/<spec stem>``).
-        resume: a checkpoint path, ``"auto"`` (the newest in ``RUN_DIR/checkpoints``,
-            if any) or ``None``.
+        resume: a checkpoint path, ``"auto"`` (the newest valid one in
+            ``RUN_DIR/checkpoints``: it loads, matches its checksum and is finite; without
+            one the run starts afresh in that directory) or ``None``.
+        overwrite: start afresh in a run directory that holds a run.
 
     Raises:
         SpecError: no ``[run]`` table or task, or callbacks that cannot be built.
+        RunDirError: the run directory is in use, holds a run, or its run finished.
+        Preempted: SIGTERM or SIGINT stopped the run after a checkpoint.
     """
-    from schedtrain.training.trainer import Trainer, seed_everything
+    from schedtrain.training.state import seed_everything
+    from schedtrain.training.trainer import Trainer
 
     run = spec.run
     if run is None or not run.task:
@@ -122,11 +135,14 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None) -> Trai
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
         max_epochs=run.max_epochs, max_steps=run.max_steps, device=run.device,
         precision=run.precision, grad_accum=run.grad_accum, grad_clip=run.grad_clip,
-        seed=run.seed, run_dir=out_dir)
+        seed=run.seed, run_dir=out_dir, overwrite=overwrite)
     if resume == "auto":
-        found = latest_checkpoint(out_dir / "checkpoints")
+        found = newest_valid(out_dir / "checkpoints", _skipped)
         if found is not None:
             trainer.resume(found)
+            _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
+        else:
+            trainer.start_over()  # nothing valid to resume from: the run starts again
     elif resume is not None:
         trainer.resume(resume)
     trainer.fit()

@@ -1,0 +1,163 @@
+"""``Dispatcher``: the one way events are fired and hooks are called.
+
+``fire(event)`` asks the trigger table which callbacks fire, runs each one's
+``_trigger`` as soon as its trigger is found true (so a metric it puts is visible to
+later callbacks' triggers at the same event), records the firing, and once the
+outermost event is over writes the checkpoints callbacks asked for. Per-event hooks
+(``before_epoch``, ``after_step``...) run only on callbacks that override them, and
+only while the callback's gate (``EnableCallbackIf``) is open; a step's
+``after_step`` runs exactly for the callbacks whose ``before_step`` ran.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import structlog
+
+from schedtrain.callbacks.base import PER_EVENT_HOOKS, Callback, overrides
+from schedtrain.errors import StopTraining
+from schedtrain.firings import Firing
+from schedtrain.monitors.store import MetricStore
+from schedtrain.schedule import HookGate
+from schedtrain.table import TriggerTable
+from schedtrain.time import Timestamp
+
+__all__ = ["DEFAULT_KEEP_FIRINGS", "Dispatcher"]
+
+_log = structlog.get_logger("schedtrain.training")
+
+#: How many recent firings a trainer keeps in memory; the full log is events.jsonl.
+DEFAULT_KEEP_FIRINGS: Final = 100_000
+
+Save = tuple[Path, Callable[[Path], None] | None]
+
+
+class Dispatcher:
+    """Fires events on a compiled table and runs the callbacks' hooks.
+
+    Args:
+        table: the compiled schedule.
+        callbacks: name -> callback, in declared order.
+        gates: name -> the callback's hook gate (or ``None``).
+        metrics: the metric store (firings go to its sinks).
+        before_firing: called before the first callback fires at an event (the trainer
+            publishes ``train/loss`` there, so firing callbacks see it).
+        write_save: writes one pending checkpoint, with the phase it was taken at.
+        keep_firings: how many recent firings ``firings`` keeps (``None``: all).
+    """
+
+    def __init__(
+        self,
+        table: TriggerTable,
+        *,
+        callbacks: Mapping[str, Callback],
+        gates: Mapping[str, HookGate | None],
+        metrics: MetricStore,
+        before_firing: Callable[[], None],
+        write_save: Callable[[Path, str], Any],
+        keep_firings: int | None = DEFAULT_KEEP_FIRINGS,
+    ) -> None:
+        self.table = table
+        self.callbacks = dict(callbacks)
+        self.metrics = metrics
+        self.firings: collections.deque[Firing] = collections.deque(maxlen=keep_firings)
+        self.hooks: dict[str, list[tuple[Callback, HookGate | None]]] = {
+            h: [(cb, gates.get(n)) for n, cb in callbacks.items() if overrides(cb, h)]
+            for h in PER_EVENT_HOOKS}
+        self.pending: list[Save] = []
+        self.log_firings = False
+        self.payload: dict[str, Any] = {}
+        self._before_firing = before_firing
+        self._write_save = write_save
+        self._runners: dict[str, Callable[[str, Timestamp], None]] = {}
+        self._depth = 0
+        self._stepped: list[Callback] = []
+        #: why a callback asked training to stop (``request_stop``), until it stops
+        self.stop_reason: str | None = None
+
+    # -- events ------------------------------------------------------------------------------
+    def fire(self, event: str, payload: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        """Evaluate ``event`` now and run the callbacks that fire; their names, in order."""
+        outer = self.payload
+        self.payload = dict(payload or {})
+        try:
+            names = self.table.fire(event, self._runner(event))
+        finally:
+            self.payload = outer
+        if self._depth == 0:
+            if self.pending:
+                self.write_pending(event)
+            if self.stop_reason is not None:
+                raise StopTraining(self.stop_reason)
+        return names
+
+    def request_stop(self, reason: str) -> None:
+        """Stop training once the current event is over (every firing has run)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def _runner(self, event: str) -> Callable[[str, Timestamp], None]:
+        run = self._runners.get(event)
+        if run is None:
+            def run(name: str, now: Timestamp) -> None:
+                self._run(name, event, now)
+            self._runners[event] = run
+        return run
+
+    def _run(self, name: str, event: str, ts: Timestamp) -> None:
+        self._before_firing()
+        self.firings.append(Firing(name, event, ts))
+        if self.metrics.sinks:
+            self.metrics.firing(name, event, ts)
+        if self.log_firings:
+            _log.debug("firing", callback=name, trigger_event=event, step=ts.step,
+                       epoch=ts.epoch)
+        self._depth += 1
+        try:
+            self.callbacks[name].trigger()
+        finally:
+            self._depth -= 1
+
+    def save(self, path: Path, on_saved: Callable[[Path], None] | None) -> None:
+        """Write a checkpoint once the current event is over (every firing has run)."""
+        self.pending.append((path, on_saved))
+
+    def write_pending(self, phase: str) -> None:
+        """Write the checkpoints asked for during the event ``phase``."""
+        saves, self.pending = self.pending, []
+        for path, on_saved in saves:
+            self._write_save(path, phase)
+            if on_saved is not None:
+                on_saved(path)
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def run_hooks(self, hook: str, now: Timestamp, *args: Any) -> None:
+        """Call ``hook`` on every callback that overrides it and whose gate is open."""
+        for cb, gate in self.hooks[hook]:
+            if gate is None or gate(now):
+                getattr(cb, hook.lstrip("_"))(*args)
+
+    def before_step(self, now: Timestamp, step: int, batch: Any) -> dict[str, Any]:
+        """``before_step`` hooks; remembers who ran, and collects the fetches they ask for."""
+        self._stepped = []
+        fetches: dict[str, Any] = {}
+        for cb, gate in self.hooks["_before_step"]:
+            if gate is None or gate(now):
+                self._stepped.append(cb)
+                asked = cb.before_step(step, batch)
+                if asked:
+                    fetches.update(asked)
+        return fetches
+
+    def after_step(self, now: Timestamp, step: int, outputs: Any) -> None:
+        """``after_step`` hooks: a callback whose ``before_step`` ran this step runs now,
+        whatever its gate says meanwhile; one without ``before_step`` goes by its gate."""
+        stepped = self._stepped
+        for cb, gate in self.hooks["_after_step"]:
+            paired = overrides(cb, "_before_step")
+            if (cb in stepped) if paired else (gate is None or gate(now)):
+                cb.after_step(step, outputs)

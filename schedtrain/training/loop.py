@@ -1,0 +1,180 @@
+"""The one training loop: epochs, and in each the optimizer steps of a step strategy.
+
+What varies per step (plain, accumulation, AMP, a user's step function) is the step
+strategy (``training.steps``); the loop is the same for all. On a step where nothing
+can happen the loop does the step, keeps its loss on the device, counts it in local
+variables and compares the step once with ``guard.limit``: the next step at which a
+trigger is due, the loss sum is folded, training ends or a signal asked to stop. Only
+then is the clock caught up and the slow path taken. When something must see every
+step (per-step hooks, ``batch_end``, a user step function that may read the clock), the
+limit is the next step, and the clock is exact after each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+from schedtrain.callbacks.base import StepOutputs
+from schedtrain.clock import LoopClock
+from schedtrain.table import TriggerTable
+from schedtrain.training.dispatch import Dispatcher
+from schedtrain.training.losses import FOLD, LossKeeper
+from schedtrain.training.preempt import Guard
+from schedtrain.training.state import DataPosition
+from schedtrain.training.steps import PlainStep, Step
+
+__all__ = ["Loop"]
+
+_END: Final = object()
+
+
+class Loop:
+    """Runs epochs of steps, firing events through the dispatcher.
+
+    Args:
+        clock, table, dispatch, losses, position: the run's parts.
+        step: the step strategy.
+        guard: the next due step, lowered to 0 by a signal.
+        max_epochs, max_steps: when training ends (``None``: no limit).
+        steps_in_epoch: optimizer steps per epoch, when the data has a length.
+        exact: the clock must be exact after every step (per-step hooks, ``batch_end``,
+            a user step function).
+        on_preempt: called at the first step end after a signal; does not return.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: LoopClock,
+        table: TriggerTable,
+        dispatch: Dispatcher,
+        losses: LossKeeper,
+        position: DataPosition,
+        step: PlainStep | Step,
+        guard: Guard,
+        max_epochs: int | None,
+        max_steps: int | None,
+        steps_in_epoch: int | None,
+        exact: bool,
+        on_preempt: Callable[[str], None],
+        publish_loss: Callable[[], None],
+    ) -> None:
+        self.clock, self.table, self.dispatch = clock, table, dispatch
+        self.losses, self.position, self.step, self.guard = losses, position, step, guard
+        self.max_epochs = max_epochs if max_epochs is not None else math.inf
+        self.max_steps = max_steps if max_steps is not None else math.inf
+        self.steps_in_epoch, self.exact = steps_in_epoch, exact
+        self._on_preempt, self._publish_loss = on_preempt, publish_loss
+        #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
+        self.epoch_open = False
+        self.resume_inside_epoch = False
+
+    # -- epochs --------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Epochs until ``max_epochs``/``max_steps`` (exceptions end it early)."""
+        clock, dispatch = self.clock, self.dispatch
+        while clock.epoch < self.max_epochs and clock.step < self.max_steps:
+            inside, self.resume_inside_epoch = self.resume_inside_epoch, False
+            if not inside:
+                clock.start_epoch()  # before the hooks: they see step_in_epoch == 0
+            dispatch.run_hooks("_before_epoch", clock.now())
+            if inside:
+                it = self.position.resume_epoch(clock.step_in_epoch * self._accum)
+            else:
+                self.epoch_open = True
+                dispatch.fire("epoch_start")
+                it = self.position.start_epoch()
+            if not self._steps(it):
+                return  # max_steps reached mid-epoch: no epoch_end for a partial epoch
+            clock.end_epoch()
+            self.epoch_open = False
+            now = clock.now()
+            dispatch.run_hooks("_after_epoch", now)
+            dispatch.run_hooks("_trigger_epoch", now)
+            self._publish_loss()
+            dispatch.fire("epoch_end")
+            dispatch.metrics.flush()
+            if self.guard.requested is not None:
+                self._on_preempt(self.guard.requested)
+
+    @property
+    def _accum(self) -> int:
+        step = self.step
+        return step.accum if isinstance(step, Step) else 1
+
+    def _exhausted(self, it: Iterator[Any]) -> bool:
+        """At ``max_steps``: whether the epoch's data is used up (then it ends normally).
+
+        For data of unknown length, look one batch ahead; training ends either way.
+        """
+        n = self.steps_in_epoch
+        if n is not None:
+            return self.clock.step_in_epoch >= n
+        return next(it, _END) is _END
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _steps(self, it: Iterator[Any]) -> bool:
+        """The steps of one epoch; ``False`` when ``max_steps`` ended it early."""
+        clock, table, dispatch, guard = self.clock, self.table, self.dispatch, self.guard
+        run_step, losses, exact = self.step, self.losses.losses, self.exact
+        max_steps = self.max_steps
+        hooks = dispatch.hooks
+        before, after, trig = (hooks["_before_step"], hooks["_after_step"],
+                               hooks["_trigger_step"])
+        fetching = isinstance(run_step, Step)
+        step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
+        prev_sample, prev_token = sample, token
+        time: int | None = None
+        prev_time: int | None = None
+        catch_up, now_ns = clock.catch_up, clock.time_source
+        guard.set_limit(0 if exact else min(table.step_due, max_steps,
+                                            step + FOLD - len(losses)))
+        try:
+            for first in it:
+                if before:
+                    fetches = dispatch.before_step(clock.now(), step + 1, first)
+                    if fetching:
+                        run_step.fetches = fetches  # type: ignore[union-attr]
+                loss, outputs, n, n_samples, n_tokens = run_step(first, it)
+                losses.append(loss)
+                prev_sample, prev_token = sample, token
+                step += 1
+                batches += n
+                sample += n_samples
+                token += n_tokens
+                prev_time, time = time, now_ns()
+                if step >= guard.limit:
+                    catch_up(step, batch=batches, sample=sample, token=token,
+                             prev_sample=prev_sample, prev_token=prev_token,
+                             prev_time=prev_time, time=time)
+                    if len(losses) >= FOLD:
+                        self.losses.fold()
+                    if after or trig:
+                        now = clock.now()
+                        if after:
+                            fetched = run_step.fetched if fetching else {}  # type: ignore[union-attr]
+                            dispatch.after_step(now, step, StepOutputs(loss, outputs, first,
+                                                                       fetched))
+                        if trig:
+                            dispatch.run_hooks("_trigger_step", now)
+                    if step >= table.step_due:
+                        dispatch.fire("step_end")
+                    elif dispatch.pending:  # saves asked for by a hook
+                        dispatch.write_pending("step_end")
+                    if guard.requested is not None:
+                        self._on_preempt(guard.requested)
+                    if step >= max_steps:
+                        return self._exhausted(it)
+                    guard.set_limit(0 if exact else min(table.step_due, max_steps,
+                                                        step + FOLD - len(losses)))
+        finally:  # the clock holds every completed step, however the loop ends
+            catch_up(step, batch=batches, sample=sample, token=token, prev_sample=prev_sample,
+                     prev_token=prev_token, prev_time=prev_time, time=time)
+        return True
+
+    def batch_end(self, samples: int, tokens: int) -> None:
+        """A micro-batch ended: count it and fire ``batch_end`` (the step calls this)."""
+        self.clock.end_batch(samples, tokens)
+        self.dispatch.fire("batch_end")

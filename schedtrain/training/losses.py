@@ -1,0 +1,67 @@
+"""``LossKeeper``: the steps' losses on the device, published as the mean ``train/loss``.
+
+The loop appends each step's loss (a detached tensor: no host-device sync) to
+``losses``; every ``FOLD`` steps they are summed into one tensor, so the list stays
+short. When something that fires needs them, the mean since the last publication is
+put as ``train/loss`` (still lazy; reading it syncs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import torch
+
+from schedtrain.monitors.store import MetricStore
+
+__all__ = ["FOLD", "LossKeeper"]
+
+#: Sum the kept step losses into one tensor every this many steps: holding fewer small
+#: tensors keeps the allocator's work per step down (measured in benchmarks/bench_loop.py).
+FOLD: Final = 64
+
+
+class LossKeeper:
+    """Step losses since ``train/loss`` was last published (at step ``since``)."""
+
+    def __init__(self) -> None:
+        #: the latest steps' losses, appended by the loop (in place: the loop holds it)
+        self.losses: list[torch.Tensor] = []
+        self._sum: torch.Tensor | None = None
+        self._last: torch.Tensor | None = None
+        self.since = 0
+
+    @property
+    def last(self) -> torch.Tensor | None:
+        """The last step's loss (``None`` before the first step)."""
+        return self.losses[-1] if self.losses else self._last
+
+    def fold(self) -> None:
+        """Add the kept losses into the running sum (on the device; no sync)."""
+        losses = self.losses
+        if not losses:
+            return
+        self._last = losses[-1]
+        dtype = torch.promote_types(losses[-1].dtype, torch.float32)  # no half-precision sums
+        total = torch.stack(losses).sum(dtype=dtype)
+        self._sum = total if self._sum is None else self._sum + total
+        losses.clear()
+
+    def publish(self, metrics: MetricStore, step: int) -> None:
+        """Put the mean loss over steps ``since + 1 .. step`` as ``train/loss``."""
+        self.fold()
+        n = step - self.since
+        if n > 0 and self._sum is not None:
+            metrics.put("train/loss", self._sum / n)
+        self._sum = None
+        self.since = step
+
+    def state_dict(self) -> dict[str, Any]:
+        """The unpublished sum, where it started and the last loss."""
+        self.fold()
+        return {"sum": self._sum, "since": self.since, "last": self._last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``."""
+        self.losses.clear()
+        self._sum, self.since, self._last = state["sum"], int(state["since"]), state["last"]

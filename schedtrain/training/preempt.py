@@ -1,0 +1,64 @@
+"""Preemption: SIGTERM or SIGINT end the current step, checkpoint, and stop.
+
+Schedulers (SLURM, Kubernetes, spot instances) send SIGTERM before they kill a job;
+Ctrl-C sends SIGINT. While training runs, either only sets a flag and lowers the
+loop's next due step to zero, so the step in progress finishes and the loop, at its
+one comparison, takes the slow path: it fires ``preempt``, writes a checkpoint and
+raises ``Preempted``. A second SIGINT aborts at once (``KeyboardInterrupt``).
+Handlers are installed only in the main thread, and only while ``fit`` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+__all__ = ["Guard", "handle_signals"]
+
+
+class Guard:
+    """The loop's next due step, and whether a signal asked to stop.
+
+    The loop compares its step with ``limit`` after every step; a signal sets
+    ``limit = 0`` so that comparison leads to the slow path, where ``requested`` is read.
+    """
+
+    __slots__ = ("limit", "requested")
+
+    def __init__(self) -> None:
+        self.limit: float = 0
+        self.requested: str | None = None
+
+    def set_limit(self, limit: float) -> None:
+        """Set the next due step, unless a stop was requested (then it stays 0)."""
+        self.limit = limit
+        if self.requested is not None:  # a signal between the two lines still wins
+            self.limit = 0
+
+
+@contextlib.contextmanager
+def handle_signals(guard: Guard) -> Iterator[None]:
+    """Route SIGTERM and SIGINT to ``guard`` while the block runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if guard.requested is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: stop now, no checkpoint
+        guard.requested = guard.requested or name
+        guard.limit = 0
+
+    previous: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for old, handler in previous.items():
+            signal.signal(old, handler)

@@ -1,0 +1,123 @@
+"""A run directory belongs to one run: locked while in use, and its status recorded.
+
+``RUN_DIR/run.json`` says what the directory holds (``running``, ``finished``,
+``stopped``, ``preempted``, ``failed``, and the clock when it last changed);
+``RUN_DIR/.lock`` is held (``flock``) while a run uses it, so a second run is refused at
+once, and a run killed with ``kill -9`` releases it with its process. Opening the
+directory removes the temporary files interrupted writes left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import IO, Any, Final
+
+from schedtrain.errors import RunDirError
+from schedtrain.training.checkpoint import list_checkpoints, remove_leftovers, write_atomic
+
+__all__ = ["RunDirError", "RunDirectory"]
+
+RUN_FILE: Final = "run.json"
+LOCK_FILE: Final = ".lock"
+#: What a run writes, and all that --overwrite removes.
+_OWNED_FILES: Final = ("events.jsonl", RUN_FILE, "traceback.txt")
+_OWNED_DIRS: Final = ("checkpoints", "best")
+
+
+class RunDirectory:
+    """The directory of one run.
+
+    Args:
+        path: the directory (created if missing).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock: IO[str] | None = None
+
+    # -- what it holds ---------------------------------------------------------------------
+    @property
+    def checkpoints(self) -> Path:
+        """Where checkpoints go: ``RUN_DIR/checkpoints``."""
+        return self.path / "checkpoints"
+
+    @property
+    def events(self) -> Path:
+        """The run's log: ``RUN_DIR/events.jsonl``."""
+        return self.path / "events.jsonl"
+
+    def status(self) -> dict[str, Any] | None:
+        """The content of ``run.json``, or ``None`` when the directory holds no run."""
+        try:
+            data = json.loads((self.path / RUN_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def holds_a_run(self) -> bool:
+        """Whether a run has used this directory (``run.json``, a log or checkpoints)."""
+        return (self.status() is not None or self.events.exists()
+                or bool(list_checkpoints(self.checkpoints)))
+
+    # -- using it ----------------------------------------------------------------------------
+    def acquire(self) -> None:
+        """Lock the directory for this process; refuse at once if another run holds it.
+
+        Raises:
+            RunDirError: another process holds the lock (its pid is named).
+        """
+        if self._lock is not None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        f = (self.path / LOCK_FILE).open("a+", encoding="utf-8")
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no flock on this platform: no lock
+            self._lock = f
+            return
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise RunDirError(f"run directory {str(self.path)!r} is in use by process "
+                              f"{holder}; wait for it to end, or give another --run-dir"
+                              ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self._lock = f
+        for folder in (self.path, self.checkpoints, self.path / "best"):
+            remove_leftovers(folder)
+
+    def release(self) -> None:
+        """Unlock the directory."""
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                self._lock.close()
+            self._lock = None
+
+    def clear(self) -> None:
+        """Remove what runs write here (``--overwrite``); other files are left alone."""
+        for name in _OWNED_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / name).unlink()
+        for name in _OWNED_DIRS:
+            shutil.rmtree(self.path / name, ignore_errors=True)
+
+    def record(self, status: str, **fields: Any) -> None:
+        """Write ``run.json`` with ``status`` and ``fields`` (atomically)."""
+        data = {"format": "schedtrain-run-1", **(self.status() or {}), **fields,
+                "status": status, "pid": os.getpid(), "updated": time.time()}
+        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+        write_atomic(self.path / RUN_FILE, lambda f: f.write(text.encode()))
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"

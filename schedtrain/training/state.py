@@ -1,0 +1,114 @@
+"""Run state that is not the model's: random generators and the position in the data.
+
+Everything here is plain data and tensors (it goes into checkpoints that load with
+``weights_only=True``). A resumed run must see exactly the batches, dropout masks and
+augmentations the uninterrupted run would have: Python's, NumPy's, torch's CPU and
+CUDA generators are saved, and the data position is either the loader's own state
+(torchdata's ``StatefulDataLoader``, or anything with ``state_dict``/``load_state_dict``)
+or the generators' state when the epoch started, replayed to draw the same order and
+skip the batches already seen (workers included: they are seeded from that state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["DataPosition", "rng_state", "seed_everything", "set_rng_state"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, torch's (and NumPy's, when installed) random generators."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every generator's state, as plain data and tensors."""
+    version, keys, gauss = random.getstate()
+    state: dict[str, Any] = {"python": [version, list(keys), gauss],
+                             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    with contextlib.suppress(ImportError):
+        import numpy as np
+
+        name, np_keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [name, [int(k) for k in np_keys], int(pos), int(has_gauss),
+                          float(cached)]
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore ``rng_state()``."""
+    version, keys, gauss = state["python"]
+    random.setstate((version, tuple(keys), gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy as np
+
+        name, np_keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.array(np_keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def _stateful(data: Any) -> bool:
+    return callable(getattr(data, "state_dict", None)) and callable(
+        getattr(data, "load_state_dict", None))
+
+
+class DataPosition:
+    """Where the loop is in the training data, saved and restored with the run.
+
+    Args:
+        data: the training batches (a ``DataLoader``, a ``StatefulDataLoader``, any
+            iterable: an epoch is one pass over it).
+    """
+
+    def __init__(self, data: Iterable[Any]) -> None:
+        self.data = data
+        self.stateful = _stateful(data)
+        self._epoch_rng: dict[str, Any] | None = None
+        self._loader: dict[str, Any] | None = None
+
+    def start_epoch(self) -> Iterator[Any]:
+        """A fresh pass over the data for a new epoch."""
+        self._epoch_rng = None if self.stateful else rng_state()
+        return iter(self.data)
+
+    def resume_epoch(self, consumed: int) -> Iterator[Any]:
+        """The rest of the epoch a checkpoint was taken in, ``consumed`` batches in."""
+        if self.stateful:
+            if self._loader is not None:
+                self.data.load_state_dict(self._loader)  # type: ignore[attr-defined]
+            return iter(self.data)
+        if self._epoch_rng is None:
+            raise RuntimeError("no saved data position to resume the epoch from")
+        now = rng_state()
+        set_rng_state(self._epoch_rng)  # the same shuffle and worker seeds as then
+        it = iter(self.data)
+        if consumed:
+            next(itertools.islice(it, consumed - 1, consumed), None)
+        set_rng_state(now)
+        return it
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position: the loader's own state, or the generators at the epoch's start."""
+        if self.stateful:
+            return {"loader": self.data.state_dict()}  # type: ignore[attr-defined]
+        return {"epoch_rng": self._epoch_rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict`` (before ``resume_epoch``)."""
+        self._loader = state.get("loader")
+        self._epoch_rng = state.get("epoch_rng")

@@ -1,0 +1,1 @@
+"""Small training jobs the subprocess tests run through `schedtrain train`."""

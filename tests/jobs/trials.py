@@ -1,0 +1,185 @@
+"""Crash trials: kill a real `schedtrain train` run at random moments, resume it with
+`--resume auto` until it finishes, and compare with the uninterrupted run.
+
+Used by tests/test_crash.py (a few trials) and runnable for many::
+
+    python tests/jobs/trials.py --trials 30 [--signal TERM] [--workers 2]
+
+A trial passes when the interrupted run's ``events.jsonl`` has exactly the firing and
+scalar lines of the uninterrupted one (wall-clock fields aside), its final weights are
+bit-identical, and no temporary file is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TESTS = Path(__file__).resolve().parent.parent
+ROOT = TESTS.parent
+
+SPEC = """\
+[run]
+task = "jobs.crash:make_task"
+max_epochs = {epochs}
+seed = 3
+
+[callbacks.lr]
+type = "ScheduledHyperParamSetter"
+param = "lr"
+schedule = [[0, 0.001], [2, 0.0005]]
+trigger = {{ any = [{{ on = "train_start" }}, {{ every = "1 epoch" }}] }}
+
+[callbacks.validate]
+type = "InferenceRunner"
+trigger = {{ any = [{{ every = "1 epoch" }}, {{ every = "23 steps" }}] }}
+
+[callbacks.best]
+type = "MinSaver"
+trigger = {{ all = [{{ every = "1 epoch" }}, {{ improved = "val/loss" }}] }}
+
+[callbacks.checkpoint]
+type = "ModelSaver"
+keep = 2
+trigger = {{ any = [{{ every = "11 steps" }}, {{ on = "train_end" }}] }}
+
+[callbacks.nan]
+type = "TerminateOnNaN"
+trigger = {{ every = "10 steps" }}
+"""
+
+
+def write_spec(folder: Path, epochs: int) -> Path:
+    """The job's spec in ``folder/specs/crash.toml``."""
+    path = folder / "specs" / "crash.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SPEC.format(epochs=epochs))
+    return path
+
+
+def _env(workers: int) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),
+            "CRASH_JOB_WORKERS": str(workers), "OMP_NUM_THREADS": "1"}
+
+
+def train(spec: Path, run_dir: Path, *, workers: int = 0, kill_after: float | None = None,
+          sig: int = signal.SIGKILL, resume: bool = True) -> subprocess.CompletedProcess[str]:
+    """One `schedtrain train` process; sent ``sig`` after ``kill_after`` seconds if alive."""
+    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
+    if resume:
+        cmd += ["--resume", "auto"]
+    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=_env(workers),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def lines(run_dir: Path) -> list[dict[str, Any]]:
+    """The log without its wall-clock fields."""
+    rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    """The model of the checkpoint written at train_end."""
+    newest = max((run_dir / "checkpoints").glob("step-*.pt"))
+    state = torch.load(newest, weights_only=True)
+    assert state["phase"] == "train_end", (newest, state["phase"])
+    model: dict[str, torch.Tensor] = state["model"]
+    return model
+
+
+def leftovers(run_dir: Path) -> list[Path]:
+    """Temporary files in the run directory."""
+    return sorted(run_dir.rglob("*.tmp"))
+
+
+def run_to_end(spec: Path, run_dir: Path, delays: list[float], *, workers: int = 0,
+               sig: int = signal.SIGKILL) -> list[int]:
+    """Start, interrupt after each delay, resume; then run to the end. The exit codes."""
+    codes = []
+    for delay in delays:
+        result = train(spec, run_dir, workers=workers, kill_after=delay, sig=sig)
+        codes.append(result.returncode)
+        if result.returncode == 0:
+            return codes
+        if result.returncode not in (-sig, 75, -signal.SIGKILL):
+            raise AssertionError(f"exit {result.returncode}:\n{result.stderr[-3000:]}")
+    result = train(spec, run_dir, workers=workers)
+    codes.append(result.returncode)
+    if result.returncode == 2 and "nothing left to resume" in result.stderr:
+        return codes  # killed after it had finished: the run is whole
+    if result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}:\n{result.stderr[-3000:]}")
+    return codes
+
+
+def compare(reference: Path, run_dir: Path) -> list[str]:
+    """What differs between a reference run and an interrupted one (empty: nothing)."""
+    problems = []
+    a, b = lines(reference), lines(run_dir)
+    if a != b:
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                     min(len(a), len(b)))
+        problems.append(f"events.jsonl differs at line {first + 1} ({len(a)} vs {len(b)} "
+                        f"lines): {a[first:first + 1]} vs {b[first:first + 1]}")
+    wa, wb = final_weights(reference), final_weights(run_dir)
+    if any(not torch.equal(wa[k], wb[k]) for k in wa):
+        problems.append("final weights differ")
+    if leftovers(run_dir):
+        problems.append(f"left behind: {leftovers(run_dir)}")
+    return problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--kills", type=int, default=3, help="interruptions per trial")
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--signal", choices=("KILL", "TERM", "INT"), default="KILL")
+    parser.add_argument("--folder", default="/tmp/schedtrain-trials")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    sig = getattr(signal, f"SIG{args.signal}")
+    rng = random.Random(args.seed)
+    folder = Path(args.folder)
+    spec = write_spec(folder, args.epochs)
+    reference = folder / "reference"
+    if not reference.exists():
+        assert train(spec, reference, workers=args.workers, resume=False).returncode == 0
+    t0 = time.perf_counter()
+    result = train(spec, folder / "timing", workers=args.workers, resume=False)
+    whole = time.perf_counter() - t0
+    assert result.returncode == 0, result.stderr
+    failed = 0
+    for trial in range(args.trials):
+        run_dir = folder / f"trial-{trial}"
+        delays = sorted(rng.uniform(0.5, whole) for _ in range(args.kills))
+        delays = [b - a for a, b in zip([0.0, *delays], delays, strict=False)]
+        codes = run_to_end(spec, run_dir, [max(d, 0.3) for d in delays], workers=args.workers,
+                           sig=sig)
+        problems = compare(reference, run_dir)
+        failed += bool(problems)
+        print(f"trial {trial}: exits {codes}: {'; '.join(problems) or 'exact'}", flush=True)
+    print(f"{args.trials - failed} of {args.trials} trials exact "
+          f"(SIG{args.signal}, {args.kills} interruptions each, {args.workers} workers)")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Checkpoints: safe to load, checked, never a bad one over a good one, pruned carefully."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+from training_helpers import Noop, UnevenData, tiny_model
+
+from schedtrain import Schedule, every
+from schedtrain.callbacks import Callback, ModelSaver
+from schedtrain.training import Trainer
+from schedtrain.training.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    newest_valid,
+    read_checkpoint,
+    write_checkpoint,
+)
+
+mse = torch.nn.functional.mse_loss
+
+
+def _trainer(run_dir: Path, *, steps: int = 6, keep: int | None = 2, epochs: int = 1,
+             extra: dict[str, Callback] | None = None, **kw: object) -> Trainer:
+    model, opt = tiny_model()
+    schedule = Schedule({"save": every("1 step"), **{n: every("1 step") for n in extra or {}}})
+    return Trainer(model, opt, UnevenData([steps] * epochs), mse, schedule=schedule,
+                   bindings={"save": ModelSaver(keep=keep), **(extra or {})},
+                   max_epochs=epochs, run_dir=run_dir, **kw)  # type: ignore[arg-type]
+
+
+class TestFormat:
+    """The file loads in plain PyTorch, with weights_only, and its keys are documented."""
+
+    def test_loads_with_weights_only(self, tmp_path: Path) -> None:
+        """torch.load(weights_only=True) reads it; the weights load into a fresh model."""
+        t = _trainer(tmp_path)
+        t.fit()
+        path = tmp_path / "checkpoints" / "step-00000006.pt"
+        state = torch.load(path, weights_only=True)
+        assert {"format", "phase", "step", "epoch", "finite", "model", "optimizer", "scaler",
+                "run", "checksum"} <= set(state)
+        fresh = torch.nn.Linear(3, 1)
+        fresh.load_state_dict(state["model"])
+        assert torch.equal(fresh.weight, t.model.weight)
+
+    def test_files_get_the_umask_mode(self, tmp_path: Path) -> None:
+        """A checkpoint is created with the mode the user's umask gives, not 0600."""
+        old = os.umask(0o022)
+        try:
+            _trainer(tmp_path).fit()
+        finally:
+            os.umask(old)
+        mode = stat.S_IMODE((tmp_path / "checkpoints" / "step-00000006.pt").stat().st_mode)
+        assert mode == 0o644
+
+    def test_state_that_is_not_plain_data_is_refused_by_name(self, tmp_path: Path) -> None:
+        """A callback whose state_dict holds an object is named, and nothing is written."""
+        class Odd(Callback):
+            def state_dict(self) -> dict[str, object]:
+                return {"where": Path("x")}
+
+        t = _trainer(tmp_path, extra={"odd": Odd()})
+        with pytest.raises(CheckpointError, match=r"checkpoint\.run\.callbacks\.odd\.where: "
+                                                  r"PosixPath"):
+            t.fit()
+        assert list_checkpoints(tmp_path / "checkpoints") == []
+
+
+class TestChecksum:
+    """Every checkpoint carries a checksum; a corrupt one is reported by name."""
+
+    @pytest.mark.parametrize("where", [0.5, 0.8, 0.95])
+    def test_flipped_bytes_are_detected(self, tmp_path: Path, where: float) -> None:
+        """64 flipped bytes anywhere make the file refused, never loaded silently."""
+        _trainer(tmp_path).fit()
+        path = tmp_path / "checkpoints" / "step-00000006.pt"
+        data = bytearray(path.read_bytes())
+        start = int(len(data) * where)
+        for i in range(start, start + 64):
+            data[i] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with pytest.raises(CheckpointError, match=r"step-00000006\.pt"):
+            read_checkpoint(path)
+
+    def test_resume_auto_falls_back_to_the_newest_valid(self, tmp_path: Path) -> None:
+        """A corrupt newest checkpoint is reported and the one before it is used."""
+        _trainer(tmp_path).fit()
+        newest = tmp_path / "checkpoints" / "step-00000006.pt"
+        data = bytearray(newest.read_bytes())
+        data[len(data) // 2:len(data) // 2 + 64] = bytes(64)
+        newest.write_bytes(bytes(data))
+        skipped: list[tuple[str, str]] = []
+        found = newest_valid(tmp_path / "checkpoints", lambda p, r: skipped.append((p.name, r)))
+        assert found is not None and found.name == "step-00000005.pt"
+        assert skipped and skipped[0][0] == "step-00000006.pt"
+
+    def test_a_foreign_file_is_refused(self, tmp_path: Path) -> None:
+        """A file that is not a schedtrain checkpoint says so."""
+        path = tmp_path / "step-00000001.pt"
+        torch.save({"weights": torch.ones(2)}, path)
+        with pytest.raises(CheckpointError, match="not a schedtrain-checkpoint-2 file"):
+            read_checkpoint(path)
+
+    def test_write_then_read(self, tmp_path: Path) -> None:
+        """What is written is what is read back."""
+        path = write_checkpoint({"model": {"w": torch.arange(4.0)}, "n": [1, (2, 3)]},
+                                tmp_path / "c.pt")
+        state = read_checkpoint(path)
+        assert torch.equal(state["model"]["w"], torch.arange(4.0))
+        assert state["n"] == [1, (2, 3)]
+
+
+class Poison(Callback):
+    """Makes the model's weights NaN at a given step."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def _after_step(self, step: int, outputs: object) -> None:
+        if step == self.at:
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    p.fill_(float("nan"))
+
+
+class TestNonFinite:
+    """A diverged run never loses its last good checkpoint."""
+
+    def test_keep_never_deletes_the_last_finite(self, tmp_path: Path) -> None:
+        """NaN from step 3 on, keep = 2: steps 5 and 6 are kept, and step 2, the last good."""
+        model, opt = tiny_model()
+        t = Trainer(model, opt, UnevenData([6]), mse,
+                    schedule=Schedule({"poison": every("100 steps"), "save": every("1 step")}),
+                    bindings={"poison": Poison(3), "save": ModelSaver(keep=2)}, max_epochs=1,
+                    run_dir=tmp_path)
+        t.fit()
+        names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+        assert names == ["step-00000002.pt", "step-00000005-nonfinite.pt",
+                         "step-00000006-nonfinite.pt"]
+        assert newest_valid(tmp_path / "checkpoints") == tmp_path / "checkpoints" / \
+            "step-00000002.pt"
+
+    def test_a_non_finite_checkpoint_never_replaces_a_good_file(self, tmp_path: Path) -> None:
+        """Saving NaN weights to a path that holds a good checkpoint writes beside it."""
+        t = _trainer(tmp_path, steps=2)
+        t.fit()
+        good = tmp_path / "checkpoints" / "step-00000002.pt"
+        before = good.read_bytes()
+        with torch.no_grad():
+            t.model.weight.fill_(float("inf"))
+        written: list[Path] = []
+        t.save_checkpoint(good, on_saved=written.append)
+        assert good.read_bytes() == before
+        assert written == [tmp_path / "checkpoints" / "step-00000002-nonfinite.pt"]
+
+
+class TestPruning:
+    """keep = N deletes only checkpoints this run wrote."""
+
+    def test_other_files_are_left_alone(self, tmp_path: Path) -> None:
+        """A checkpoint-named file the run did not write survives pruning."""
+        folder = tmp_path / "checkpoints"
+        folder.mkdir()
+        foreign = folder / "step-00000000.pt"  # a name this run never writes
+        foreign.write_bytes(b"not ours")
+        t = _trainer(tmp_path, steps=5, keep=2, overwrite=False)
+        t.start_over()  # the directory holds files, but no run: start without --overwrite
+        t.fit()
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "step-00000000.pt", "step-00000004.pt", "step-00000005.pt"]
+
+    def test_resuming_a_copy_prunes_in_the_copy(self, tmp_path: Path) -> None:
+        """A run resumed from a copy of its directory prunes the copy, not the original."""
+        import shutil
+
+        _trainer(tmp_path / "a", steps=4, keep=2, epochs=1).fit()
+        shutil.copytree(tmp_path / "a", tmp_path / "b")
+        original = sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir())
+        second = _trainer(tmp_path / "b", steps=4, keep=2, epochs=2)
+        second.resume(tmp_path / "b" / "checkpoints" / "step-00000004.pt")
+        second.fit()
+        assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == original
+        assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == [
+            "step-00000007.pt", "step-00000008.pt"]
+
+
+def test_noop_callbacks_do_not_need_state(tmp_path: Path) -> None:
+    """A callback with the default (empty) state round-trips."""
+    t = _trainer(tmp_path, extra={"n": Noop()})
+    t.fit()
+    assert read_checkpoint(tmp_path / "checkpoints" / "step-00000006.pt")["run"]["callbacks"][
+        "n"] == {}

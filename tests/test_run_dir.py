@@ -1,0 +1,114 @@
+"""A run directory belongs to one run: locked, never silently reused, never re-finished."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from training_helpers import Noop, UnevenData, tiny_model
+
+from schedtrain import Schedule, every, on
+from schedtrain.callbacks import ModelSaver
+from schedtrain.training import RunDirError, Trainer
+from schedtrain.training.run_dir import RunDirectory
+
+mse = torch.nn.functional.mse_loss
+
+
+def _trainer(run_dir: Path, epochs: int = 2, **kw: object) -> Trainer:
+    model, opt = tiny_model()
+    return Trainer(model, opt, UnevenData([3] * 4), mse,
+                   schedule=Schedule({"save": every("1 epoch"), "end": on("train_end")}),
+                   bindings={"save": ModelSaver(), "end": Noop()}, max_epochs=epochs,
+                   run_dir=run_dir, **kw)  # type: ignore[arg-type]
+
+
+class TestOwnership:
+    """A directory holding a run is refused without resume or overwrite."""
+
+    def test_a_second_fresh_run_is_refused(self, tmp_path: Path) -> None:
+        """Starting a run where one ran already says what to do, and changes nothing."""
+        _trainer(tmp_path).fit()
+        before = (tmp_path / "events.jsonl").read_text()
+        with pytest.raises(RunDirError, match=r"holds a run \(finished at step 6\); resume it "
+                                              r"\(--resume auto\) or start over \(--overwrite\)"):
+            _trainer(tmp_path).fit()
+        assert (tmp_path / "events.jsonl").read_text() == before
+
+    def test_overwrite_starts_afresh(self, tmp_path: Path) -> None:
+        """--overwrite removes what the run wrote and runs again from step 0."""
+        _trainer(tmp_path).fit()
+        (tmp_path / "notes.txt").write_text("mine")
+        t = _trainer(tmp_path, overwrite=True)
+        t.fit()
+        assert (tmp_path / "notes.txt").read_text() == "mine"
+        fired = [json.loads(x)["callback"] for x in
+                 (tmp_path / "events.jsonl").read_text().splitlines()
+                 if json.loads(x)["kind"] == "firing"]
+        assert fired.count("end") == 1
+
+    def test_a_finished_run_is_not_fired_again(self, tmp_path: Path) -> None:
+        """Resuming a finished run whose end did not move is refused: train_end stays once."""
+        _trainer(tmp_path).fit()
+        t = _trainer(tmp_path)
+        t.resume(tmp_path / "checkpoints" / "step-00000006.pt")
+        with pytest.raises(RunDirError, match="finished at step 6; there is nothing left"):
+            t.fit()
+
+    def test_a_finished_run_can_be_extended(self, tmp_path: Path) -> None:
+        """With more epochs asked for, it continues, and its log is that of the longer run."""
+        _trainer(tmp_path, epochs=2).fit()
+        longer = _trainer(tmp_path, epochs=3)
+        longer.resume(tmp_path / "checkpoints" / "step-00000006.pt")
+        longer.fit()
+        straight = tmp_path / "straight"
+        _trainer(straight, epochs=3).fit()
+
+        def firings(folder: Path) -> list[tuple[str, str, int]]:
+            rows = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
+            return [(r["callback"], r["event"], r["step"]) for r in rows
+                    if r["kind"] == "firing"]
+        assert firings(tmp_path) == firings(straight)
+
+    def test_status_is_recorded(self, tmp_path: Path) -> None:
+        """run.json says finished, with the clock, after a run."""
+        _trainer(tmp_path).fit()
+        status = RunDirectory(tmp_path).status()
+        assert status is not None
+        assert (status["status"], status["step"], status["epoch"]) == ("finished", 6, 2)
+
+
+class TestLock:
+    """Two runs never write one directory at once."""
+
+    def test_a_second_process_is_refused_at_once(self, tmp_path: Path) -> None:
+        """While this process holds the directory, another one's run fails immediately."""
+        directory = RunDirectory(tmp_path)
+        directory.acquire()
+        code = textwrap.dedent(f"""
+            from schedtrain.training.run_dir import RunDirectory, RunDirError
+            try:
+                RunDirectory({str(tmp_path)!r}).acquire()
+            except RunDirError as exc:
+                print(exc)
+        """)
+        try:
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 timeout=60, check=True).stdout
+        finally:
+            directory.release()
+        assert "is in use by process" in out
+
+    def test_leftover_temporary_files_are_removed(self, tmp_path: Path) -> None:
+        """Temporary files an interrupted write left are deleted when a run opens the dir."""
+        folder = tmp_path / "checkpoints"
+        folder.mkdir(parents=True)
+        junk = folder / ".step-00000003.pt.abc123.tmp"
+        junk.write_bytes(b"x" * 100)
+        RunDirectory(tmp_path).acquire()
+        assert not junk.exists()
