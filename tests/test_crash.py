@@ -1,0 +1,84 @@
+"""Real `schedtrain train` processes killed or preempted, then resumed: the run is exact."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from jobs.trials import _env, compare, final_weights, leftovers, lines, run_to_end, train, \
+    write_spec
+
+pytestmark = pytest.mark.slow
+EPOCHS = 6
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The spec, and its uninterrupted run."""
+    folder = tmp_path_factory.mktemp("crash")
+    spec = write_spec(folder, EPOCHS)
+    reference = folder / "reference"
+    result = train(spec, reference, resume=False)
+    assert result.returncode == 0, result.stderr
+    return spec, reference
+
+
+def _started(run_dir: Path, timeout: float = 120) -> None:
+    """Wait until training has written its first lines."""
+    log = run_dir / "events.jsonl"
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and log.stat().st_size > 2000):
+        if time.monotonic() > deadline:
+            raise AssertionError("training did not start")
+        time.sleep(0.05)
+
+
+def test_kill_9_at_random_moments_then_resume_is_exact(job: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    """Killed three times (startup, mid-training, anywhere) and resumed each time with
+    --resume auto: the same log lines and bit-identical final weights, no leftover files."""
+    spec, reference = job
+    codes = run_to_end(spec, tmp_path / "run", [2.0, 4.6, 5.3])
+    assert codes[-1] in (0, 2)
+    assert compare(reference, tmp_path / "run") == []
+
+
+def test_sigterm_checkpoints_and_says_how_to_resume(job: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    """SIGTERM mid-run: the step finishes, a checkpoint is written, exit 75 with one line
+    saying where and how to resume; resuming finishes the run exactly."""
+    spec, reference = job
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=_env(0), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _started(run_dir)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    (line,) = [x for x in err.splitlines() if x.startswith("preempted by SIGTERM")]
+    assert "checkpoint " in line and "--resume auto" in line
+    saved = Path(line.split("checkpoint ")[1].split(";")[0])
+    assert saved.exists()
+    assert torch.load(saved, weights_only=True)["phase"] == "preempt"
+    status = (run_dir / "run.json").read_text()
+    assert '"preempted"' in status
+    resumed = train(spec, run_dir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert compare(reference, run_dir) == []
+
+
+def test_a_second_run_in_the_same_directory_is_refused(job: tuple[Path, Path]) -> None:
+    """Starting the finished reference run again without --resume/--overwrite: exit 2."""
+    spec, reference = job
+    before = lines(reference)
+    result = train(spec, reference, resume=False)
+    assert result.returncode == 2
+    assert "holds a run" in result.stderr and "Traceback" not in result.stderr
+    assert lines(reference) == before and not leftovers(reference)
+    assert final_weights(reference)

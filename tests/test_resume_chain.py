@@ -1,0 +1,103 @@
+"""A run crashed at random points and resumed each time equals the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, TensorDataset
+
+from schedtrain import Schedule, every, improved, on, plateau
+from schedtrain.callbacks import Callback, InferenceRunner, ModelSaver
+from schedtrain.training import Trainer
+from schedtrain.training.checkpoint import newest_valid
+
+STEPS_PER_EPOCH = 10
+
+
+class Crash(Callback):
+    """Raises at the end of one step, as a crash there would end the process."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at = at
+
+    def _trigger(self) -> None:
+        if self.now.step == self.at:
+            raise RuntimeError(f"crash at step {self.at}")
+
+
+class Note(Callback):
+    """Puts a metric that moves with the weights, so triggers depend on the run's state."""
+
+    def _trigger(self) -> None:
+        self.metrics.put("w/norm", sum(p.detach().abs().sum() for p in
+                                       self.model.parameters()))
+
+
+def _trainer(run_dir: Path, crash_at: int | None, accum: int, epochs: int) -> Trainer:
+    torch.manual_seed(0)
+    x = torch.randn(STEPS_PER_EPOCH * accum * 4, 6)
+    y = (x[:, 0] - x[:, 1] > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Dropout(0.3),
+                                torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    schedule = Schedule({
+        "validate": every("1 epoch") | every("7 steps"),
+        "note": every("3 steps"),
+        "save": every("2 steps") | on("train_end"),
+        "best": improved("val/loss"),
+        "flat": every("1 epoch") & plateau("w/norm", 2),
+        "crash": every("1 step"),
+    })
+    return Trainer(
+        model, torch.optim.Adam(model.parameters(), lr=0.01),
+        DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True),
+        torch.nn.functional.cross_entropy, schedule=schedule,
+        bindings={"validate": InferenceRunner(), "note": Note(), "save": ModelSaver(keep=2),
+                  "best": Callback(), "flat": Callback(), "crash": Crash(crash_at)},
+        val_data=DataLoader(TensorDataset(x[:16], y[:16]), batch_size=8),
+        max_epochs=epochs, grad_accum=accum, run_dir=run_dir)
+
+
+def _log(run_dir: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+
+
+def _run_with_crashes(run_dir: Path, crashes: list[int], accum: int, epochs: int) -> Trainer:
+    for at in [*crashes, None]:
+        t = _trainer(run_dir, at, accum, epochs)
+        found = newest_valid(run_dir / "checkpoints")
+        if found is not None:
+            t.resume(found)
+        else:
+            t.start_over()
+        try:
+            t.fit()
+        except RuntimeError as exc:
+            assert "crash at step" in str(exc)
+            continue
+        return t
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.integers(1, 39), min_size=1, max_size=3, unique=True),
+       st.sampled_from([1, 2]))
+def test_crashes_at_random_steps(tmp_path_factory: pytest.TempPathFactory, crashes: list[int],
+                                 accum: int) -> None:
+    """Up to three crashes at random steps, each resumed from the newest valid checkpoint:
+    the same log (firings and scalars) and bit-identical weights as the uninterrupted run."""
+    epochs = 4
+    whole = _trainer(tmp_path_factory.mktemp("whole"), None, accum, epochs)
+    whole.fit()
+    run_dir = tmp_path_factory.mktemp("crashed")
+    crashed = _run_with_crashes(run_dir, sorted(crashes), accum, epochs)
+    assert _log(run_dir) == _log(whole.run_dir)  # type: ignore[arg-type]
+    for a, b in zip(whole.model.parameters(), crashed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
