@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from jobs.trials import _env, compare, final_weights, leftovers, lines, run_to_end, train, \
-    write_spec
+from jobs.trials import compare, env, final_weights, leftovers, lines, run_to_end, train, write_spec
 
 pytestmark = pytest.mark.slow
 EPOCHS = 6
@@ -55,7 +54,7 @@ def test_sigterm_checkpoints_and_says_how_to_resume(job: tuple[Path, Path],
     spec, reference = job
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
-    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=_env(0), text=True,
+    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=env(0), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _started(run_dir)
     proc.send_signal(signal.SIGTERM)

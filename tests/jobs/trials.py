@@ -67,7 +67,7 @@ def write_spec(folder: Path, epochs: int) -> Path:
     return path
 
 
-def _env(workers: int) -> dict[str, str]:
+def env(workers: int) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),
             "CRASH_JOB_WORKERS": str(workers), "OMP_NUM_THREADS": "1"}
 
@@ -78,7 +78,7 @@ def train(spec: Path, run_dir: Path, *, workers: int = 0, kill_after: float | No
     cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
     if resume:
         cmd += ["--resume", "auto"]
-    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=_env(workers),
+    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=env(workers),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=kill_after)
