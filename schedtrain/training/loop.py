@@ -16,6 +16,8 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+import torch
+
 from schedtrain.callbacks.base import StepOutputs
 from schedtrain.clock import LoopClock
 from schedtrain.table import TriggerTable
@@ -23,7 +25,7 @@ from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
 from schedtrain.training.preempt import Guard
 from schedtrain.training.state import DataPosition
-from schedtrain.training.steps import PlainStep, Step
+from schedtrain.training.steps import PlainStep, Step, make_step
 
 __all__ = ["Loop"]
 
@@ -70,6 +72,46 @@ class Loop:
         #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
         self.epoch_open = False
         self.resume_inside_epoch = False
+
+    @classmethod
+    def build(cls, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+              loss_fn: Callable[[Any, Any], torch.Tensor] | None, step_fn: Any,
+              grad_accum: int, grad_clip: float | None, device: torch.device, scaler: Any,
+              autocast: Callable[[], Any] | None, **parts: Any) -> Loop:
+        """The loop for a run, with the step strategy its options and hooks need.
+
+        ``parts`` are the other arguments of ``Loop`` (the clock, the table, the
+        dispatcher...). ``PlainStep`` serves when nothing but the loss is computed on the
+        CPU in fp32; otherwise a ``Step`` gets the parts the run needs.
+        """
+        dispatch, clock, table = parts["dispatch"], parts["clock"], parts["table"]
+        hooks = dispatch.hooks
+        per_step = any(hooks[h] for h in ("_before_step", "_after_backward",
+                                          "_before_optimizer_step", "_after_step",
+                                          "_trigger_step"))
+        plain = (grad_accum == 1 and scaler is None and autocast is None and grad_clip is None
+                 and device.type == "cpu" and not per_step and not table.needs_batch_end
+                 and step_fn is None)
+
+        def gradient_hook(name: str) -> Callable[[], None] | None:
+            if not hooks[name]:
+                return None
+            return lambda: dispatch.run_hooks(name, clock.now(), clock.step + 1)
+
+        loop: Loop
+        step = make_step(model, optimizer, loss_fn=loss_fn, step_fn=step_fn, plain=plain,
+                         **({} if plain else {
+                             "accum": grad_accum, "scaler": scaler, "clip": grad_clip,
+                             "device": device if device.type != "cpu" else None,
+                             "autocast": autocast,
+                             # `loop` is made below: look it up when a batch ends
+                             "on_batch": ((lambda n, t: loop.batch_end(n, t))  # noqa: PLW0108
+                                          if table.needs_batch_end else None),
+                             "after_backward": gradient_hook("_after_backward"),
+                             "before_optimizer_step": gradient_hook("_before_optimizer_step"),
+                         }))
+        loop = cls(step=step, exact=not plain, **parts)
+        return loop
 
     # -- epochs --------------------------------------------------------------------------------
     def run(self) -> None:

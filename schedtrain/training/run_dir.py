@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import time
+import traceback
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -104,6 +105,45 @@ class RunDirectory:
                 self._lock.close()
             self._lock = None
 
+    def open_for_run(self, *, fresh: bool, overwrite: bool,
+                     ends_at: tuple[int | None, int | None] | None) -> None:
+        """Lock the directory for a run, refusing what would mix two runs' files.
+
+        Args:
+            fresh: a new run starts (not a resume): a directory holding a run is refused,
+                or cleared with ``overwrite``.
+            overwrite: remove what runs wrote here first.
+            ends_at: for a resume, the run's ``(max_epochs, max_steps)``: resuming a run
+                that stopped, or finished at or past these, is refused (it would only
+                end again).
+
+        Raises:
+            RunDirError: in use by another process, holding a run, or nothing to resume.
+        """
+        self.acquire()
+        status = self.status()
+        try:
+            if fresh and self.holds_a_run():
+                if not overwrite:
+                    shown = f" ({status['status']} at step {status.get('step')})" if status \
+                        else ""
+                    raise RunDirError(f"run directory {str(self.path)!r} holds a run{shown}; "
+                                      "resume it (--resume auto) or start over (--overwrite)")
+                self.clear()
+            if ends_at is not None and status is not None and _ended(status, *ends_at):
+                raise RunDirError(f"the run in {str(self.path)!r} {status['status']} at step "
+                                  f"{status.get('step')}; there is nothing left to resume "
+                                  "(start over with --overwrite, or use another --run-dir)")
+        except RunDirError:
+            self.release()
+            raise
+
+    def save_traceback(self, exc: BaseException) -> None:
+        """Keep a failed run's traceback in ``RUN_DIR/traceback.txt``."""
+        with contextlib.suppress(OSError):
+            (self.path / "traceback.txt").write_text(
+                "".join(traceback.format_exception(exc)), encoding="utf-8")
+
     def clear(self) -> None:
         """Remove what runs write here (``--overwrite``); other files are left alone."""
         for name in _OWNED_FILES:
@@ -121,3 +161,15 @@ class RunDirectory:
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
+
+
+def _ended(status: dict[str, Any], max_epochs: int | None, max_steps: int | None) -> bool:
+    """Whether a run that ended would end again at once: it stopped (its stop condition
+    would hold again), or finished and its end was not moved later."""
+    if status.get("status") == "stopped":
+        return True
+    if status.get("status") != "finished":
+        return False
+    epoch, step = status.get("epoch", 0), status.get("step", 0)
+    return ((max_epochs is not None and epoch >= max_epochs)
+            or (max_steps is not None and step >= max_steps))

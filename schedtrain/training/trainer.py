@@ -10,7 +10,6 @@ dispatcher (``training.dispatch``), the run's state and checkpoints
 from __future__ import annotations
 
 import contextlib
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import structlog
 import torch
 
 from schedtrain.clock import LoopClock
-from schedtrain.errors import Preempted, RunDirError, StopTraining
+from schedtrain.errors import Preempted, StopTraining
 from schedtrain.firings import Firing, FiringLog
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
@@ -35,7 +34,6 @@ from schedtrain.training.preempt import Guard, handle_signals
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.snapshot import Snapshot
 from schedtrain.training.state import DataPosition, seed_everything
-from schedtrain.training.steps import make_step
 from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["Trainer"]
@@ -164,40 +162,15 @@ class Trainer:
         return -(-n // self.grad_accum)
 
     def _make_loop(self) -> Loop:
-        hooks = self.dispatch.hooks
-        per_step = any(hooks[h] for h in ("_before_step", "_after_backward",
-                                          "_before_optimizer_step", "_after_step",
-                                          "_trigger_step"))
-        plain = (self.grad_accum == 1 and self.scaler is None and self.precision == "fp32"
-                 and self.device.type == "cpu" and self.grad_clip is None and not per_step
-                 and not self.table.needs_batch_end and self.step_fn is None)
-        loop: Loop
-        step = make_step(
-            self.model, self.optimizer, loss_fn=self.loss_fn, step_fn=self.step_fn,
-            plain=plain, **({} if plain else self._step_parts(hooks, lambda: loop)))
-        loop = Loop(clock=self.clock, table=self.table, dispatch=self.dispatch,
-                    losses=self._losses, position=self._position, step=step,
-                    guard=self._guard, max_epochs=self.max_epochs, max_steps=self.max_steps,
-                    steps_in_epoch=self.steps_in_epoch,
-                    exact=not plain or self.step_fn is not None,
-                    on_preempt=self._preempt, publish_loss=self._publish_loss)
-        return loop
-
-    def _step_parts(self, hooks: Mapping[str, Any], loop: Callable[[], Loop]) -> dict[str, Any]:
-        def gradient_hook(name: str) -> Callable[[], None] | None:
-            if not hooks[name]:
-                return None
-            return lambda: self.dispatch.run_hooks(name, self.clock.now(), self.clock.step + 1)
-        return {
-            "accum": self.grad_accum,
-            "device": self.device if self.device.type != "cpu" else None,
-            "autocast": self.autocast if self.precision != "fp32" else None,
-            "scaler": self.scaler, "clip": self.grad_clip,
-            "on_batch": ((lambda n, t: loop().batch_end(n, t))
-                         if self.table.needs_batch_end else None),
-            "after_backward": gradient_hook("_after_backward"),
-            "before_optimizer_step": gradient_hook("_before_optimizer_step"),
-        }
+        return Loop.build(
+            model=self.model, optimizer=self.optimizer, loss_fn=self.loss_fn,
+            step_fn=self.step_fn, grad_accum=self.grad_accum, grad_clip=self.grad_clip,
+            device=self.device, scaler=self.scaler,
+            autocast=self.autocast if self.precision != "fp32" else None,
+            clock=self.clock, table=self.table, dispatch=self.dispatch, losses=self._losses,
+            position=self._position, guard=self._guard, max_epochs=self.max_epochs,
+            max_steps=self.max_steps, steps_in_epoch=self.steps_in_epoch,
+            on_preempt=self._preempt, publish_loss=self._publish_loss)
 
     # -- what callbacks see ------------------------------------------------------------------
     @property
@@ -305,39 +278,17 @@ class Trainer:
 
     # -- the run -------------------------------------------------------------------------------
     def _open_directory(self) -> None:
-        directory = self.directory
-        if directory is None:
+        if self.directory is None:
             return
-        directory.acquire()
-        if self._owns_dir:  # this trainer's run, fitted again
-            return
-        status = directory.status()
-        if not self._resumed and not self._start_over and directory.holds_a_run():
-            if not self.overwrite:
-                directory.release()
-                shown = f" ({status['status']} at step {status.get('step')})" if status else ""
-                raise RunDirError(f"run directory {str(directory.path)!r} holds a run{shown}; "
-                                  "resume it (--resume auto) or start over (--overwrite)")
-            directory.clear()
-        if self._resumed and status is not None and self._nothing_left(status):
-            directory.release()
-            raise RunDirError(f"the run in {str(directory.path)!r} {status['status']} at step "
-                              f"{status.get('step')}; there is nothing left to resume "
-                              "(start over with --overwrite, or use another --run-dir)")
-        if not self._resumed and self._events is not None:
-            self._events.truncate(0)
-        self._owns_dir = True
-
-    def _nothing_left(self, status: Mapping[str, Any]) -> bool:
-        """Whether a run that ended would end again at once: it stopped (a stop condition
-        would hold again), or finished and its end was not moved later."""
-        if status.get("status") == "stopped":
-            return True
-        if status.get("status") != "finished":
-            return False
-        epoch, step = status.get("epoch", 0), status.get("step", 0)
-        return ((self.max_epochs is not None and epoch >= self.max_epochs)
-                or (self.max_steps is not None and step >= self.max_steps))
+        if not self._owns_dir:  # a second fit() of this trainer continues its own run
+            fresh = not self._resumed
+            self.directory.open_for_run(
+                fresh=fresh and not self._start_over, overwrite=self.overwrite,
+                ends_at=(self.max_epochs, self.max_steps) if self._resumed else None)
+            if fresh and self._events is not None:
+                self._events.truncate(0)
+            self._owns_dir = True
+        self.directory.acquire()
 
     def _at_end(self) -> bool:
         """Whether the clock has reached ``max_epochs`` or ``max_steps``."""
@@ -400,7 +351,8 @@ class Trainer:
         except BaseException as exc:
             failed = exc
             self.dispatch.pending = []  # never write a checkpoint of a half-done event
-            self._save_traceback(exc)
+            if self.directory is not None and not isinstance(exc, KeyboardInterrupt):
+                self.directory.save_traceback(exc)
             for cb in self.callbacks:
                 with contextlib.suppress(Exception):
                     cb.on_exception(exc)
@@ -430,12 +382,6 @@ class Trainer:
                 if self.directory is not None:
                     self.directory.release()
 
-    def _save_traceback(self, exc: BaseException) -> None:
-        if self.run_dir is None or isinstance(exc, KeyboardInterrupt):
-            return
-        with contextlib.suppress(OSError):
-            (self.run_dir / "traceback.txt").write_text(
-                "".join(traceback.format_exception(exc)), encoding="utf-8")
 
     def __repr__(self) -> str:
         return (f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}, "
