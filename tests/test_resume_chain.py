@@ -101,3 +101,38 @@ def test_crashes_at_random_steps(tmp_path_factory: pytest.TempPathFactory, crash
     assert _log(run_dir) == _log(whole.run_dir)  # type: ignore[arg-type]
     for a, b in zip(whole.model.parameters(), crashed.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stateful_dataloader_resumes_from_its_own_state(tmp_path: Path, workers: int) -> None:
+    """A torchdata StatefulDataLoader (shuffled, with workers) resumes mid-epoch from its
+    own state: the same batches, bit-identical weights."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make(run_dir: Path, crash_at: int | None) -> Trainer:
+        torch.manual_seed(0)
+        x = torch.randn(48, 6)
+        y = (x[:, 0] > 0).long()
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Dropout(0.3),
+                                    torch.nn.Linear(8, 2))
+        data = stateful.StatefulDataLoader(TensorDataset(x, y), batch_size=4, shuffle=True,
+                                           num_workers=workers)
+        return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), data,
+                       torch.nn.functional.cross_entropy,
+                       schedule=Schedule({"save": every("5 steps"), "crash": every("1 step")}),
+                       bindings={"save": ModelSaver(keep=None), "crash": Crash(crash_at)},
+                       max_epochs=2, run_dir=run_dir)
+
+    whole = make(tmp_path / "whole", None)
+    whole.fit()
+    crashed = make(tmp_path / "crashed", 7)
+    with pytest.raises(RuntimeError, match="crash at step 7"):
+        crashed.fit()
+    resumed = make(tmp_path / "crashed", None)
+    resumed.resume(tmp_path / "crashed" / "checkpoints" / "step-00000005.pt")
+    resumed.fit()
+    for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert _log(tmp_path / "crashed") == _log(tmp_path / "whole")

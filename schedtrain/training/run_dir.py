@@ -2,8 +2,8 @@
 
 ``RUN_DIR/run.json`` says what the directory holds (``running``, ``finished``,
 ``stopped``, ``preempted``, ``failed``, and the clock when it last changed);
-``RUN_DIR/.lock`` is held (``flock``) while a run uses it, so a second run is refused at
-once, and a run killed with ``kill -9`` releases it with its process. Opening the
+``RUN_DIR/.lock`` is held (a POSIX record lock) while a run uses it, so a second run is
+refused at once, and a run killed with ``kill -9`` releases it with its process. Opening the
 directory removes the temporary files interrupted writes left behind.
 """
 
@@ -82,7 +82,9 @@ class RunDirectory:
             self._lock = f
             return
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A POSIX record lock: data-loader workers forked later do not inherit it (a
+            # flock would stay held by them after this process let go).
+            fcntl.lockf(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             f.seek(0)
             holder = f.read().strip() or "another process"

@@ -91,7 +91,12 @@ class DataPosition:
         if self.stateful:
             if self._loader is not None:
                 self.data.load_state_dict(self._loader)  # type: ignore[attr-defined]
-            return iter(self.data)
+            # Making an iterator draws a seed from torch's generator; the run being resumed
+            # drew it when the epoch started, which the saved generators already include.
+            now = rng_state()
+            it = iter(self.data)
+            set_rng_state(now)
+            return it
         if self._epoch_rng is None:
             raise RuntimeError("no saved data position to resume the epoch from")
         now = rng_state()
