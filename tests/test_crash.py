@@ -81,3 +81,22 @@ def test_a_second_run_in_the_same_directory_is_refused(job: tuple[Path, Path]) -
     assert "holds a run" in result.stderr and "Traceback" not in result.stderr
     assert lines(reference) == before and not leftovers(reference)
     assert final_weights(reference)
+
+
+def test_a_second_sigint_aborts_at_once(job: tuple[Path, Path], tmp_path: Path) -> None:
+    """Ctrl-C twice: no checkpoint for the preemption, exit 130, no traceback."""
+    spec, _ = job
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=env(0), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _started(run_dir)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (75, 130), err  # the second may land after the checkpoint
+    assert "Traceback" not in err
+    if proc.returncode == 130:
+        assert "interrupted" in err and not any(
+            p.name.startswith("step-") and torch.load(p, weights_only=True)["phase"] == "preempt"
+            for p in (run_dir / "checkpoints").glob("*.pt"))
