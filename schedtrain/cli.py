@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final, NoReturn
 
-from schedtrain.errors import Preempted, Problem, RunDirError, ScheduleError
+from schedtrain.errors import Preempted, Problem, RunDirError, RunEnded, ScheduleError
 from schedtrain.metric_stream import MetricStreamError
 from schedtrain.planning import PlanError
 from schedtrain.spec import load_spec
@@ -226,6 +226,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     try:
         trainer = train_from_spec(spec, args.run_dir, args.resume, overwrite=args.overwrite)
+    except RunEnded as exc:
+        if args.resume != "auto":
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        # A requeued job whose run already ended: nothing to do is success, not failure.
+        print(f"the run {exc.status} at step {exc.step}; nothing left to do", file=sys.stderr)
+        return EXIT_OK
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

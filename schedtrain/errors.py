@@ -18,6 +18,7 @@ __all__ = [
     "Preempted",
     "Problem",
     "RunDirError",
+    "RunEnded",
     "ScheduleError",
     "ScheduleWarning",
     "SpecError",
@@ -98,6 +99,22 @@ class StopTraining(Exception):
 
 class RunDirError(Exception):
     """A run directory that cannot be used as asked (in use, holds a run, finished)."""
+
+
+class RunEnded(RunDirError):
+    """Resuming a run that already ended (finished, or stopped) with nothing left to do.
+
+    ``schedtrain train --resume auto`` treats it as success, so a job that is requeued
+    after it finished ends at once instead of failing.
+
+    Attributes:
+        status: ``"finished"`` or ``"stopped"``.
+        step: the step it ended at.
+    """
+
+    def __init__(self, message: str, *, status: str, step: int) -> None:
+        super().__init__(message)
+        self.status, self.step = status, step
 
 
 class Preempted(Exception):

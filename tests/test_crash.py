@@ -83,6 +83,25 @@ def test_a_second_run_in_the_same_directory_is_refused(job: tuple[Path, Path]) -
     assert final_weights(reference)
 
 
+def test_a_requeued_job_whose_run_finished_succeeds_doing_nothing(
+        job: tuple[Path, Path]) -> None:
+    """`--resume auto` on a finished run (a requeued job, or a kill after the last step):
+    exit 0, nothing fired or written again; an explicit checkpoint is an error (exit 2)."""
+    spec, reference = job
+    before = lines(reference)
+    result = train(spec, reference)
+    assert result.returncode == 0, result.stderr
+    assert "finished at step" in result.stderr and "nothing left to do" in result.stderr
+    newest = sorted((reference / "checkpoints").glob("*.pt"))[-1]
+    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir",
+           str(reference), "--resume", str(newest)]
+    explicit = subprocess.run(cmd, cwd=spec.parent.parent, env=env(0), text=True,
+                              capture_output=True, timeout=120, check=False)
+    assert explicit.returncode == 2 and "nothing left to resume" in explicit.stderr
+    assert "Traceback" not in result.stderr + explicit.stderr
+    assert lines(reference) == before and not leftovers(reference)
+
+
 def test_a_second_sigint_aborts_at_once(job: tuple[Path, Path], tmp_path: Path) -> None:
     """Ctrl-C twice: no checkpoint for the preemption, exit 130, no traceback."""
     spec, _ = job

@@ -1,8 +1,9 @@
 """The training loop that drives the clock and the trigger table (torch lives here)."""
 
 from schedtrain.errors import RunDirError as RunDirError
+from schedtrain.errors import RunEnded as RunEnded
 from schedtrain.training.main import Task as Task
 from schedtrain.training.main import train_from_spec as train_from_spec
 from schedtrain.training.trainer import Trainer as Trainer
 
-__all__ = ["RunDirError", "Task", "Trainer", "train_from_spec"]
+__all__ = ["RunDirError", "RunEnded", "Task", "Trainer", "train_from_spec"]

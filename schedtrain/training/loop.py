@@ -160,12 +160,13 @@ class Loop:
     def _steps(self, it: Iterator[Any]) -> bool:
         """The steps of one epoch; ``False`` when ``max_steps`` ended it early."""
         clock, table, dispatch, guard = self.clock, self.table, self.dispatch, self.guard
-        run_step, losses, exact = self.step, self.losses.losses, self.exact
+        step_obj, losses, exact = self.step, self.losses.losses, self.exact
+        run_step = step_obj.run  # a bound method, looked up once
         max_steps = self.max_steps
         hooks = dispatch.hooks
         before, after, trig = (hooks["_before_step"], hooks["_after_step"],
                                hooks["_trigger_step"])
-        fetching = isinstance(run_step, Step)
+        fetching = isinstance(step_obj, Step)
         step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
         prev_sample, prev_token = sample, token
         time: int | None = None
@@ -178,7 +179,7 @@ class Loop:
                 if before:
                     fetches = dispatch.before_step(clock.now(), step + 1, first)
                     if fetching:
-                        run_step.fetches = fetches  # type: ignore[union-attr]
+                        step_obj.fetches = fetches  # type: ignore[union-attr]
                 loss, outputs, n, n_samples, n_tokens = run_step(first, it)
                 losses.append(loss)
                 prev_sample, prev_token = sample, token
@@ -196,7 +197,7 @@ class Loop:
                     if after or trig:
                         now = clock.now()
                         if after:
-                            fetched = run_step.fetched if fetching else {}  # type: ignore[union-attr]
+                            fetched = step_obj.fetched if fetching else {}  # type: ignore[union-attr]
                             dispatch.after_step(now, step, StepOutputs(loss, outputs, first,
                                                                        fetched))
                         if trig:

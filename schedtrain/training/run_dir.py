@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import IO, Any, Final
 
-from schedtrain.errors import RunDirError
+from schedtrain.errors import RunDirError, RunEnded
 from schedtrain.training.checkpoint import list_checkpoints, remove_leftovers, write_atomic
 
 __all__ = ["RunDirError", "RunDirectory"]
@@ -120,7 +120,8 @@ class RunDirectory:
                 end again).
 
         Raises:
-            RunDirError: in use by another process, holding a run, or nothing to resume.
+            RunDirError: in use by another process, or holding a run.
+            RunEnded: resuming a run that ended, with nothing left to do.
         """
         self.acquire()
         status = self.status()
@@ -133,9 +134,10 @@ class RunDirectory:
                                       "resume it (--resume auto) or start over (--overwrite)")
                 self.clear()
             if ends_at is not None and status is not None and _ended(status, *ends_at):
-                raise RunDirError(f"the run in {str(self.path)!r} {status['status']} at step "
-                                  f"{status.get('step')}; there is nothing left to resume "
-                                  "(start over with --overwrite, or use another --run-dir)")
+                raise RunEnded(f"the run in {str(self.path)!r} {status['status']} at step "
+                               f"{status.get('step')}; there is nothing left to resume "
+                               "(start over with --overwrite, or use another --run-dir)",
+                               status=status["status"], step=int(status.get("step", 0)))
         except RunDirError:
             self.release()
             raise

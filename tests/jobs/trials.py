@@ -129,7 +129,11 @@ def run_to_end(spec: Path, run_dir: Path, delays: list[float], *, workers: int =
 
 
 def compare(reference: Path, run_dir: Path) -> list[str]:
-    """What differs between a reference run and an interrupted one (empty: nothing)."""
+    """What differs between a reference run and an interrupted one (empty: nothing).
+
+    The logs line by line; every checkpoint the reference kept (``checkpoints/``,
+    ``best/``) must be there with bit-identical weights; no temporary file.
+    """
     problems = []
     a, b = lines(reference), lines(run_dir)
     if a != b:
@@ -137,9 +141,15 @@ def compare(reference: Path, run_dir: Path) -> list[str]:
                      min(len(a), len(b)))
         problems.append(f"events.jsonl differs at line {first + 1} ({len(a)} vs {len(b)} "
                         f"lines): {a[first:first + 1]} vs {b[first:first + 1]}")
-    wa, wb = final_weights(reference), final_weights(run_dir)
-    if any(not torch.equal(wa[k], wb[k]) for k in wa):
-        problems.append("final weights differ")
+    for kept in sorted(reference.rglob("*.pt")):
+        other = run_dir / kept.relative_to(reference)
+        if not other.exists():
+            problems.append(f"{kept.relative_to(reference)} is missing")
+            continue
+        wa = torch.load(kept, weights_only=True)["model"]
+        wb = torch.load(other, weights_only=True)["model"]
+        if any(not torch.equal(wa[k], wb[k]) for k in wa):
+            problems.append(f"{kept.relative_to(reference)}: weights differ")
     if leftovers(run_dir):
         problems.append(f"left behind: {leftovers(run_dir)}")
     return problems
@@ -153,12 +163,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--signal", choices=("KILL", "TERM", "INT"), default="KILL")
     parser.add_argument("--folder", default="/tmp/schedtrain-trials")
+    parser.add_argument("--spec", help="another spec to train (default: the crash job); "
+                                       "e.g. specs/digits.toml, run from the repository root")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     sig = getattr(signal, f"SIG{args.signal}")
     rng = random.Random(args.seed)
     folder = Path(args.folder)
-    spec = write_spec(folder, args.epochs)
+    spec = Path(args.spec).resolve() if args.spec else write_spec(folder, args.epochs)
     reference = folder / "reference"
     if not reference.exists():
         assert train(spec, reference, workers=args.workers, resume=False).returncode == 0
