@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from schedtrain import Schedule, every, improved, on, plateau
 from schedtrain.callbacks import Callback, InferenceRunner, ModelSaver
+from schedtrain.errors import Preempted
 from schedtrain.training import Trainer
 from schedtrain.training.checkpoint import newest_valid
 
@@ -31,6 +34,17 @@ class Crash(Callback):
             raise RuntimeError(f"crash at step {self.at}")
 
 
+class Preempt(Callback):
+    """Sends this process SIGTERM at the end of one step, as a cluster's scheduler would."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at = at
+
+    def _trigger(self) -> None:
+        if self.now.step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class Note(Callback):
     """Puts a metric that moves with the weights, so triggers depend on the run's state."""
 
@@ -39,7 +53,8 @@ class Note(Callback):
                                        self.model.parameters()))
 
 
-def _trainer(run_dir: Path, crash_at: int | None, accum: int, epochs: int) -> Trainer:
+def _trainer(run_dir: Path, crash_at: int | None, accum: int, epochs: int, *,
+             preempt: bool = False) -> Trainer:
     torch.manual_seed(0)
     x = torch.randn(STEPS_PER_EPOCH * accum * 4, 6)
     y = (x[:, 0] - x[:, 1] > 0).long()
@@ -58,7 +73,8 @@ def _trainer(run_dir: Path, crash_at: int | None, accum: int, epochs: int) -> Tr
         DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True),
         torch.nn.functional.cross_entropy, schedule=schedule,
         bindings={"validate": InferenceRunner(), "note": Note(), "save": ModelSaver(keep=2),
-                  "best": Callback(), "flat": Callback(), "crash": Crash(crash_at)},
+                  "best": Callback(), "flat": Callback(),
+                  "crash": Preempt(crash_at) if preempt else Crash(crash_at)},
         val_data=DataLoader(TensorDataset(x[:16], y[:16]), batch_size=8),
         max_epochs=epochs, grad_accum=accum, run_dir=run_dir)
 
@@ -68,9 +84,10 @@ def _log(run_dir: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
 
 
-def _run_with_crashes(run_dir: Path, crashes: list[int], accum: int, epochs: int) -> Trainer:
+def _run_with_crashes(run_dir: Path, crashes: list[int], accum: int, epochs: int, *,
+                      preempt: bool = False) -> Trainer:
     for at in [*crashes, None]:
-        t = _trainer(run_dir, at, accum, epochs)
+        t = _trainer(run_dir, at, accum, epochs, preempt=preempt)
         found = newest_valid(run_dir / "checkpoints")
         if found is not None:
             t.resume(found)
@@ -80,6 +97,9 @@ def _run_with_crashes(run_dir: Path, crashes: list[int], accum: int, epochs: int
             t.fit()
         except RuntimeError as exc:
             assert "crash at step" in str(exc)
+            continue
+        except Preempted as exc:
+            assert exc.step == at and exc.checkpoint is not None
             continue
         return t
     raise AssertionError("unreachable")
@@ -100,6 +120,24 @@ def test_crashes_at_random_steps(tmp_path_factory: pytest.TempPathFactory, crash
     crashed = _run_with_crashes(run_dir, sorted(crashes), accum, epochs)
     assert _log(run_dir) == _log(whole.run_dir)  # type: ignore[arg-type]
     for a, b in zip(whole.model.parameters(), crashed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.integers(1, 39), min_size=1, max_size=3, unique=True),
+       st.sampled_from([1, 2]))
+def test_preemptions_at_random_steps(tmp_path_factory: pytest.TempPathFactory,
+                                     preempts: list[int], accum: int) -> None:
+    """SIGTERM at random steps (the checkpoint is taken between two events, with metrics
+    not yet written), resumed each time: the same log line for line, identical weights."""
+    epochs = 4
+    whole = _trainer(tmp_path_factory.mktemp("whole"), None, accum, epochs)
+    whole.fit()
+    run_dir = tmp_path_factory.mktemp("preempted")
+    resumed = _run_with_crashes(run_dir, sorted(preempts), accum, epochs, preempt=True)
+    assert _log(run_dir) == _log(whole.run_dir)  # type: ignore[arg-type]
+    for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
 
 

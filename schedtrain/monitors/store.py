@@ -114,17 +114,7 @@ class MetricStore:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        lazy = [r for r in pending if isinstance(r.value, torch.Tensor)]
-        if lazy:
-            for r in lazy:
-                if r.value.numel() != 1:
-                    raise ValueError(f"metric {r.name!r} must be a scalar, got a tensor of "
-                                     f"shape {tuple(r.value.shape)}")
-            host = torch.stack([r.value.reshape(()).float() for r in lazy]).cpu().tolist()
-            for r, v in zip(lazy, host, strict=True):
-                r.value = float(v)
-        for r in pending:
-            r.value = float(r.value)
+        _materialize(pending)
         for sink in self.sinks:
             sink.scalars(pending)
 
@@ -183,18 +173,39 @@ class MetricStore:
     # -- resume --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The kept values (materialised) and counts, so metric triggers see the same
-        counts after resume."""
-        self.flush()
+        counts after resume, and the values not yet sent to the sinks.
+
+        Nothing is flushed: a checkpoint taken anywhere (a preemption between two events)
+        leaves ``events.jsonl`` exactly as the uninterrupted run writes it.
+        """
+        _materialize(self._pending)
+        for hist in self._history.values():
+            _materialize([r for r in hist if not isinstance(r.value, float)])
         return {"history": {n: [[r.step, r.epoch, r.value, r.wall] for r in h]
                             for n, h in self._history.items()},
-                "counts": dict(self._counts)}
+                "counts": dict(self._counts),
+                "pending": [[r.name, r.step, r.epoch, r.value, r.wall]
+                            for r in self._pending]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore values saved by ``state_dict`` (they are not re-sent to the sinks)."""
-        self._pending = []
+        """Restore values saved by ``state_dict``; those the sinks had not received then
+        are sent at the next flush."""
+        self._pending = [Record(str(n), float(v), int(s), int(e), float(w))
+                         for n, s, e, v, w in state.get("pending", [])]
         self._history = {
             n: collections.deque((Record(n, float(v), int(s), int(e), float(w))
                                   for s, e, v, w in h), maxlen=self.history_limit)
             for n, h in state["history"].items()}
         self._counts = {n: int(c) for n, c in state.get(
             "counts", {n: len(h) for n, h in self._history.items()}).items()}
+
+
+def _materialize(records: Sequence[Record]) -> None:
+    """Turn each record's value into a float, with one device transfer for tensors."""
+    lazy = [r for r in records if isinstance(r.value, torch.Tensor)]
+    if lazy:
+        host = torch.stack([r.value.reshape(()).float() for r in lazy]).cpu().tolist()
+        for r, v in zip(lazy, host, strict=True):
+            r.value = float(v)
+    for r in records:
+        r.value = float(r.value)

@@ -91,7 +91,7 @@ class Snapshot:
             "clock": self.clock.state_dict(),
             "table": self.table.state_dict(),
             "callbacks": {n: cb.state_dict() for n, cb in self.callbacks.items()},
-            "metrics": self.metrics.state_dict(),  # flushes: events.jsonl is complete now
+            "metrics": self.metrics.state_dict(),  # with the values not yet written
             "losses": self.losses.state_dict(),
             "rng": rng_state(),
             "data": self.position.state_dict(),
