@@ -112,6 +112,14 @@ class LoopClock(Clock):
         """The monotonic nanosecond source wall time is read from."""
         return self._now_ns
 
+    def elapsed(self, reading: int) -> int:
+        """Training time (ns) at the ``time_source`` reading ``reading``."""
+        return self._base_ns + (reading - self._t0)
+
+    def reading(self, elapsed_ns: int) -> int:
+        """The ``time_source`` reading at which training time is ``elapsed_ns``."""
+        return elapsed_ns - self._base_ns + self._t0
+
     def start_train(self) -> None:
         """Start (or resume) the wall-time count."""
         self._base_ns = self.time_ns

@@ -83,6 +83,9 @@ class MetricStore:
         self._history: dict[str, collections.deque[Record]] = {}
         self._counts: dict[str, int] = {}
         self._pending: list[Record] = []  # put but not yet materialised or sent to sinks
+        #: when a list, every value put is also appended to it (the trainer collects a
+        #: firing's values there to reduce them across ranks)
+        self.recorder: list[Record] | None = None
 
     def put(self, name: str, value: Any) -> None:
         """Add a value of ``name`` (a number, or a one-element tensor kept lazy).
@@ -108,6 +111,8 @@ class MetricStore:
         hist.append(rec)
         self._counts[name] = self._counts.get(name, 0) + 1
         self._pending.append(rec)
+        if self.recorder is not None:
+            self.recorder.append(rec)
 
     def flush(self) -> None:
         """Materialise pending values (one device transfer) and hand them to the sinks."""

@@ -19,6 +19,7 @@ from typing import Any, Final
 import structlog
 
 from schedtrain.callbacks.base import PER_EVENT_HOOKS, Callback, overrides
+from schedtrain.distributed.comm import Comm
 from schedtrain.errors import StopTraining
 from schedtrain.firings import Firing
 from schedtrain.monitors.store import MetricStore
@@ -78,6 +79,10 @@ class Dispatcher:
         self._stepped: list[Callback] = []
         #: why a callback asked training to stop (``request_stop``), until it stops
         self.stop_reason: str | None = None
+        #: agreement between ranks on several processes (set by the trainer)
+        self.comm: Comm | None = None
+        #: metric name -> "mean", "sum", "max" or "min" across ranks (default "mean")
+        self.reduce_ops: dict[str, str] = {}
 
     # -- events ------------------------------------------------------------------------------
     def fire(self, event: str, payload: Mapping[str, Any] | None = None) -> tuple[str, ...]:
@@ -89,11 +94,26 @@ class Dispatcher:
         finally:
             self.payload = outer
         if self._depth == 0:
+            stop = self.stop_reason
+            if self.comm is not None:
+                # Decided together where callbacks ran (the same events on every rank).
+                stop = self.agreed_stop() if names else None
             if self.pending:
                 self.write_pending(event)
-            if self.stop_reason is not None:
-                raise StopTraining(self.stop_reason)
+            if stop is not None:
+                raise StopTraining(stop)
         return names
+
+    def agreed_stop(self) -> str | None:
+        """On several processes: a stop requested on any rank, with its reason, on all."""
+        comm = self.comm
+        assert comm is not None
+        if not comm.any(self.stop_reason is not None):
+            return None
+        reasons = comm.all_gather(self.stop_reason)
+        rank, reason = next((r, x) for r, x in enumerate(reasons) if x is not None)
+        self.stop_reason = reason if rank == comm.rank else f"{reason} (on rank {rank})"
+        return self.stop_reason
 
     def request_stop(self, reason: str) -> None:
         """Stop training once the current event is over (every firing has run)."""
@@ -117,10 +137,50 @@ class Dispatcher:
             _log.debug("firing", callback=name, trigger_event=event, step=ts.step,
                        epoch=ts.epoch)
         self._depth += 1
+        cb = self.callbacks[name]
         try:
-            self.callbacks[name].trigger()
+            if self.comm is None:
+                cb.trigger()
+            else:
+                self._trigger_reduced(name, cb)
         finally:
             self._depth -= 1
+
+    def _trigger_reduced(self, name: str, cb: Callback) -> None:
+        """Run a callback on several processes: the metrics it puts (its ``produces``) are
+        reduced across ranks before anything else reads them."""
+        comm, metrics = self.comm, self.metrics
+        assert comm is not None
+        outer, metrics.recorder = metrics.recorder, []
+        try:
+            cb.trigger()
+            put = metrics.recorder
+        finally:
+            metrics.recorder = outer
+        if outer is not None:
+            outer.extend(put)
+        produces = tuple(cb.produces)
+        stray = sorted({r.name for r in put} - set(produces))
+        if stray:
+            raise ValueError(
+                f"callback {name!r} put metric(s) {stray} that it does not declare in "
+                f"`produces` {list(produces)}: on several processes a callback's metrics "
+                "are reduced across ranks before triggers see them, which needs them "
+                "declared (set `produces` on the callback)")
+        if not produces:
+            return
+        last = {r.name: r for r in put}
+        values = [None if (r := last.get(n)) is None else float(r.value) for n in produces]
+        ops = [self.reduce_ops.get(n, "mean") for n in produces]
+        for n, value in zip(produces, comm.reduce_floats(values, ops), strict=True):
+            if value is None:
+                continue
+            if n in last:
+                for r in put:
+                    if r.name == n:
+                        r.value = value
+            else:  # put on other ranks only: every rank must see the same metrics
+                metrics.put(n, value)
 
     def save(self, path: Path, on_saved: Callable[[Path], None] | None) -> None:
         """Write a checkpoint once the current event is over (every firing has run)."""

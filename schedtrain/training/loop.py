@@ -20,10 +20,11 @@ import torch
 
 from schedtrain.callbacks.base import StepOutputs
 from schedtrain.clock import LoopClock
+from schedtrain.distributed.comm import Comm
 from schedtrain.table import TriggerTable
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
-from schedtrain.training.preempt import Guard
+from schedtrain.training.preempt import PREEMPT_CHECK, Guard
 from schedtrain.training.state import DataPosition
 from schedtrain.training.steps import PlainStep, Step, make_step
 
@@ -44,6 +45,7 @@ class Loop:
         exact: the clock must be exact after every step (per-step hooks, ``batch_end``,
             a user step function).
         on_preempt: called at the first step end after a signal; does not return.
+        comm: agreement between ranks on several processes (``None``: one process).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class Loop:
         exact: bool,
         on_preempt: Callable[[str], None],
         publish_loss: Callable[[], None],
+        comm: Comm | None = None,
     ) -> None:
         self.clock, self.table, self.dispatch = clock, table, dispatch
         self.losses, self.position, self.step, self.guard = losses, position, step, guard
@@ -69,6 +72,10 @@ class Loop:
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.steps_in_epoch, self.exact = steps_in_epoch, exact
         self._on_preempt, self._publish_loss = on_preempt, publish_loss
+        self.comm = comm
+        #: the agreed (step, signal) of a preemption on several processes
+        self._preempt_at: tuple[int, str] | None = None
+        self._synced_time: int | None = None  # the chief's time at the last agreement
         #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
         self.epoch_open = False
         self.resume_inside_epoch = False
@@ -123,11 +130,11 @@ class Loop:
                 clock.start_epoch()  # before the hooks: they see step_in_epoch == 0
             dispatch.run_hooks("_before_epoch", clock.now())
             if inside:
-                it = self.position.resume_epoch(clock.step_in_epoch * self._accum)
+                it = self.position.resume_epoch(clock.step_in_epoch * self._accum, clock.epoch)
             else:
                 self.epoch_open = True
                 dispatch.fire("epoch_start")
-                it = self.position.start_epoch()
+                it = self.position.start_epoch(clock.epoch)
             if not self._steps(it):
                 return  # max_steps reached mid-epoch: no epoch_end for a partial epoch
             clock.end_epoch()
@@ -138,7 +145,12 @@ class Loop:
             self._publish_loss()
             dispatch.fire("epoch_end")
             dispatch.metrics.flush()
-            if self.guard.requested is not None:
+            if self.comm is not None:
+                # Epoch ends are common to every rank: agree on a signal seen anywhere.
+                if self.comm.any(self.guard.requested is not None or
+                                 self.comm.preempt_target() is not None):
+                    self._on_preempt(self._agreed_signal())
+            elif self.guard.requested is not None:
                 self._on_preempt(self.guard.requested)
 
     @property
@@ -163,17 +175,16 @@ class Loop:
         step_obj, losses, exact = self.step, self.losses.losses, self.exact
         run_step = step_obj.run  # a bound method, looked up once
         max_steps = self.max_steps
-        hooks = dispatch.hooks
-        before, after, trig = (hooks["_before_step"], hooks["_after_step"],
-                               hooks["_trigger_step"])
+        before = dispatch.hooks["_before_step"]
         fetching = isinstance(step_obj, Step)
         step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
         prev_sample, prev_token = sample, token
         time: int | None = None
         prev_time: int | None = None
         catch_up, now_ns = clock.catch_up, clock.time_source
-        guard.set_limit(0 if exact else min(table.step_due, max_steps,
-                                            step + FOLD - len(losses)))
+        comm = self.comm
+        agreed = step  # the last step whose counters the ranks agreed on
+        guard.set_limit(self._limit(step, len(losses)))
         try:
             for first in it:
                 if before:
@@ -189,33 +200,112 @@ class Loop:
                 token += n_tokens
                 prev_time, time = time, now_ns()
                 if step >= guard.limit:
-                    catch_up(step, batch=batches, sample=sample, token=token,
-                             prev_sample=prev_sample, prev_token=prev_token,
-                             prev_time=prev_time, time=time)
-                    if len(losses) >= FOLD:
-                        self.losses.fold()
-                    if after or trig:
-                        now = clock.now()
-                        if after:
-                            fetched = step_obj.fetched if fetching else {}  # type: ignore[union-attr]
-                            dispatch.after_step(now, step, StepOutputs(loss, outputs, first,
-                                                                       fetched))
-                        if trig:
-                            dispatch.run_hooks("_trigger_step", now)
-                    if step >= table.step_due:
-                        dispatch.fire("step_end")
-                    elif dispatch.pending:  # saves asked for by a hook
-                        dispatch.write_pending("step_end")
-                    if guard.requested is not None:
-                        self._on_preempt(guard.requested)
+                    if comm is None:
+                        catch_up(step, batch=batches, sample=sample, token=token,
+                                 prev_sample=prev_sample, prev_token=prev_token,
+                                 prev_time=prev_time, time=time)
+                    elif exact or step >= table.step_due or step >= max_steps:
+                        sample, token, prev_sample, prev_token, prev_time, time = \
+                            self._agree_counts(sample, token, prev_time, time)
+                        agreed = step
+                        catch_up(step, batch=batches, sample=sample, token=token,
+                                 prev_sample=prev_sample, prev_token=prev_token,
+                                 prev_time=prev_time, time=time)
+                    else:  # nothing can fire: the clock keeps the last agreed counters
+                        catch_up(step, batch=batches, sample=clock.sample, token=clock.token,
+                                 prev_sample=clock.sample, prev_token=clock.token,
+                                 prev_time=prev_time, time=time)
+                    self._step_end(step, loss, outputs, first)
                     if step >= max_steps:
                         return self._exhausted(it)
-                    guard.set_limit(0 if exact else min(table.step_due, max_steps,
-                                                        step + FOLD - len(losses)))
+                    guard.set_limit(self._limit(step, len(losses)))
+            if comm is not None and step > agreed:  # the epoch's last steps
+                sample, token, prev_sample, prev_token, prev_time, time = \
+                    self._agree_counts(sample, token, prev_time, time)
         finally:  # the clock holds every completed step, however the loop ends
             catch_up(step, batch=batches, sample=sample, token=token, prev_sample=prev_sample,
                      prev_token=prev_token, prev_time=prev_time, time=time)
         return True
+
+    def _step_end(self, step: int, loss: Any, outputs: Any, batch: Any) -> None:
+        """The slow path once the clock has caught up: fold the kept losses, per-step
+        hooks, ``step_end`` where a trigger is due, and a requested preemption."""
+        dispatch, hooks = self.dispatch, self.dispatch.hooks
+        if len(self.losses.losses) >= FOLD:
+            self.losses.fold()
+        after, trig = hooks["_after_step"], hooks["_trigger_step"]
+        if after or trig:
+            now = self.clock.now()
+            if after:
+                step_obj = self.step
+                fetched = step_obj.fetched if isinstance(step_obj, Step) else {}
+                dispatch.after_step(now, step, StepOutputs(loss, outputs, batch, fetched))
+            if trig:
+                dispatch.run_hooks("_trigger_step", now)
+        if step >= self.table.step_due:
+            dispatch.fire("step_end")
+        elif dispatch.pending:  # saves asked for by a hook
+            dispatch.write_pending("step_end")
+        if self.comm is not None:
+            self._agree_preempt(step)
+        elif self.guard.requested is not None:
+            self._on_preempt(self.guard.requested)
+
+    def _agree_counts(self, sample: int, token: int, prev_time: int | None,
+                      time: int | None) -> tuple[int, int, int, int, int | None, int | None]:
+        """On several processes, where something may fire: samples and tokens since the
+        last agreement summed over ranks, time made the chief's (one all-reduce of three
+        integers). Returns the counters and the time readings of this and the previous
+        agreement, for the clock."""
+        comm, clock = self.comm, self.clock
+        assert comm is not None and time is not None
+        prev_sample, prev_token = clock.sample, clock.token
+        ds, dt, chief = comm.sync_counts(sample - prev_sample, token - prev_token,
+                                         clock.elapsed(time))
+        if not comm.is_chief:
+            prev_time, time = self._synced_time, clock.reading(chief)
+            self._synced_time = time
+        return prev_sample + ds, prev_token + dt, prev_sample, prev_token, prev_time, time
+
+    def _limit(self, step: int, kept: int) -> float:
+        """The next step at which the slow path runs: a trigger is due, training ends or
+        the kept losses are folded; on several processes also the next multiple of
+        ``PREEMPT_CHECK``, where ranks look for an agreed preemption."""
+        if self.exact:
+            return 0
+        limit = min(self.table.step_due, self.max_steps, step + FOLD - kept)
+        if self.comm is not None:
+            limit = min(limit, (step // PREEMPT_CHECK + 1) * PREEMPT_CHECK)
+        return limit
+
+    def _agree_preempt(self, step: int) -> None:
+        """On several processes: preempt every rank at one step.
+
+        A rank that got a signal proposes, at a check step ``s`` (a multiple of
+        ``PREEMPT_CHECK``, a slow-path step on every rank), to stop at ``s + 2``; no rank
+        can be past ``s + 1`` then (gradients synchronise every step), and every rank
+        reads the store at each later check step, so all stop at the first check step
+        at or after the agreed one. The store is read, no collective runs.
+        """
+        if step % PREEMPT_CHECK:
+            return
+        comm = self.comm
+        assert comm is not None
+        if self._preempt_at is None:
+            if self.guard.requested is not None:
+                self._preempt_at = comm.post_preempt(step + 2, self.guard.requested)
+            else:
+                self._preempt_at = comm.preempt_target()
+        if self._preempt_at is not None and step >= self._preempt_at[0]:
+            self._on_preempt(self._preempt_at[1])
+
+    def _agreed_signal(self) -> str:
+        comm = self.comm
+        assert comm is not None
+        posted = comm.preempt_target()
+        if posted is not None:
+            return posted[1]
+        return comm.post_preempt(self.clock.step, self.guard.requested or "SIGTERM")[1]
 
     def batch_end(self, samples: int, tokens: int) -> None:
         """A micro-batch ended: count it and fire ``batch_end`` (the step calls this)."""

@@ -8,6 +8,7 @@ put as ``train/loss`` (still lazy; reading it syncs).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import torch
@@ -30,6 +31,8 @@ class LossKeeper:
         self._sum: torch.Tensor | None = None
         self._last: torch.Tensor | None = None
         self.since = 0
+        #: on several processes, the mean over ranks (applied to ``train/loss``)
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     @property
     def last(self) -> torch.Tensor | None:
@@ -52,7 +55,8 @@ class LossKeeper:
         self.fold()
         n = step - self.since
         if n > 0 and self._sum is not None:
-            metrics.put("train/loss", self._sum / n)
+            mean = self._sum / n
+            metrics.put("train/loss", mean if self.reduce is None else self.reduce(mean))
         self._sum = None
         self.since = step
 

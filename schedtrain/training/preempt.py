@@ -15,9 +15,14 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["Guard", "handle_signals"]
+__all__ = ["PREEMPT_CHECK", "Guard", "handle_signals"]
+
+#: On several processes, ranks look for an agreed preemption every this many steps (a
+#: read of the process group's store, no collective): a signal stops every rank within
+#: about twice this many steps.
+PREEMPT_CHECK: Final = 16
 
 
 class Guard:

@@ -25,6 +25,7 @@ import torch
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.clock import LoopClock
+from schedtrain.distributed.comm import Comm
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore
 from schedtrain.table import TriggerTable
@@ -50,11 +51,13 @@ class Snapshot:
                  scaler: Any, clock: LoopClock, table: TriggerTable,
                  callbacks: Mapping[str, Callback], metrics: MetricStore, losses: LossKeeper,
                  position: DataPosition, epoch_open: Callable[[], bool],
-                 events: JsonlWriter | None, run_dir: Path | None) -> None:
+                 events: JsonlWriter | None, run_dir: Path | None,
+                 comm: Comm | None = None) -> None:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.clock, self.table, self.callbacks = clock, table, callbacks
         self.metrics, self.losses, self.position = metrics, losses, position
         self.epoch_open, self.events, self.run_dir = epoch_open, events, run_dir
+        self.comm = comm
         #: checkpoints this run wrote (relative to the run directory when inside it);
         #: pruning deletes only these
         self.written: list[str] = []
@@ -77,8 +80,12 @@ class Snapshot:
         """Write a checkpoint of the run now; returns the path written.
 
         A checkpoint of non-finite weights or loss never replaces a file: it goes beside
-        it as ``<name>-nonfinite.pt``.
+        it as ``<name>-nonfinite.pt``. On several processes every rank calls this: each
+        rank's generators and data position are gathered, and the chief writes the file.
         """
+        ranks = None
+        if self.comm is not None:
+            ranks = self.comm.gather({"rng": rng_state(), "data": self.position.state_dict()})
         model_state = self.model.state_dict()
         finite = is_finite(model_state, self.losses.last)
         if not finite:
@@ -99,6 +106,10 @@ class Snapshot:
             "events_offset": self.events.position() if self.events is not None else None,
             "written": list(self.written),
         }
+        if self.comm is not None:
+            if not self.comm.is_chief:
+                return path
+            run["ranks"] = ranks
         return write_checkpoint({
             "phase": phase, "step": now.step, "epoch": now.epoch, "finite": finite,
             "model": model_state, "optimizer": self.optimizer.state_dict(),
@@ -131,10 +142,27 @@ class Snapshot:
         self.table.load_state_dict(run["table"])
         for name, cb_state in run["callbacks"].items():
             self.callbacks[name].load_state_dict(cb_state)
-        set_rng_state(run["rng"])
-        self.position.load_state_dict(run["data"])
+        rng, data = self._own_part(path, run)
+        set_rng_state(rng)
+        self.position.load_state_dict(data)
         self.losses.load_state_dict(run["losses"])
         self.written = list(run["written"])
         if self.events is not None and run["events_offset"] is not None:
             self.events.truncate(int(run["events_offset"]))
         return state
+
+    def _own_part(self, path: Path, run: dict[str, Any]) -> tuple[Any, Any]:
+        """This rank's generators and data position in ``run``."""
+        ranks = run.get("ranks")
+        if ranks is None:
+            return run["rng"], run["data"]
+        size = self.comm.size if self.comm is not None else 1
+        if len(ranks) == size:
+            mine = ranks[self.comm.rank if self.comm is not None else 0]
+            return mine["rng"], mine["data"]
+        if run["epoch_open"]:
+            raise ValueError(
+                f"checkpoint {str(path)!r} was taken inside an epoch on {len(ranks)} "
+                f"processes; resume it on {len(ranks)}, or resume an epoch-end checkpoint "
+                f"on {size}")
+        return ranks[0]["rng"], ranks[0]["data"]

@@ -81,13 +81,22 @@ class DataPosition:
         self._epoch_rng: dict[str, Any] | None = None
         self._loader: dict[str, Any] | None = None
 
-    def start_epoch(self) -> Iterator[Any]:
-        """A fresh pass over the data for a new epoch."""
+    def start_epoch(self, epoch: int = 0) -> Iterator[Any]:
+        """A fresh pass over the data for epoch ``epoch`` (0-based): a distributed
+        sampler is told the epoch first, so each epoch is shuffled anew."""
+        self.set_epoch(epoch)
         self._epoch_rng = None if self.stateful else rng_state()
         return iter(self.data)
 
-    def resume_epoch(self, consumed: int) -> Iterator[Any]:
+    def set_epoch(self, epoch: int) -> None:
+        """``sampler.set_epoch(epoch)`` where the data's sampler has it."""
+        set_epoch = getattr(getattr(self.data, "sampler", None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+    def resume_epoch(self, consumed: int, epoch: int = 0) -> Iterator[Any]:
         """The rest of the epoch a checkpoint was taken in, ``consumed`` batches in."""
+        self.set_epoch(epoch)
         if self.stateful:
             if self._loader is not None:
                 self.data.load_state_dict(self._loader)  # type: ignore[attr-defined]

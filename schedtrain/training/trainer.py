@@ -18,7 +18,9 @@ import structlog
 import torch
 
 from schedtrain.clock import LoopClock
-from schedtrain.errors import Preempted, StopTraining
+from schedtrain.distributed.comm import check_reduce, reraise_on_all
+from schedtrain.distributed.setup import prepare
+from schedtrain.errors import Preempted, RunDirError
 from schedtrain.firings import Firing, FiringLog
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
@@ -27,10 +29,11 @@ from schedtrain.training.batches import to_device
 from schedtrain.training.binding import bind, check_order
 from schedtrain.training.checkpoint import checkpoint_name
 from schedtrain.training.dispatch import DEFAULT_KEEP_FIRINGS, Dispatcher
+from schedtrain.training.fit import fit_run
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.options import Options, StepFn
-from schedtrain.training.preempt import Guard, handle_signals
+from schedtrain.training.preempt import Guard
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.snapshot import Snapshot
 from schedtrain.training.state import DataPosition, seed_everything
@@ -76,6 +79,12 @@ class Trainer:
         keep_firings: how many recent firings ``firings`` keeps in memory (``None``: all);
             ``events.jsonl`` has them all.
         handle_signals: SIGTERM/SIGINT checkpoint and stop the run (``Preempted``).
+        strategy: on several processes (``torchrun``): ``"ddp"`` (``"auto"``) or
+            ``"fsdp"`` (FSDP2); ignored on one process. See docs/distributed.md.
+        shard_data: on several processes, give a plain ``DataLoader`` (training and
+            validation) a ``DistributedSampler``.
+        reduce: metric name -> ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``:
+            how values put on several processes are combined.
     """
 
     def __init__(
@@ -104,13 +113,23 @@ class Trainer:
         clock: LoopClock | None = None,
         keep_firings: int | None = DEFAULT_KEEP_FIRINGS,
         handle_signals: bool = True,
+        strategy: str = "auto",
+        shard_data: bool = True,
+        reduce: Mapping[str, str] | None = None,
     ) -> None:
         self.options = Options.check(loss_fn=loss_fn, step_fn=step_fn, max_epochs=max_epochs,
                                      max_steps=max_steps, precision=precision,
                                      grad_accum=grad_accum, grad_clip=grad_clip)
         seed_everything(seed)
-        self.device = self.options.resolve_device(device)
-        self.model = model.to(self.device)
+        check_reduce(reduce or {})
+        ready = prepare(model=model, optimizer=optimizer, train_data=train_data,
+                        val_data=val_data, device=self.options.resolve_device(device),
+                        strategy=strategy, shard_data=shard_data, seed=seed)
+        self.comm, self.device, self.model = ready.comm, ready.device, ready.model
+        #: the module steps run through (DDP's wrapper on several processes)
+        self.train_model, optimizer = ready.train_model, ready.optimizer
+        train_data, val_data = ready.train_data, ready.val_data
+        self.strategy = strategy
         self.optimizer, self.train_data, self.val_data = optimizer, train_data, val_data
         self.loss_fn, self.step_fn = loss_fn, step_fn
         self.max_epochs, self.max_steps, self.seed = max_epochs, max_steps, seed
@@ -129,9 +148,12 @@ class Trainer:
         self.table = self.schedule.compile(predicates=self.predicates,
                                            produced_metrics=produced)
         by_name = dict(zip(self.schedule.names, self.callbacks, strict=True))
+        chief = self.comm is None or self.comm.is_chief
+        if not chief:  # the chief alone writes the run directory and the logs
+            self.directory = None
         self._events = JsonlWriter(self.directory.events) if self.directory else None
         self.metrics = MetricStore(self.clock.now, [w for w in (self._events,) if w]
-                                   + list(sinks))
+                                   + (list(sinks) if chief else []))
         self._losses = LossKeeper()
         self._position = DataPosition(train_data)
         self.dispatch = Dispatcher(
@@ -139,6 +161,9 @@ class Trainer:
             gates={e.default_name(): e.gate for e in self.schedule.entries},
             metrics=self.metrics, before_firing=self._publish_loss,
             write_save=self._write_save, keep_firings=keep_firings)
+        self.dispatch.comm, self.dispatch.reduce_ops = self.comm, dict(reduce or {})
+        if self.comm is not None:
+            self._losses.reduce = self.comm.mean_tensor
         self.steps_in_epoch: int | None = self._epoch_len()
         self._guard = Guard()
         self._loop = self._make_loop()
@@ -146,7 +171,7 @@ class Trainer:
             model=self.model, optimizer=optimizer, scaler=self.scaler, clock=self.clock,
             table=self.table, callbacks=by_name, metrics=self.metrics, losses=self._losses,
             position=self._position, epoch_open=lambda: self._loop.epoch_open,
-            events=self._events, run_dir=self.run_dir)
+            events=self._events, run_dir=self.run_dir, comm=self.comm)
         self._setup_done = self._resumed = self._owns_dir = self._loop_running = False
         self._start_over = False
         self._resume_phase: str | None = None
@@ -163,21 +188,33 @@ class Trainer:
 
     def _make_loop(self) -> Loop:
         return Loop.build(
-            model=self.model, optimizer=self.optimizer, loss_fn=self.loss_fn,
+            model=self.train_model, optimizer=self.optimizer, loss_fn=self.loss_fn,
             step_fn=self.step_fn, grad_accum=self.grad_accum, grad_clip=self.grad_clip,
             device=self.device, scaler=self.scaler,
             autocast=self.autocast if self.precision != "fp32" else None,
             clock=self.clock, table=self.table, dispatch=self.dispatch, losses=self._losses,
             position=self._position, guard=self._guard, max_epochs=self.max_epochs,
             max_steps=self.max_steps, steps_in_epoch=self.steps_in_epoch,
-            on_preempt=self._preempt, publish_loss=self._publish_loss)
+            on_preempt=self._preempt, publish_loss=self._publish_loss, comm=self.comm)
 
     # -- what callbacks see ------------------------------------------------------------------
     @property
     def rank(self) -> int:
         """This process's rank in ``torch.distributed`` (0 when not distributed)."""
+        if self.comm is not None:
+            return self.comm.rank
         dist = torch.distributed
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+    @property
+    def world_size(self) -> int:
+        """How many processes train together (1 without ``torchrun``)."""
+        return self.comm.size if self.comm is not None else 1
+
+    def close(self) -> None:
+        """Destroy the process group schedtrain created (several processes; at exit)."""
+        if self.comm is not None:
+            self.comm.close()
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The autocast context of the configured precision (a no-op for fp32)."""
@@ -278,6 +315,17 @@ class Trainer:
 
     # -- the run -------------------------------------------------------------------------------
     def _open_directory(self) -> None:
+        failed: RunDirError | None = None
+        try:
+            self._open_own_directory()
+        except RunDirError as exc:
+            failed = exc
+        if self.comm is not None:  # the chief's answer is every rank's
+            failed = reraise_on_all(self.comm, failed)
+        if failed is not None:
+            raise failed
+
+    def _open_own_directory(self) -> None:
         if self.directory is None:
             return
         if not self._owns_dir:  # a second fit() of this trainer continues its own run
@@ -307,81 +355,7 @@ class Trainer:
             RunDirError: ``run_dir`` is in use, holds another run, or its run finished.
             Preempted: SIGTERM or SIGINT arrived; a checkpoint was written first.
         """
-        self._open_directory()
-        self._record("running")
-        guard = self._guard
-        guard.requested = None
-        if not self._setup_done:
-            for cb in self.callbacks:
-                cb.setup(self)
-            self._setup_done = True
-        self.table.attach(self.clock, self.metrics, self.predicates)
-        self.model.train()
-        # Unconfigured structlog prints every debug line: log firings only when an
-        # application (the CLI) has configured it.
-        self.dispatch.log_firings = structlog.is_configured()
-        self.dispatch.stop_reason = None
-        outcome, failed = "finished", None
-        # A checkpoint taken as training stopped, or after train_end with no more training
-        # asked for, resumes to that end.
-        phase, self._resume_phase = self._resume_phase, None
-        ended = phase == "train_end" and self._at_end()
-        signals = handle_signals(guard) if self.handle_signals else contextlib.nullcontext()
-        try:
-            with signals:
-                self._loop_running = True
-                for cb in self.callbacks:
-                    cb.before_train()
-                self.clock.start_train()
-                if not self._resumed:
-                    self.dispatch.fire("train_start")
-                self._resumed = False
-                if phase == "stopped":
-                    raise StopTraining("the run had stopped when its checkpoint was taken")
-                if not ended:
-                    self._loop.run()
-        except StopTraining as exc:
-            outcome, self.stopped_early, self.stop_reason = "stopped", True, str(exc)
-            _log.info("stop_training", step=self.clock.step, epoch=self.clock.epoch,
-                      reason=str(exc))
-            self.dispatch.write_pending("stopped")
-        except Preempted:
-            self._finish("preempted", None)
-            raise
-        except BaseException as exc:
-            failed = exc
-            self.dispatch.pending = []  # never write a checkpoint of a half-done event
-            if self.directory is not None and not isinstance(exc, KeyboardInterrupt):
-                self.directory.save_traceback(exc)
-            for cb in self.callbacks:
-                with contextlib.suppress(Exception):
-                    cb.on_exception(exc)
-            self._finish("failed", exc)
-            raise
-        self._finish(outcome, failed, fire_end=not ended)
-
-    def _finish(self, outcome: str, failed: BaseException | None, *,
-                fire_end: bool = True) -> None:
-        try:
-            if failed is None and outcome != "preempted" and fire_end:
-                self.clock.stop_train()
-                with contextlib.suppress(StopTraining):
-                    self.dispatch.fire("train_end")
-        finally:
-            self._loop_running = False
-            try:
-                for cb in self.callbacks:
-                    try:
-                        cb.after_train()
-                    except Exception:
-                        if failed is None:
-                            raise
-            finally:
-                self.metrics.close()
-                self._record(outcome)
-                if self.directory is not None:
-                    self.directory.release()
-
+        fit_run(self)
 
     def __repr__(self) -> str:
         return (f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}, "

@@ -1,0 +1,97 @@
+"""The lifecycle of ``Trainer.fit``: open the run directory, set callbacks up, fire
+``train_start``, run the loop, and end as the run ended (finished, stopped, preempted,
+failed), recording it in ``run.json``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import structlog
+
+from schedtrain.errors import Preempted, StopTraining
+from schedtrain.training.preempt import handle_signals
+
+__all__ = ["fit_run"]
+
+_log = structlog.get_logger("schedtrain.training")
+
+
+def fit_run(trainer: Any) -> None:
+    """``trainer.fit()`` for a ``Trainer`` (typed ``Any``: the trainer imports this
+    module, and this one reaches into the trainer's parts)."""
+    trainer._open_directory()
+    trainer._record("running")
+    guard = trainer._guard
+    guard.requested = None
+    if not trainer._setup_done:
+        for cb in trainer.callbacks:
+            cb.setup(trainer)
+        trainer._setup_done = True
+    trainer.table.attach(trainer.clock, trainer.metrics, trainer.predicates)
+    trainer.model.train()
+    # Unconfigured structlog prints every debug line: log firings only when an
+    # application (the CLI) has configured it.
+    trainer.dispatch.log_firings = structlog.is_configured()
+    trainer.dispatch.stop_reason = None
+    outcome, failed = "finished", None
+    # A checkpoint taken as training stopped, or after train_end with no more training
+    # asked for, resumes to that end.
+    phase, trainer._resume_phase = trainer._resume_phase, None
+    ended = phase == "train_end" and trainer._at_end()
+    signals = handle_signals(guard) if trainer.handle_signals else contextlib.nullcontext()
+    try:
+        with signals:
+            trainer._loop_running = True
+            for cb in trainer.callbacks:
+                cb.before_train()
+            trainer.clock.start_train()
+            if not trainer._resumed:
+                trainer.dispatch.fire("train_start")
+            trainer._resumed = False
+            if phase == "stopped":
+                raise StopTraining("the run had stopped when its checkpoint was taken")
+            if not ended:
+                trainer._loop.run()
+    except StopTraining as exc:
+        outcome, trainer.stopped_early, trainer.stop_reason = "stopped", True, str(exc)
+        _log.info("stop_training", step=trainer.clock.step, epoch=trainer.clock.epoch,
+                  reason=str(exc))
+        trainer.dispatch.write_pending("stopped")
+    except Preempted:
+        _finish(trainer, "preempted", None)
+        raise
+    except BaseException as exc:
+        failed = exc
+        trainer.dispatch.pending = []  # never write a checkpoint of a half-done event
+        if trainer.directory is not None and not isinstance(exc, KeyboardInterrupt):
+            trainer.directory.save_traceback(exc)
+        for cb in trainer.callbacks:
+            with contextlib.suppress(Exception):
+                cb.on_exception(exc)
+        _finish(trainer, "failed", exc)
+        raise
+    _finish(trainer, outcome, failed, fire_end=not ended)
+
+
+def _finish(trainer: Any, outcome: str, failed: BaseException | None, *,
+            fire_end: bool = True) -> None:
+    try:
+        if failed is None and outcome != "preempted" and fire_end:
+            trainer.clock.stop_train()
+            with contextlib.suppress(StopTraining):
+                trainer.dispatch.fire("train_end")
+    finally:
+        trainer._loop_running = False
+        try:
+            for cb in trainer.callbacks:
+                try:
+                    cb.after_train()
+                except Exception:
+                    if failed is None:
+                        raise
+        finally:
+            trainer.metrics.close()
+            trainer._record(outcome)
+            if trainer.directory is not None:
+                trainer.directory.release()
