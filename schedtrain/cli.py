@@ -8,6 +8,7 @@ the only module that configures logging (``structlog.configure``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -237,6 +238,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Preempted as exc:
+        if os.environ.get("RANK", "0") != "0":  # the chief reports for every rank
+            return EXIT_PREEMPTED
         again = ["schedtrain", "train", args.spec, "--resume", "auto"]
         if args.run_dir:
             again[3:3] = ["--run-dir", args.run_dir]
@@ -244,6 +247,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
               + (f"checkpoint {exc.checkpoint}; resume with: {' '.join(again)}"
                  if exc.checkpoint else "no run directory, nothing saved"), file=sys.stderr)
         return EXIT_PREEMPTED
+    if trainer.rank != 0:  # the chief reports for every rank
+        return EXIT_OK
     if trainer.stop_reason:
         print(trainer.stop_reason)
     ts = trainer.clock.now()
@@ -288,7 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.traceback:
             traceback.print_exc()
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        rank = os.environ.get("RANK") if os.environ.get("WORLD_SIZE", "1") != "1" else None
+        where = f" on rank {rank}" if rank is not None else ""
+        print(f"error{where}: {type(exc).__name__}: {exc}", file=sys.stderr)
         if not args.traceback:
             print("(run with --traceback for details)", file=sys.stderr)
         return EXIT_FAILURE

@@ -371,7 +371,7 @@ class TestTrain:
             calls.append((spec.path, run_dir, resume))
             clock = types.SimpleNamespace(now=lambda: Timestamp(step=30, epoch=3, seconds=1.0))
             return types.SimpleNamespace(clock=clock, metrics=Metrics(), run_dir="runs/x",
-                                         stop_reason=None)
+                                         stop_reason=None, rank=0)
 
         fake = types.ModuleType("schedtrain.training")
         fake.train_from_spec = train_from_spec  # type: ignore[attr-defined]

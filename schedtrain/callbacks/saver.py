@@ -56,15 +56,14 @@ class ModelSaver(Callback):
         self._dir()  # fail at start, not at the first save
 
     def _trigger(self) -> None:
-        if not self.is_chief:
-            return
+        # Every rank saves: each adds its generators and data position, the chief writes.
         path = self._dir() / f"step-{self.now.step:08d}.pt"
         self.trainer.save_checkpoint(path, on_saved=self._prune)
 
     def _prune(self, _written: Path) -> None:
         """Delete the oldest of this run's checkpoints beyond ``keep``, sparing the newest
-        finite one."""
-        if self.keep is None:
+        finite one (on the chief)."""
+        if self.keep is None or not self.is_chief:
             return
         folder = self._dir().resolve()
         mine = []
@@ -103,9 +102,9 @@ class _BestSaver(Callback):
             return
         better = self.best is None or (got.value < self.best if self.mode == "min"
                                        else got.value > self.best)
-        if not better or not self.is_chief:
+        if not better:
             return
-        self.best = got.value
+        self.best = got.value  # on every rank: they save together, the chief writes
         if self.folder is not None:
             folder = Path(self.folder)
         elif self.trainer.run_dir is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import attrs
@@ -78,6 +78,20 @@ def _strict_str(value: object, _t: object) -> str:
     return value
 
 
+def _strict_bool(value: object, _t: object) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"expected true or false, found {describe(value)}")
+    return value
+
+
+def _strict_str_map(value: object, _t: object) -> dict[str, str]:
+    table = _table(value, _t)
+    for key, v in table.items():
+        if not isinstance(v, str):
+            raise _Invalid(f"expected a string for {key!r}, found {describe(v)}")
+    return table
+
+
 def _strict_list(value: object, t: Any) -> tuple[Any, ...]:
     if not isinstance(value, list):
         raise _Invalid(f"expected a list, found {describe(value)}")
@@ -95,6 +109,8 @@ _converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
 _converter.register_structure_hook(int, _strict_int)
 _converter.register_structure_hook(float, _strict_float)
 _converter.register_structure_hook(str, _strict_str)
+_converter.register_structure_hook(bool, _strict_bool)
+_converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _strict_str_map)
 _converter.register_structure_hook_func(
     lambda t: getattr(t, "__origin__", None) is tuple, _strict_list)
 _converter.register_structure_hook_func(
@@ -202,6 +218,11 @@ def _check_clock(clock: ClockSpec, problems: Problems) -> None:
                      f"found {sps}", expected="a number >= 0", found=sps)
 
 
+#: ``[run] strategy`` and ``[run.reduce]`` values (kept here: the core imports no torch).
+RUN_STRATEGIES: Final = ("auto", "ddp", "fsdp")
+REDUCE_OPS: Final = ("mean", "sum", "max", "min")
+
+
 def _check_run(run: RunSpec, problems: Problems) -> None:
     if run.task is not None and not _TASK_RE.fullmatch(run.task):
         problems.expect(("run", "task"), "'module:function'", run.task)
@@ -217,6 +238,13 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
         problems.expect(("run", "grad_clip"), "a finite number > 0", run.grad_clip)
     if not 0 <= run.seed <= MAX_COUNT:
         problems.expect(("run", "seed"), f"a whole number from 0 to {MAX_COUNT}", run.seed)
+    if run.strategy not in RUN_STRATEGIES:
+        problems.expect(("run", "strategy"), " or ".join(repr(x) for x in RUN_STRATEGIES),
+                        run.strategy)
+    for name, op in run.reduce.items():
+        if op not in REDUCE_OPS:
+            problems.expect(("run", "reduce", name),
+                            " or ".join(repr(x) for x in REDUCE_OPS), op)
 
 
 def _check_events(events: tuple[str, ...], problems: Problems) -> None:

@@ -89,6 +89,10 @@ class RunSpec:
         grad_clip: clip the gradient norm to this value.
         seed: random seed, 0 to 2**63 - 1.
         run_dir: where checkpoints and logs go; default ``runs/<spec file stem>``.
+        strategy: on several processes: ``"auto"`` (``"ddp"``), ``"ddp"`` or ``"fsdp"``.
+        shard_data: on several processes, shard a plain ``DataLoader`` across ranks.
+        reduce: metric name -> how it is combined across ranks (``"mean"`` by default,
+            ``"sum"``, ``"max"``, ``"min"``).
     """
 
     task: str | None = None
@@ -100,6 +104,9 @@ class RunSpec:
     grad_clip: float | None = None
     seed: int = 0
     run_dir: str | None = None
+    strategy: str = "auto"
+    shard_data: bool = True
+    reduce: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen

@@ -135,15 +135,24 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
         max_epochs=run.max_epochs, max_steps=run.max_steps, device=run.device,
         precision=run.precision, grad_accum=run.grad_accum, grad_clip=run.grad_clip,
-        seed=run.seed, run_dir=out_dir, overwrite=overwrite)
+        seed=run.seed, run_dir=out_dir, overwrite=overwrite, strategy=run.strategy,
+        shard_data=run.shard_data, reduce=dict(run.reduce))
+    try:
+        _resume_and_fit(trainer, out_dir, resume)
+    finally:
+        trainer.close()
+    return trainer
+
+
+def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
     if resume == "auto":
         found = newest_valid(out_dir / "checkpoints", _skipped)
         if found is not None:
             trainer.resume(found)
-            _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
+            if trainer.rank == 0:
+                _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
         else:
             trainer.start_over()  # nothing valid to resume from: the run starts again
     elif resume is not None:
         trainer.resume(resume)
     trainer.fit()
-    return trainer

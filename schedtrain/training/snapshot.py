@@ -87,6 +87,12 @@ class Snapshot:
         if self.comm is not None:
             ranks = self.comm.gather({"rng": rng_state(), "data": self.position.state_dict()})
         model_state = self.model.state_dict()
+        if any(type(v).__name__ == "DTensor" for v in model_state.values()):
+            # Each rank holds a shard: one file from the chief would lose the others.
+            raise NotImplementedError(
+                "checkpoints of an FSDP2-sharded model (strategy 'fsdp') need "
+                "torch.distributed.checkpoint, which schedtrain does not write yet; use "
+                "strategy 'ddp', or a schedule without checkpoints")
         finite = is_finite(model_state, self.losses.last)
         if not finite:
             path = path.with_name(f"{path.stem}-nonfinite.pt")

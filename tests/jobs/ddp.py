@@ -1,0 +1,79 @@
+"""A small classification job for runs on several processes (tests/test_distributed.py),
+with callbacks that behave differently per rank."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from schedtrain.callbacks import Callback
+from schedtrain.training import Task
+
+
+def make_task() -> Task:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 2))
+    return Task(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                train_data=DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True),
+                val_data=DataLoader(TensorDataset(x[:64], y[:64]), batch_size=16),
+                loss_fn=torch.nn.functional.cross_entropy)
+
+
+class RankMetric(Callback):
+    """Puts ``rank/value``: the rank itself, so its mean differs from every rank's own."""
+
+    produces = ("rank/value",)
+
+    def _trigger(self) -> None:
+        self.metrics.put("rank/value", float(self.rank))
+
+
+class StopOnRank(Callback):
+    """Asks to stop on one rank only (the others must stop at the same step)."""
+
+    def __init__(self, rank: int = 1, step: int = 6) -> None:
+        self.stop_rank, self.stop_step = rank, step
+
+    def _trigger(self) -> None:
+        if self.rank == self.stop_rank and self.now.step >= self.stop_step:
+            self.trainer.request_stop(f"rank {self.rank} asked at step {self.now.step}")
+
+
+class FailOnRank(Callback):
+    """Raises on one rank at one step (the other must end quickly, not hang)."""
+
+    def __init__(self, rank: int = 1, step: int = 5) -> None:
+        self.fail_rank, self.fail_step = rank, step
+
+    def _trigger(self) -> None:
+        if self.rank == self.fail_rank and self.now.step == self.fail_step:
+            raise RuntimeError(f"deliberate failure on rank {self.rank}")
+
+
+
+
+class DumpFirings(Callback):
+    """At train end, writes this rank's firings to ``RUN_DIR/../firings-rankN.json``."""
+
+    def _trigger(self) -> None:
+        import json
+
+        assert self.trainer.run_dir is not None
+        out = self.trainer.run_dir.parent / f"firings-rank{self.rank}.json"
+        out.write_text(json.dumps([[f.callback, f.event, f.timestamp.step, f.timestamp.sample]
+                                   for f in self.trainer.firings]))
+
+
+class Sleep(Callback):
+    """Slows every step down, so a signal can land while training runs."""
+
+    def __init__(self, seconds: float = 0.1) -> None:
+        self.seconds = seconds
+
+    def _trigger(self) -> None:
+        import time
+
+        time.sleep(self.seconds)

@@ -1,0 +1,247 @@
+"""Two real processes (torchrun, gloo on the CPU): every decision agreed across ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from schedtrain import Schedule, every, on
+from schedtrain.testing import fired_at, simulate
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
+                                reason="torch.distributed is not available")
+
+BASE = """\
+[run]
+task = "jobs.ddp:make_task"
+max_epochs = {epochs}
+seed = 1
+
+[callbacks.validate]
+type = "InferenceRunner"
+trigger = {{ every = "1 epoch" }}
+
+[callbacks.rank]
+type = "jobs.ddp:RankMetric"
+trigger = {{ every = "3 steps" }}
+
+[callbacks.high]
+type = "jobs.ddp:RankMetric"
+trigger = {{ all = [{{ every = "1 step" }}, {{ if = "rank/value > 0.4" }}] }}
+
+[callbacks.save]
+type = "ModelSaver"
+keep = 2
+trigger = {{ any = [{{ every = "5 steps" }}, {{ on = "train_end" }}] }}
+
+[callbacks.best]
+type = "MinSaver"
+trigger = {{ all = [{{ every = "1 epoch" }}, {{ improved = "val/loss" }}] }}
+
+[callbacks.samples]
+type = "jobs.ddp:DumpFirings"
+trigger = {{ any = [{{ every = "100 samples" }}, {{ on = "train_end" }}] }}
+"""
+
+
+def write_spec(folder: Path, extra: str = "", epochs: int = 3) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / "ddp.toml"
+    spec.write_text(BASE.format(epochs=epochs) + extra)
+    return spec
+
+
+def torchrun(spec: Path, run_dir: Path, *args: str, kill_at_line: int | None = None,
+             sig: int = signal.SIGKILL, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node 2 -m schedtrain train SPEC``; with
+    ``kill_at_line``, ``sig`` goes to the launcher and both ranks once ``events.jsonl``
+    has that many lines (as a scheduler would stop the job)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", "2", "-m", "schedtrain", "train", str(spec),
+           "--run-dir", str(run_dir), *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=spec.parent, env=env, text=True, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if kill_at_line is not None:
+        log = run_dir / "events.jsonl"
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            if log.exists() and log.read_text().count("\n") >= kill_at_line:
+                os.killpg(proc.pid, sig)
+                break
+            time.sleep(0.01)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def events(run_dir: Path) -> list[dict[str, object]]:
+    rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+
+
+def rank_firings(folder: Path, rank: int) -> list[list[object]]:
+    data: list[list[object]] = json.loads((folder / f"firings-rank{rank}.json").read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("ddp")
+    spec = write_spec(folder)
+    result = torchrun(spec, folder / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return spec, folder / "run"
+
+
+def test_both_ranks_fire_identically_and_one_log_is_written(
+        reference: tuple[Path, Path]) -> None:
+    """The same firings on both ranks (metric conditions on values that differ per rank
+    included), and one events.jsonl without a duplicated line."""
+    _, run_dir = reference
+    zero, one = rank_firings(run_dir.parent, 0), rank_firings(run_dir.parent, 1)
+    assert zero == one and zero
+    rows = events(run_dir)
+    firing_rows = [[r["callback"], r["event"], r["step"], r["sample"]] for r in rows
+                   if r["kind"] == "firing"]
+    assert firing_rows == zero
+    assert len({json.dumps(r) for r in firing_rows}) == len(firing_rows)  # none twice
+    # rank/value is 0 on rank 0 and 1 on rank 1: every rank sees the mean, 0.5
+    values = {r["value"] for r in rows if r.get("name") == "rank/value"}
+    assert values == {0.5}
+    # "high" needs rank/value > 0.4: the mean passes on both ranks (rank 0's own 0 would not)
+    assert any(f[0] == "high" for f in zero)
+
+
+def test_samples_are_global(reference: tuple[Path, Path]) -> None:
+    """`every 100 samples` counts both ranks' samples: 2 x 16 per step, as simulated with
+    the global batch."""
+    _, run_dir = reference
+    got = [f[2] for f in rank_firings(run_dir.parent, 0)
+           if f[0] == "samples" and f[1] == "step_end"]
+    log = simulate(Schedule({"samples": every("100 samples") | on("train_end")}), epochs=3,
+                   steps_per_epoch=8, samples_per_batch=32)
+    assert got == [s for s in fired_at(log, "samples") if s < 24]
+    assert all(f[3] == f[2] * 32 for f in rank_firings(run_dir.parent, 0))
+
+
+def test_a_stop_on_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, """
+[callbacks.stop]
+type = "jobs.ddp:StopOnRank"
+rank = 1
+step = 6
+trigger = { every = "2 steps" }
+""")
+    result = torchrun(spec, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    zero, one = rank_firings(tmp_path, 0), rank_firings(tmp_path, 1)
+    assert zero == one
+    assert max(int(f[2]) for f in zero) == 6  # type: ignore[call-overload]
+    assert "rank 1 asked at step 6 (on rank 1)" in result.stdout
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (status["status"], status["step"]) == ("stopped", 6)
+
+
+def test_an_exception_on_one_rank_ends_both_quickly(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, """
+[callbacks.fail]
+type = "jobs.ddp:FailOnRank"
+rank = 1
+step = 5
+trigger = { every = "1 step" }
+""", epochs=50)
+    start = time.monotonic()
+    result = torchrun(spec, tmp_path / "run", timeout=60)
+    assert result.returncode != 0
+    assert time.monotonic() - start < 45
+    assert "error on rank 1: RuntimeError: deliberate failure on rank 1" in result.stderr
+
+
+SLOW = """
+[callbacks.slow]
+type = "jobs.ddp:Sleep"
+seconds = 0.05
+trigger = { every = "1 step" }
+"""
+
+
+@pytest.fixture(scope="module")
+def slow_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("ddp-slow")
+    spec = write_spec(folder, SLOW)
+    result = torchrun(spec, folder / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return spec, folder / "run"
+
+
+def _same_run(ref: Path, run_dir: Path) -> None:
+    assert events(run_dir) == events(ref)
+    for kept in sorted(ref.rglob("*.pt")):
+        a = torch.load(kept, weights_only=True)["model"]
+        b = torch.load(run_dir / kept.relative_to(ref), weights_only=True)["model"]
+        assert all(torch.equal(a[k], b[k]) for k in a), kept.name
+    assert not [p for p in run_dir.rglob("*") if ".tmp" in p.name]
+
+
+def test_kill_9_of_a_two_rank_run_resumes_exactly(slow_reference: tuple[Path, Path],
+                                                 tmp_path: Path) -> None:
+    """Launcher and ranks killed twice mid-training, resumed with --resume auto: the same
+    log and bit-identical checkpoints as the uninterrupted two-rank run."""
+    spec, ref = slow_reference
+    run_dir = tmp_path / "run"
+    for line in (20, 55):
+        killed = torchrun(spec, run_dir, "--resume", "auto", kill_at_line=line)
+        assert killed.returncode != 0
+    result = torchrun(spec, run_dir, "--resume", "auto")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _same_run(ref, run_dir)
+
+
+def test_sigterm_preempts_both_ranks_at_one_step_then_resumes_exactly(
+        slow_reference: tuple[Path, Path], tmp_path: Path) -> None:
+    """SIGTERM to the job: both ranks stop at one agreed step and the chief writes one
+    preemption checkpoint (torchrun itself exits 1 on SIGTERM, whatever its ranks do);
+    resumed, the run equals the uninterrupted one."""
+    spec, ref = slow_reference
+    run_dir = tmp_path / "run"
+    first = torchrun(spec, run_dir, kill_at_line=20, sig=signal.SIGTERM)
+    assert first.returncode != 0
+    assert first.stderr.count("preempted by SIGTERM") == 1, first.stderr[-3000:]
+    status = json.loads((run_dir / "run.json").read_text())
+    assert status["status"] == "preempted"
+    preempted = [p for p in (run_dir / "checkpoints").glob("*.pt")
+                 if torch.load(p, weights_only=True)["phase"] == "preempt"]
+    assert len(preempted) == 1
+    result = torchrun(spec, run_dir, "--resume", "auto")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _same_run(ref, run_dir)
+
+
+@pytest.mark.parametrize(("run", "path", "expected"), [
+    ('strategy = "dp"', "run.strategy", "'auto' or 'ddp' or 'fsdp'"),
+    ('reduce = { "val/loss" = "median" }', "run.reduce.val/loss", "'mean' or 'sum'"),
+    ("shard_data = 1", "run.shard_data", "true or false"),
+])
+def test_bad_run_settings_for_several_processes_are_named(tmp_path: Path, run: str,
+                                                          path: str, expected: str) -> None:
+    from schedtrain.errors import SpecError
+    from schedtrain.spec import load_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[run]\n{run}\n[callbacks.a]\ntrigger = {{ every = "1 epoch" }}\n')
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    (problem,) = info.value.problems
+    assert problem.path == path and expected in str(problem)
