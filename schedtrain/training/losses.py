@@ -61,11 +61,16 @@ class LossKeeper:
         self.since = step
 
     def state_dict(self) -> dict[str, Any]:
-        """The unpublished sum, where it started and the last loss."""
-        self.fold()
-        return {"sum": self._sum, "since": self.since, "last": self._last}
+        """The unpublished sum, the losses not yet folded into it, where it started and the
+        last loss. Nothing is folded: a checkpoint taken anywhere leaves the sums' grouping,
+        and so their rounding, as in the uninterrupted run."""
+        kept = torch.stack(self.losses) if self.losses else None
+        return {"sum": self._sum, "since": self.since, "last": self.last, "kept": kept}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
         self.losses.clear()
+        kept = state.get("kept")
+        if kept is not None:
+            self.losses.extend(kept.unbind())
         self._sum, self.since, self._last = state["sum"], int(state["since"]), state["last"]
