@@ -9,13 +9,15 @@
         assert fired_at(log, "checkpoint") == [500, 1000, 1500, 2000]
 
 All helpers are plain functions over a ``FiringLog``; they work with pytest's
-assertion rewriting and with any other runner.
+assertion rewriting and with any other runner. ``simulate_ranks`` simulates a run on
+several processes (``torchrun``): global samples and tokens, metrics reduced across ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from schedtrain.ranks_sim import simulate_ranks
 from schedtrain.simulation import (
     Firing,
     FiringLog,
@@ -38,6 +40,7 @@ __all__ = [
     "fired_at",
     "next_firing",
     "simulate",
+    "simulate_ranks",
 ]
 
 
