@@ -31,12 +31,11 @@ import torch
 import torch.distributed as dist
 
 from schedtrain.errors import RunDirError, RunEnded
+from schedtrain.spec.document import REDUCE_OPS
 
 __all__ = ["REDUCE_OPS", "Comm", "World", "check_reduce", "multi_process_env",
            "reraise_on_all"]
 
-#: Reductions a metric can ask for (``[run] reduce``); ``mean`` is the default.
-REDUCE_OPS: Final = ("mean", "sum", "max", "min")
 _PREEMPT_KEY: Final = "schedtrain/preempt"
 
 
