@@ -359,6 +359,39 @@ def test_fsdp_checkpoint_resumes_on_another_number_of_ranks(
     assert len(set(firings)) == len(firings)
 
 
+@pytest.mark.slow
+def test_the_digits_spec_on_two_ranks_stops_on_a_training_metric(tmp_path: Path) -> None:
+    """specs/digits_ddp.toml with EarlyStopping on train/loss (each rank's loss, reduced):
+    both ranks stop at one epoch's end, one log without a repeated line, a good model."""
+    pytest.importorskip("sklearn")
+    spec = tmp_path / "digits_ddp.toml"
+    spec.write_text((ROOT / "specs" / "digits_ddp.toml").read_text() + """
+[callbacks.stop_train]
+type = "EarlyStopping"
+monitor = "train/loss"
+patience = 2
+min_delta = 0.02
+trigger = { every = "1 epoch" }
+""")
+    result = torchrun(spec, tmp_path / "run", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "stopped" and status["epoch"] < 20
+    from examples.digits import make_task
+
+    loader = make_task().train_data
+    per_rank = -(-len(loader.dataset) // 2)  # type: ignore[attr-defined]
+    assert status["step"] == status["epoch"] * -(-per_rank // loader.batch_size)  # type: ignore[attr-defined]
+    lines = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    assert len(set(lines)) == len(lines)
+    stops = [r for r in events(tmp_path / "run")
+             if r["kind"] == "firing" and r["callback"] == "stop_train"]
+    assert stops[-1]["step"] == status["step"]
+    accuracy = [r["value"] for r in events(tmp_path / "run") if r.get("name") == "val/accuracy"]
+    assert accuracy[-1] > 0.9  # type: ignore[operator]
+    assert "stopped by stop_train" in result.stdout
+
+
 @pytest.mark.parametrize(("run", "path", "expected"), [
     ('strategy = "dp"', "run.strategy", "'auto' or 'ddp' or 'fsdp'"),
     ('reduce = { "val/loss" = "median" }', "run.reduce.val/loss", "'mean' or 'sum'"),
