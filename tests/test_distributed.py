@@ -359,6 +359,26 @@ def test_fsdp_checkpoint_resumes_on_another_number_of_ranks(
     assert len(set(firings)) == len(firings)
 
 
+def test_a_one_process_checkpoint_resumes_sharded_on_two_ranks(tmp_path: Path) -> None:
+    """A one-file checkpoint (full tensors, optimizer state by index) from one process
+    continues under FSDP2 on 2 ranks: the gathered weights and optimizer state at the next
+    epoch's start are the file's."""
+    spec = fsdp_spec(tmp_path / "first", epochs=2)
+    first = torchrun(spec, tmp_path / "run", nproc=1)
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000032.pt"
+    saved = torch.load(checkpoint, weights_only=True)
+    result = torchrun(fsdp_spec(tmp_path / "spec", epochs=3), tmp_path / "run", "--resume",
+                      "auto")
+    assert result.returncode == 0, result.stderr[-3000:]
+    dumped = torch.load(tmp_path / "weights-2.pt", weights_only=True)
+    assert_same_tensors(saved["model"], dumped["model"], "model")
+    names = list(saved["model"])  # parameters in the optimizer's order (all weights here)
+    assert_same_tensors({names[i]: v for i, v in saved["optimizer"]["state"].items()},
+                        dumped["optimizer"]["state"], "optimizer")
+    assert list((tmp_path / "run" / "checkpoints").glob("*.dcp"))
+
+
 @pytest.mark.slow
 def test_the_digits_spec_on_two_ranks_stops_on_a_training_metric(tmp_path: Path) -> None:
     """specs/digits_ddp.toml with EarlyStopping on train/loss (each rank's loss, reduced):

@@ -11,18 +11,24 @@ A sharded checkpoint is a directory (docs/checkpoints.md)::
 
 Model and optimizer states go through ``get_state_dict``/``set_state_dict``, keyed by
 parameter name, so DCP reshards them on load: a checkpoint from 2 ranks resumes on 1
-(no process group: the plain model gets full tensors) or on 3.
+(no process group: the plain model gets full tensors) or on 3. A one-file checkpoint
+(one process, DDP) loads into a sharded model too: each rank keeps its shard.
 """
 
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -36,7 +42,7 @@ from schedtrain.training.checkpoint import (
 )
 from schedtrain.training.state import rng_state, set_rng_state
 
-__all__ = ["SUFFIX", "is_sharded", "load_sharded", "save_sharded"]
+__all__ = ["SUFFIX", "is_sharded", "load_full", "load_sharded", "save_sharded"]
 
 #: A sharded checkpoint's directory name ends so; ``step-00000120.dcp``.
 SUFFIX = ".dcp"
@@ -88,8 +94,31 @@ def load_sharded(path: Path, *, model: torch.nn.Module,
         msd, osd = get_state_dict(model, optimizer)
         state: dict[str, Any] = {"model": msd, "optimizer": osd}
         alone = not (dist.is_available() and dist.is_initialized())
-        dcp_load(state, checkpoint_id=path, no_dist=alone)
+        with warnings.catch_warnings():  # one process on purpose: DCP's warning says so
+            warnings.filterwarnings("ignore", "torch.distributed is disabled")
+            dcp_load(state, checkpoint_id=path, no_dist=alone)
         set_state_dict(model, optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
+    finally:
+        set_rng_state(rng)
+
+
+def load_full(model_state: dict[str, Any], optim_state: dict[str, Any], *,
+              model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load a one-file checkpoint's full states (``model.state_dict()``,
+    ``optimizer.state_dict()``) into a sharded ``model`` and its ``optimizer``."""
+    # The file's optimizer state numbers parameters in its groups' order, which
+    # ``wrap_model`` keeps; DCP wants them by name.
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    by_name: dict[str, Any] = {
+        "state": {order[i]: v for i, v in optim_state["state"].items()},
+        "param_groups": [{**g, "params": [order[i] for i in g["params"]]}
+                         for g in optim_state["param_groups"]]}
+    rng = rng_state()
+    try:
+        set_state_dict(model, optimizer, model_state_dict=model_state,
+                       optim_state_dict=by_name,
+                       options=StateDictOptions(full_state_dict=True))
     finally:
         set_rng_state(rng)

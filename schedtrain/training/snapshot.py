@@ -34,7 +34,13 @@ from schedtrain.monitors.store import MetricStore
 from schedtrain.table import TriggerTable
 from schedtrain.training.checkpoint import is_finite, read_checkpoint, write_checkpoint
 from schedtrain.training.losses import LossKeeper
-from schedtrain.training.sharded import SUFFIX, is_sharded, load_sharded, save_sharded
+from schedtrain.training.sharded import (
+    SUFFIX,
+    is_sharded,
+    load_full,
+    load_sharded,
+    save_sharded,
+)
 from schedtrain.training.state import DataPosition, rng_state, set_rng_state
 
 __all__ = ["Snapshot"]
@@ -153,6 +159,9 @@ class Snapshot:
                 f"this trainer has {sorted(self.callbacks)}")
         if state.get("shards") is not None:
             load_sharded(path, model=self.model, optimizer=self.optimizer)
+        elif is_sharded(self.model.state_dict()):
+            load_full(state["model"], state["optimizer"], model=self.model,
+                      optimizer=self.optimizer)
         else:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
