@@ -324,6 +324,29 @@ def test_fsdp_kill_9_resumes_exactly(fsdp_reference: tuple[Path, Path],
     assert not [p for p in run_dir.rglob("*") if ".tmp" in p.name]
 
 
+def test_fsdp_sigterm_writes_one_sharded_checkpoint_then_resumes_exactly(
+        fsdp_reference: tuple[Path, Path], tmp_path: Path) -> None:
+    """SIGTERM under FSDP2: every rank writes its shard of one preemption checkpoint
+    directory; resumed, the log and the kept checkpoints equal the uninterrupted run's."""
+    spec, ref = fsdp_reference
+    run_dir = tmp_path / "run"
+    first = torchrun(spec, run_dir, kill_at_line=20, sig=signal.SIGTERM)
+    assert first.returncode != 0
+    assert first.stderr.count("preempted by SIGTERM") == 1, first.stderr[-3000:]
+    from schedtrain.training.checkpoint import read_checkpoint
+
+    preempted = [p for p in (run_dir / "checkpoints").iterdir()
+                 if read_checkpoint(p)["phase"] == "preempt"]
+    assert len(preempted) == 1 and preempted[0].suffix == ".dcp"
+    assert str(preempted[0]) in first.stderr
+    result = torchrun(spec, run_dir, "--resume", "auto")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert events(run_dir) == events(ref)
+    for rel in sorted(p.relative_to(ref) for p in ref.rglob("*.dcp")):
+        assert_same_tensors(full_state(ref / rel, tmp_path / "a"),
+                            full_state(run_dir / rel, tmp_path / "b"), str(rel))
+
+
 @pytest.fixture(scope="module")
 def fsdp_two_epochs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 2-epoch run on 2 ranks (its last checkpoint is at train_end)."""
