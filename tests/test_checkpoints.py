@@ -14,10 +14,14 @@ from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.training import Trainer
 from schedtrain.training.checkpoint import (
+    STATE_FILE,
     CheckpointError,
+    file_digests,
     list_checkpoints,
     newest_valid,
     read_checkpoint,
+    remove_leftovers,
+    replace_dir,
     write_checkpoint,
 )
 
@@ -187,6 +191,72 @@ class TestPruning:
         assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == original
         assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == [
             "step-00000007.pt", "step-00000008.pt"]
+
+
+def _sharded(folder: Path, name: str, step: int, shards: int = 2) -> Path:
+    """A sharded checkpoint directory as ``training.sharded`` builds one (shard files
+    stand in for DCP's), moved into place with ``replace_dir``."""
+    tmp = folder / f".{name}.tmp"
+    tmp.mkdir(parents=True)
+    for rank in range(shards):
+        (tmp / f"__{rank}_0.distcp").write_bytes(os.urandom(64) + bytes([step % 256]))
+    (tmp / ".metadata").write_bytes(os.urandom(32))
+    write_checkpoint({"phase": "manual", "step": step, "epoch": 0, "finite": True,
+                      "model": None, "optimizer": None, "scaler": None, "run": {},
+                      "shards": {"world_size": shards, "files": file_digests(tmp)}},
+                     tmp / STATE_FILE)
+    return replace_dir(tmp, folder / name)
+
+
+class TestShardedDirectories:
+    """A sharded (FSDP2) checkpoint is a directory checked file by file, replaced whole."""
+
+    @pytest.mark.parametrize("victim", ["__0_0.distcp", "__1_0.distcp", ".metadata", STATE_FILE])
+    @pytest.mark.parametrize("damage", ["flip", "delete"])
+    def test_any_damaged_file_is_named_and_passed_over(self, tmp_path: Path, victim: str,
+                                                       damage: str) -> None:
+        older = tmp_path / "step-00000001.pt"
+        write_checkpoint({"phase": "manual", "step": 1, "finite": True}, older)
+        newer = _sharded(tmp_path, "step-00000002.dcp", 2)
+        assert read_checkpoint(newer)["step"] == 2
+        target = newer / victim
+        if damage == "delete":
+            target.unlink()
+        else:
+            data = bytearray(target.read_bytes())
+            for i in range(len(data) // 2, min(len(data), len(data) // 2 + 64)):
+                data[i] ^= 0xFF  # 64 bytes: a single one can fall in the zip's padding
+            target.write_bytes(bytes(data))
+        with pytest.raises(CheckpointError) as info:
+            read_checkpoint(newer)
+        assert str(newer) in str(info.value)
+        if victim != STATE_FILE:
+            assert repr(victim) in info.value.reason
+        skipped: list[Path] = []
+        assert newest_valid(tmp_path, lambda p, _: skipped.append(p)) == older
+        assert skipped == [newer]
+
+    def test_listed_with_files_newest_first(self, tmp_path: Path) -> None:
+        for step in (3, 1):
+            _sharded(tmp_path, f"step-{step:08d}.dcp", step)
+        write_checkpoint({"phase": "manual", "step": 2}, tmp_path / "step-00000002.pt")
+        assert [p.name for p in list_checkpoints(tmp_path)] == [
+            "step-00000003.dcp", "step-00000002.pt", "step-00000001.dcp"]
+
+    def test_replacing_keeps_the_old_until_the_new_is_in_place(self, tmp_path: Path) -> None:
+        """A crash between moving the old directory aside and the new one in: opening the
+        folder puts the old one back; an unfinished temporary directory is removed."""
+        good = _sharded(tmp_path, "min-val-loss.dcp", 1)
+        before = file_digests(good)
+        aside = tmp_path / ".min-val-loss.dcp.old.tmp"
+        good.replace(aside)  # as replace_dir does first
+        (tmp_path / ".step-00000009.dcp.tmp").mkdir()  # a save that never finished
+        remove_leftovers(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["min-val-loss.dcp"]
+        assert file_digests(good) == before and read_checkpoint(good)["step"] == 1
+        _sharded(tmp_path, "min-val-loss.dcp", 7)  # a normal replacement
+        assert read_checkpoint(good)["step"] == 7
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["min-val-loss.dcp"]
 
 
 def test_noop_callbacks_do_not_need_state(tmp_path: Path) -> None:

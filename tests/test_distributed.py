@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,12 +64,13 @@ def write_spec(folder: Path, extra: str = "", epochs: int = 3) -> Path:
 
 
 def torchrun(spec: Path, run_dir: Path, *args: str, kill_at_line: int | None = None,
-             sig: int = signal.SIGKILL, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc-per-node 2 -m schedtrain train SPEC``; with
+             sig: int = signal.SIGKILL, timeout: float = 120,
+             nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node NPROC -m schedtrain train SPEC``; with
     ``kill_at_line``, ``sig`` goes to the launcher and both ranks once ``events.jsonl``
     has that many lines (as a scheduler would stop the job)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "2", "-m", "schedtrain", "train", str(spec),
+           "--nproc-per-node", str(nproc), "-m", "schedtrain", "train", str(spec),
            "--run-dir", str(run_dir), *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),
            "OMP_NUM_THREADS": "1"}
@@ -227,6 +229,210 @@ def test_sigterm_preempts_both_ranks_at_one_step_then_resumes_exactly(
     result = torchrun(spec, run_dir, "--resume", "auto")
     assert result.returncode == 0, result.stderr[-3000:]
     _same_run(ref, run_dir)
+
+
+FSDP = """
+[callbacks.weights]
+type = "jobs.ddp:DumpWeights"
+trigger = { on = "epoch_start" }
+"""
+
+
+def fsdp_spec(folder: Path, extra: str = "", epochs: int = 3) -> Path:
+    """The job sharded with FSDP2, with momentum (optimizer state to checkpoint)."""
+    spec = write_spec(folder, FSDP + extra, epochs=epochs)
+    spec.write_text(spec.read_text().replace(
+        'task = "jobs.ddp:make_task"', 'task = "jobs.ddp:make_momentum_task"\nstrategy = "fsdp"'))
+    return spec
+
+
+def full_state(checkpoint: Path, scratch: Path) -> dict[str, object]:
+    """A sharded checkpoint's model and optimizer states as full tensors, read with
+    plain PyTorch as docs/checkpoints.md says."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    out = scratch / f"{checkpoint.parent.name}-{checkpoint.name}.pt"
+    dcp_to_torch_save(checkpoint, out)
+    state: dict[str, object] = torch.load(out, weights_only=True)
+    return state
+
+
+def assert_same_tensors(a: object, b: object, where: str = "") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for k in a:
+            assert_same_tensors(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+@pytest.fixture(scope="module")
+def fsdp_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("fsdp")
+    spec = fsdp_spec(folder, SLOW)
+    result = torchrun(spec, folder / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return spec, folder / "run"
+
+
+def test_fsdp_writes_sharded_checkpoint_directories(fsdp_reference: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    """Every rank's shard is in each directory; ModelSaver kept 2 of them; the best one
+    is a directory too; each loads in plain PyTorch with its run state beside it."""
+    from schedtrain.training.checkpoint import read_checkpoint
+
+    _, run_dir = fsdp_reference
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert kept == ["step-00000020.dcp", "step-00000024.dcp"]
+    assert [p.name for p in (run_dir / "best").iterdir()] == ["min-val-loss.dcp"]
+    last = run_dir / "checkpoints" / kept[-1]
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "run.pt"} <= {
+        p.name for p in last.iterdir()}
+    state = read_checkpoint(last)
+    assert (state["step"], state["phase"], state["shards"]["world_size"]) == (
+        24, "train_end", 2)
+    assert set(full_state(last, tmp_path)["model"]) == {  # type: ignore[arg-type]
+        "0.weight", "0.bias", "2.weight", "2.bias"}
+    assert not [p for p in run_dir.rglob("*") if ".tmp" in p.name]
+
+
+def test_fsdp_kill_9_resumes_exactly(fsdp_reference: tuple[Path, Path],
+                                     tmp_path: Path) -> None:
+    """Killed twice mid-training and resumed with --resume auto on 2 ranks: the same log,
+    and the same weights and optimizer state in every kept checkpoint, as the
+    uninterrupted run."""
+    spec, ref = fsdp_reference
+    run_dir = tmp_path / "run"
+    for line in (20, 55):
+        killed = torchrun(spec, run_dir, "--resume", "auto", kill_at_line=line)
+        assert killed.returncode != 0
+    result = torchrun(spec, run_dir, "--resume", "auto")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert events(run_dir) == events(ref)
+    kept = sorted(p.relative_to(ref) for p in ref.rglob("*.dcp"))
+    assert kept == sorted(p.relative_to(run_dir) for p in run_dir.rglob("*.dcp"))
+    for rel in kept:
+        assert_same_tensors(full_state(ref / rel, tmp_path / "a"),
+                            full_state(run_dir / rel, tmp_path / "b"), str(rel))
+    assert not [p for p in run_dir.rglob("*") if ".tmp" in p.name]
+
+
+def test_fsdp_sigterm_writes_one_sharded_checkpoint_then_resumes_exactly(
+        fsdp_reference: tuple[Path, Path], tmp_path: Path) -> None:
+    """SIGTERM under FSDP2: every rank writes its shard of one preemption checkpoint
+    directory; resumed, the log and the kept checkpoints equal the uninterrupted run's."""
+    spec, ref = fsdp_reference
+    run_dir = tmp_path / "run"
+    first = torchrun(spec, run_dir, kill_at_line=20, sig=signal.SIGTERM)
+    assert first.returncode != 0
+    assert first.stderr.count("preempted by SIGTERM") == 1, first.stderr[-3000:]
+    from schedtrain.training.checkpoint import read_checkpoint
+
+    preempted = [p for p in (run_dir / "checkpoints").iterdir()
+                 if read_checkpoint(p)["phase"] == "preempt"]
+    assert len(preempted) == 1 and preempted[0].suffix == ".dcp"
+    assert str(preempted[0]) in first.stderr
+    result = torchrun(spec, run_dir, "--resume", "auto")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert events(run_dir) == events(ref)
+    for rel in sorted(p.relative_to(ref) for p in ref.rglob("*.dcp")):
+        assert_same_tensors(full_state(ref / rel, tmp_path / "a"),
+                            full_state(run_dir / rel, tmp_path / "b"), str(rel))
+
+
+@pytest.fixture(scope="module")
+def fsdp_two_epochs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 2-epoch run on 2 ranks (its last checkpoint is at train_end)."""
+    folder = tmp_path_factory.mktemp("fsdp-2")
+    result = torchrun(fsdp_spec(folder, epochs=2), folder / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "run"
+
+
+@pytest.mark.parametrize(("ranks", "resume"), [(1, "PATH"), (3, "auto")])
+def test_fsdp_checkpoint_resumes_on_another_number_of_ranks(
+        fsdp_two_epochs: Path, tmp_path: Path, ranks: int, resume: str) -> None:
+    """A 2-rank epoch-end checkpoint continues on 1 process (full tensors) or 3 ranks
+    (resharded): the weights and optimizer state at the next epoch's start are the
+    checkpoint's, and the third epoch has as many steps as that many ranks give."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(fsdp_two_epochs, run_dir)
+    checkpoint = run_dir / "checkpoints" / "step-00000016.dcp"
+    spec = fsdp_spec(tmp_path / "spec", epochs=3)
+    result = torchrun(spec, run_dir, "--resume",
+                      str(checkpoint) if resume == "PATH" else "auto", nproc=ranks)
+    assert result.returncode == 0, result.stderr[-3000:]
+    dumped = torch.load(tmp_path / f"weights-{ranks}.pt", weights_only=True)
+    saved = full_state(fsdp_two_epochs / checkpoint.relative_to(run_dir), tmp_path)
+    assert_same_tensors(saved["model"], dumped["model"], "model")
+    assert_same_tensors(saved["optimizer"]["state"],  # type: ignore[index]
+                        dumped["optimizer"]["state"], "optimizer")
+    per_rank = -(-256 // ranks)  # DistributedSampler pads to an even split
+    status = json.loads((run_dir / "run.json").read_text())
+    assert (status["status"], status["epoch"]) == ("finished", 3)
+    assert status["step"] == 16 + -(-per_rank // 16)
+    firings = [json.dumps(r) for r in events(run_dir) if r["kind"] == "firing"]
+    assert len(set(firings)) == len(firings)
+
+
+def test_a_one_process_checkpoint_resumes_sharded_on_two_ranks(tmp_path: Path) -> None:
+    """A one-file checkpoint (full tensors, optimizer state by index) from one process
+    continues under FSDP2 on 2 ranks: the gathered weights and optimizer state at the next
+    epoch's start are the file's."""
+    spec = fsdp_spec(tmp_path / "first", epochs=2)
+    first = torchrun(spec, tmp_path / "run", nproc=1)
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000032.pt"
+    saved = torch.load(checkpoint, weights_only=True)
+    result = torchrun(fsdp_spec(tmp_path / "spec", epochs=3), tmp_path / "run", "--resume",
+                      "auto")
+    assert result.returncode == 0, result.stderr[-3000:]
+    dumped = torch.load(tmp_path / "weights-2.pt", weights_only=True)
+    assert_same_tensors(saved["model"], dumped["model"], "model")
+    names = list(saved["model"])  # parameters in the optimizer's order (all weights here)
+    assert_same_tensors({names[i]: v for i, v in saved["optimizer"]["state"].items()},
+                        dumped["optimizer"]["state"], "optimizer")
+    assert list((tmp_path / "run" / "checkpoints").glob("*.dcp"))
+
+
+@pytest.mark.slow
+def test_the_digits_spec_on_two_ranks_stops_on_a_training_metric(tmp_path: Path) -> None:
+    """specs/digits_ddp.toml with EarlyStopping on train/loss (each rank's loss, reduced):
+    both ranks stop at one epoch's end, one log without a repeated line, a good model."""
+    pytest.importorskip("sklearn")
+    spec = tmp_path / "digits_ddp.toml"
+    spec.write_text((ROOT / "specs" / "digits_ddp.toml").read_text() + """
+[callbacks.stop_train]
+type = "EarlyStopping"
+monitor = "train/loss"
+patience = 2
+min_delta = 0.02
+trigger = { every = "1 epoch" }
+""")
+    result = torchrun(spec, tmp_path / "run", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "stopped" and status["epoch"] < 20
+    from examples.digits import make_task
+
+    loader = make_task().train_data
+    per_rank = -(-len(loader.dataset) // 2)  # type: ignore[attr-defined]
+    assert status["step"] == status["epoch"] * -(-per_rank // loader.batch_size)  # type: ignore[attr-defined]
+    lines = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    assert len(set(lines)) == len(lines)
+    stops = [r for r in events(tmp_path / "run")
+             if r["kind"] == "firing" and r["callback"] == "stop_train"]
+    assert stops[-1]["step"] == status["step"]
+    accuracy = [r["value"] for r in events(tmp_path / "run") if r.get("name") == "val/accuracy"]
+    assert accuracy[-1] > 0.9  # type: ignore[operator]
+    assert "stopped by stop_train" in result.stdout
 
 
 @pytest.mark.parametrize(("run", "path", "expected"), [

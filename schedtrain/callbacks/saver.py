@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +20,8 @@ from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver"]
 
-_NAME_RE = re.compile(r"step-(\d+)(-nonfinite)?\.pt")
+# One-file checkpoints, and the directories of sharded (FSDP2) ones.
+_NAME_RE = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
 
 
 class ModelSaver(Callback):
@@ -27,7 +29,8 @@ class ModelSaver(Callback):
 
     Files are ``RUN_DIR/checkpoints/step-00000120.pt`` (``--resume auto`` picks the newest
     valid one); a checkpoint of non-finite weights or loss is written as
-    ``step-00000120-nonfinite.pt`` and never chosen to resume from.
+    ``step-00000120-nonfinite.pt`` and never chosen to resume from. Under FSDP2 each
+    is a directory, ``step-00000120.dcp``, that every rank writes its shard into.
 
     Args:
         keep: how many checkpoints to keep (``None``: all); the newest finite one is
@@ -77,11 +80,23 @@ class ModelSaver(Callback):
         keep = {p for _, _, p in mine[-self.keep:]} | spared
         for _, _, path in mine:
             if path not in keep:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+                _remove(path)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint file, or a sharded one's directory: renamed to a temporary
+    name first (cleaned up when a run opens the directory), so a half-deleted directory
+    is never taken for a checkpoint."""
+    with contextlib.suppress(FileNotFoundError):
+        if not path.is_dir():
+            path.unlink()
+            return
+        gone = path.with_name(f".{path.name}.del.tmp")
+        path.replace(gone)
+        shutil.rmtree(gone, ignore_errors=True)
 
 
 class _BestSaver(Callback):

@@ -6,6 +6,11 @@ checkpoints.md lists its keys). It carries a checksum of its content, checked on
 a file with flipped bytes is reported by name, never loaded silently. Writes go to a
 temporary file in the same folder, are flushed and synced, renamed over the target and
 followed by a sync of the folder, and get the permissions the user's umask gives.
+
+A sharded checkpoint (FSDP2, ``training.sharded``) is a directory ``step-NNNNNNNN.dcp``:
+the shards ``torch.distributed.checkpoint`` wrote and ``run.pt``, an ordinary checkpoint
+without weights whose ``shards`` key holds every shard file's checksum. It is built in a
+temporary directory and moved into place the same way (``replace_dir``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,12 +27,16 @@ from typing import Any, Final
 
 import torch
 
-__all__ = ["FORMAT", "CheckpointError", "checkpoint_name", "digest", "fsync_dir", "is_finite",
-           "list_checkpoints", "newest_valid", "read_checkpoint", "remove_leftovers",
+__all__ = ["FORMAT", "STATE_FILE", "CheckpointError", "checkpoint_name", "digest",
+           "file_digests", "fsync_dir", "is_finite", "list_checkpoints", "newest_valid",
+           "read_checkpoint", "remove_leftovers", "replace_dir",
            "write_atomic", "write_checkpoint"]
 
 FORMAT: Final = "schedtrain-checkpoint-2"
-_NAME_RE: Final = re.compile(r"step-(\d+)(-nonfinite)?\.pt")
+#: The run's state inside a sharded checkpoint directory.
+STATE_FILE: Final = "run.pt"
+_NAME_RE: Final = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
+_OLD: Final = ".old.tmp"
 _PLAIN: Final = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
                  torch.Tensor, torch.Size)
 
@@ -97,8 +107,9 @@ def digest(state: Mapping[str, Any]) -> str:
 
 
 def is_finite(model_state: Mapping[str, Any], loss: torch.Tensor | None) -> bool:
-    """Whether every floating tensor of the weights, and the loss, is finite."""
-    tensors = [t for t in model_state.values()
+    """Whether every floating tensor of the weights, and the loss, is finite (of a
+    sharded tensor, this rank's shard)."""
+    tensors = [t.to_local() if hasattr(t, "to_local") else t for t in model_state.values()
                if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if loss is not None:
         tensors.append(loss)
@@ -163,26 +174,94 @@ def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
 def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     """Load a checkpoint with ``weights_only=True`` and check its format and checksum.
 
+    Of a sharded checkpoint (a directory) this loads ``run.pt`` and checks every shard
+    file against the checksum it records; the weights stay in the shards.
+
     Raises:
         CheckpointError: the file is missing, unreadable, not a schedtrain checkpoint,
             or its content does not match its checksum (it is corrupt).
     """
     path = Path(path)
+    if path.is_dir():
+        state = _read_file(path / STATE_FILE, map_location, shown=path)
+        _check_shards(path, state)
+        return state
+    return _read_file(path, map_location, shown=path)
+
+
+def _read_file(path: Path, map_location: Any, *, shown: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise CheckpointError(path, "no such file")
+        raise CheckpointError(shown, "no such file" if shown == path
+                              else f"no {path.name} in the directory: it is not a checkpoint")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
-        raise CheckpointError(path, f"cannot be read ({type(exc).__name__}: "
-                                    f"{str(exc).splitlines()[0][:200]}); it is corrupt or "
-                                    "not a checkpoint") from None
+        raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0][:200]}); it is corrupt or "
+                                     "not a checkpoint") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(path, f"not a {FORMAT} file (found {found!r})")
+        raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")
     saved = state.get("checksum", {}).get("digest")
     if saved != digest(state):
-        raise CheckpointError(path, "its content does not match its checksum: it is corrupt")
+        raise CheckpointError(shown, "its content does not match its checksum: it is corrupt")
     return state
+
+
+def _check_shards(folder: Path, state: dict[str, Any]) -> None:
+    shards = state.get("shards")
+    if not isinstance(shards, dict):
+        raise CheckpointError(folder, f"its {STATE_FILE} names no shards")
+    expected: dict[str, str] = shards["files"]
+    found = file_digests(folder, list(expected))
+    for name, want in expected.items():
+        if found.get(name) != want:
+            what = "is missing" if name not in found else "does not match its checksum"
+            raise CheckpointError(folder, f"shard {name!r} {what}: it is corrupt")
+
+
+def file_digests(folder: Path, names: list[str] | None = None) -> dict[str, str]:
+    """blake2b-256 of each file in ``folder`` (``names``, or every file but ``run.pt``);
+    a missing one is left out."""
+    if names is None:
+        names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != STATE_FILE)
+    out = {}
+    for name in names:
+        h = hashlib.blake2b(digest_size=32)
+        try:
+            with (folder / name).open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+        except FileNotFoundError:
+            continue
+        out[name] = h.hexdigest()
+    return out
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def replace_dir(tmp: Path, path: Path) -> Path:
+    """Move the finished directory ``tmp`` to ``path``, replacing what is there.
+
+    A directory cannot be renamed over a full one: the old one is first renamed aside
+    (``.NAME.old.tmp``). A crash between the two renames leaves it there, and
+    ``remove_leftovers`` puts it back, so a good checkpoint is never lost.
+    """
+    fsync_dir(tmp)
+    old = path.with_name(f".{path.name}{_OLD}")
+    _remove(old)
+    if path.exists():
+        path.replace(old)
+    tmp.replace(path)
+    fsync_dir(path.parent)
+    _remove(old)
+    return path
 
 
 def list_checkpoints(folder: str | Path) -> list[Path]:
@@ -217,12 +296,16 @@ def newest_valid(folder: str | Path,
 
 
 def remove_leftovers(folder: str | Path) -> list[Path]:
-    """Delete temporary files that interrupted writes left in ``folder``."""
+    """Delete what interrupted writes left in ``folder`` (temporary files and
+    directories), first putting back a checkpoint that ``replace_dir`` had moved aside."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    gone = [p for p in folder.glob(".*.tmp") if p.is_file()]
+    for old in folder.glob(f".*{_OLD}"):
+        target = old.with_name(old.name[1:-len(_OLD)])
+        if not target.exists():
+            old.replace(target)
+    gone = list(folder.glob(".*.tmp"))
     for p in gone:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
+        _remove(p)
     return gone

@@ -13,6 +13,9 @@ The checkpoint's keys (documented in docs/checkpoints.md)::
                   metrics, losses, random generators, data position, the epoch in
                   progress, events.jsonl's length, the checkpoints this run wrote
     checksum      {"algorithm": "blake2b-256", "digest": ...} of all the above
+
+Under FSDP2 (sharded weights) a checkpoint is a directory ``NAME.dcp`` that every rank
+writes its shard into (``training.sharded``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ from schedtrain.monitors.store import MetricStore
 from schedtrain.table import TriggerTable
 from schedtrain.training.checkpoint import is_finite, read_checkpoint, write_checkpoint
 from schedtrain.training.losses import LossKeeper
+from schedtrain.training.sharded import (
+    SUFFIX,
+    is_sharded,
+    load_full,
+    load_sharded,
+    save_sharded,
+)
 from schedtrain.training.state import DataPosition, rng_state, set_rng_state
 
 __all__ = ["Snapshot"]
@@ -81,26 +91,44 @@ class Snapshot:
 
         A checkpoint of non-finite weights or loss never replaces a file: it goes beside
         it as ``<name>-nonfinite.pt``. On several processes every rank calls this: each
-        rank's generators and data position are gathered, and the chief writes the file.
+        rank's generators and data position are gathered, and the chief writes the file;
+        of a sharded (FSDP2) model every rank writes its shard into ``<name>.dcp/``.
         """
         ranks = None
         if self.comm is not None:
             ranks = self.comm.gather({"rng": rng_state(), "data": self.position.state_dict()})
         model_state = self.model.state_dict()
-        if any(type(v).__name__ == "DTensor" for v in model_state.values()):
-            # Each rank holds a shard: one file from the chief would lose the others.
-            raise NotImplementedError(
-                "checkpoints of an FSDP2-sharded model (strategy 'fsdp') need "
-                "torch.distributed.checkpoint, which schedtrain does not write yet; use "
-                "strategy 'ddp', or a schedule without checkpoints")
+        comm = self.comm
+        sharded = comm is not None and is_sharded(model_state)
         finite = is_finite(model_state, self.losses.last)
+        if sharded and comm is not None:
+            finite = not comm.any(not finite)  # each rank checked its own shard
+            path = path.with_suffix(SUFFIX)
         if not finite:
-            path = path.with_name(f"{path.stem}-nonfinite.pt")
+            path = path.with_name(f"{path.stem}-nonfinite{path.suffix}")
         key = self.key(path)
         if key not in self.written:
             self.written.append(key)
         now = self.clock.now()
-        run = {
+        run = self._run_state()
+        body: dict[str, Any] | None = {
+            "phase": phase, "step": now.step, "epoch": now.epoch, "finite": finite,
+            "model": None, "optimizer": None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "run": run}
+        if comm is not None:
+            run["ranks"] = ranks
+            body = body if comm.is_chief else None
+        if sharded and comm is not None:
+            return save_sharded(path, body, model=self.model, optimizer=self.optimizer,
+                                comm=comm)
+        if body is None:
+            return path
+        body["model"], body["optimizer"] = model_state, self.optimizer.state_dict()
+        return write_checkpoint(body, path)
+
+    def _run_state(self) -> dict[str, Any]:
+        return {
             "clock": self.clock.state_dict(),
             "table": self.table.state_dict(),
             "callbacks": {n: cb.state_dict() for n, cb in self.callbacks.items()},
@@ -112,16 +140,6 @@ class Snapshot:
             "events_offset": self.events.position() if self.events is not None else None,
             "written": list(self.written),
         }
-        if self.comm is not None:
-            if not self.comm.is_chief:
-                return path
-            run["ranks"] = ranks
-        return write_checkpoint({
-            "phase": phase, "step": now.step, "epoch": now.epoch, "finite": finite,
-            "model": model_state, "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "run": run,
-        }, path)
 
     def read(self, path: Path) -> dict[str, Any]:
         """Load ``path`` (checked) and put everything back; returns the checkpoint (its
@@ -139,8 +157,14 @@ class Snapshot:
             raise ValueError(
                 f"checkpoint {str(path)!r} was saved with callbacks {sorted(saved)}, "
                 f"this trainer has {sorted(self.callbacks)}")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("shards") is not None:
+            load_sharded(path, model=self.model, optimizer=self.optimizer)
+        elif is_sharded(self.model.state_dict()):
+            load_full(state["model"], state["optimizer"], model=self.model,
+                      optimizer=self.optimizer)
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
         self.clock.load_state_dict(run["clock"])

@@ -10,16 +10,22 @@ from schedtrain.callbacks import Callback
 from schedtrain.training import Task
 
 
-def make_task() -> Task:
+def make_task(momentum: float = 0.0) -> Task:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 8, generator=g)
     y = (x[:, 0] + x[:, 1] > 0).long()
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
                                 torch.nn.Linear(16, 2))
-    return Task(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum)
+    return Task(model=model, optimizer=optimizer,
                 train_data=DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True),
                 val_data=DataLoader(TensorDataset(x[:64], y[:64]), batch_size=16),
                 loss_fn=torch.nn.functional.cross_entropy)
+
+
+def make_momentum_task() -> Task:
+    """The same job with an optimizer that has state (momentum) to checkpoint."""
+    return make_task(momentum=0.9)
 
 
 class RankMetric(Callback):
@@ -53,8 +59,6 @@ class FailOnRank(Callback):
             raise RuntimeError(f"deliberate failure on rank {self.rank}")
 
 
-
-
 class DumpFirings(Callback):
     """At train end, writes this rank's firings to ``RUN_DIR/../firings-rankN.json``."""
 
@@ -77,3 +81,21 @@ class Sleep(Callback):
         import time
 
         time.sleep(self.seconds)
+
+
+class DumpWeights(Callback):
+    """Writes the full model and optimizer states (gathered from the shards under FSDP2)
+    to ``RUN_DIR/../weights-<world size>.pt`` (on the chief)."""
+
+    def _trigger(self) -> None:
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        full = StateDictOptions(full_state_dict=True)
+        model, optim = get_state_dict(self.trainer.model, self.trainer.optimizer,
+                                      options=full)
+        if self.is_chief:
+            assert self.trainer.run_dir is not None
+            size = dist.get_world_size() if dist.is_initialized() else 1
+            out = self.trainer.run_dir.parent / f"weights-{size}.pt"
+            torch.save({"model": model, "optimizer": optim}, out)
