@@ -149,12 +149,17 @@ def make_task(*, corpus_chars: int = 400_000, val_fraction: float = 0.1,
             little from more threads and lose much when the cores are shared (measured:
             4x slower with 2 threads on 2 busy cores). ``None`` keeps torch's default.
     """
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction={val_fraction}: expected a share between 0 and 1")
     if threads is not None:
         torch.set_num_threads(threads)
     ids = encode(read_corpus(corpus_chars))
     n_val = int(len(ids) * val_fraction)
     train = _loader(ids[:-n_val], seq_len, batch_size, shuffle=True)
     val = _loader(ids[-n_val:], seq_len, 256, shuffle=False)
+    if len(train) == 0 or len(val) == 0:
+        raise ValueError(f"corpus_chars={corpus_chars}: too few characters for one training "
+                         f"batch of {batch_size} x {seq_len} and one validation window")
     model = CharModel(len(VOCAB) + 1, dim, hidden)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     return Task(model, optimizer, train, val, loss_fn=nn.functional.cross_entropy)

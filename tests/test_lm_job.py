@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from examples.lm import VOCAB, encode, make_task, read_corpus
 from schedtrain import Time, Unit
 from schedtrain.cli import main
 from schedtrain.spec import load_spec
@@ -22,11 +21,20 @@ else:
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from examples.lm import (  # noqa: E402 - the repository root is on sys.path now
+    VOCAB,
+    encode,
+    make_task,
+    read_corpus,
+)
+
 SPEC = ROOT / "specs" / "lm_tokens.toml"
 COUNTERS = ("callback", "event", "step", "batch", "epoch", "step_in_epoch", "sample", "token")
-#: the short run: 36,000 training characters = 281 windows of 128 = 8 batches of 32
+#: the short run: a smaller corpus (8 batches an epoch) and model, 64 steps
 SHORT = {"corpus_chars": 40_000, "dim": 16, "hidden": 32}
-SHORT_STEPS_PER_EPOCH, SHORT_MAX_STEPS = 8, 64
+SHORT_MAX_STEPS = 64
 
 
 def _short_spec(tmp_path: Path) -> Path:
@@ -34,11 +42,12 @@ def _short_spec(tmp_path: Path) -> Path:
     (tmp_path / "lm_short_task.py").write_text(
         "from examples.lm import make_task as _make\n\n\n"
         f"def make_task():\n    return _make(**{SHORT!r})\n")
+    steps_per_epoch = len(make_task(**SHORT).train_data)  # type: ignore[arg-type]
     text = SPEC.read_text()
     for old, new in (('"examples.lm:make_task"', '"lm_short_task:make_task"'),
                      ("max_steps = 120 ", f"max_steps = {SHORT_MAX_STEPS} "),
                      ("epochs = 2 ", f"epochs = {SHORT_MAX_STEPS} "),
-                     ("steps_per_epoch = 87", f"steps_per_epoch = {SHORT_STEPS_PER_EPOCH}"),
+                     ("steps_per_epoch = 87", f"steps_per_epoch = {steps_per_epoch}"),
                      ("\nmax_steps = 120", f"\nmax_steps = {SHORT_MAX_STEPS}")):
         assert old in text, old
         text = text.replace(old, new)
@@ -79,10 +88,9 @@ class TestSpecDescribesTheTask:
 class TestShortRun:
     """A shortened run of the spec fires, in tokens, exactly where `plan` says."""
 
-    def test_firings_equal_plan(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    def test_firings_equal_plan(self, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
         """`schedtrain train` and `schedtrain plan --format json` list the same firings."""
-        monkeypatch.syspath_prepend(str(ROOT))
         spec = _short_spec(tmp_path)
         run_dir = tmp_path / "run"
         assert main(["train", str(spec), "--run-dir", str(run_dir)]) == 0
@@ -121,6 +129,13 @@ class TestCorpus:
         """Asking for more than the standard library holds is a ValueError naming it."""
         with pytest.raises(ValueError, match=r"corpus_chars=10000000000"):
             read_corpus(10**10)
+
+    def test_too_small_or_bad_split_names_the_argument(self) -> None:
+        """A corpus too small for one batch, or a split outside (0, 1), is refused by name."""
+        with pytest.raises(ValueError, match=r"corpus_chars=1000: too few characters"):
+            make_task(corpus_chars=1000)
+        with pytest.raises(ValueError, match=r"val_fraction=0: expected a share"):
+            make_task(val_fraction=0)
 
     @settings(max_examples=30, deadline=None)
     @given(st.text(max_size=50))
