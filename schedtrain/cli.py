@@ -51,7 +51,7 @@ examples:
 _PLAN_EPILOG = """\
 examples:
   schedtrain plan specs/resnet_tensorpack.toml
-  schedtrain plan specs/lm_tokens.toml --format json > firings.json
+  schedtrain plan specs/lm_plan_only.toml --format json > firings.json
   schedtrain plan specs/early_stopping.toml --metrics runs/x/events.jsonl
   schedtrain plan specs/resnet_tensorpack.toml --format png --out plan.png
 """

@@ -456,11 +456,11 @@ class TestRegistry:
 class TestSpecsDirectory:
     """The shipped schedules plan as documented."""
 
-    def test_lm_tokens(self) -> None:
+    def test_lm_plan_only(self) -> None:
         """Logs every 1M tokens; checkpoints every 50M tokens, every 30 min and at the end."""
         from schedtrain import simulate
 
-        spec = load_spec(SPECS / "lm_tokens.toml")
+        spec = load_spec(SPECS / "lm_plan_only.toml")
         c = spec.clock
         # The first 10,000 of the spec's 200,000 steps keep the test fast.
         log = simulate(spec.schedule(), epochs=c.epochs, steps_per_epoch=10_000,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -51,6 +51,35 @@ class TestCounting:
         trainer.fit()
         assert comparable(trainer.firings) == comparable(expected)
         assert (trainer.clock.sample, trainer.clock.token) == (24 * accum, 84 * accum)
+
+
+class _Pair(NamedTuple):
+    """An ``(inputs, targets)`` pair that reports its tokens (two per target row)."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return 2 * len(self.targets)
+
+
+class TestNamedTuplePairs:
+    """A NamedTuple (inputs, targets) batch trains with ``loss_fn`` and reports its tokens."""
+
+    @pytest.mark.parametrize("clip", [None, 1.0], ids=["plain-step", "general-step"])
+    def test_tokens_counted_on_both_step_paths(self, clip: float | None) -> None:
+        """Token periods fire as simulated whether or not the run takes the plain step."""
+        data = [_Pair(x, x.sum(1, keepdim=True)) for x in _TokenBatches(5, batch=3).x]
+        schedule = Schedule({"tok": every("8 tokens")})
+        expected = simulate(schedule, epochs=2, steps_per_epoch=5, samples_per_batch=3,
+                            tokens_per_batch=6)
+        model, opt = tiny_model()
+        trainer = Trainer(model, opt, data, torch.nn.functional.mse_loss, schedule=schedule,
+                          bindings={"tok": Noop()}, max_epochs=2, grad_clip=clip)
+        trainer.fit()
+        assert comparable(trainer.firings) == comparable(expected)
+        assert (trainer.clock.sample, trainer.clock.token) == (30, 60)
 
 
 class TestReadingTheClock:

@@ -41,7 +41,9 @@ class PlainStep:
         self._graph: Any = None
 
     def run(self, batch: Any, it: Iterator[Any]) -> StepResult:
-        if type(batch) not in _PLAIN_SEQ or len(batch) != 2:
+        # A tuple subclass (a NamedTuple) is a pair too, and may report `num_tokens`.
+        bare = type(batch) in _PLAIN_SEQ
+        if not (bare or isinstance(batch, tuple)) or len(batch) != 2:
             raise TypeError("with `loss_fn`, batches must be (inputs, targets) pairs; give "
                             "`step_fn` for other batch shapes")
         inputs = batch[0]
@@ -55,7 +57,7 @@ class PlainStep:
         opt.step()
         opt.zero_grad(set_to_none=True)
         # `.data`: the value without autograd, as detach() gives it but cheaper
-        if type(inputs) is torch.Tensor and (shape := inputs.shape):
+        if bare and type(inputs) is torch.Tensor and (shape := inputs.shape):
             return loss.data, None, 1, shape[0], 0
         samples, tokens = count_batch(batch)
         return loss.data, None, 1, samples, tokens
