@@ -130,10 +130,11 @@ def _inferencer_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
 
 
 def _placeholder_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
-    """Each ``{name}`` in a ``SendStat`` command is one of its metrics, step or epoch."""
-    known = [*args.get("metrics", []), "step", "epoch"]
+    """Each ``{name}`` in a ``SendStat`` command is one of its metrics, step, epoch or
+    run_dir."""
+    known = [*args.get("metrics", []), "step", "epoch", "run_dir"]
     return [(("command", i), f"{{{field}}} is not in `metrics` {args.get('metrics', [])} "
-             "(nor step, epoch)")
+             "(nor step, epoch, run_dir)")
             for i, arg in enumerate(args.get("command", []))
             for field in PLACEHOLDER_RE.findall(arg) if field not in known]
 

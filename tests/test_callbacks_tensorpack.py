@@ -135,10 +135,11 @@ class TestSendStat:
     def test_values_substituted_without_shell(self, tmp_path: Path) -> None:
         """Placeholders become the newest values; shell syntax stays literal text."""
         out = tmp_path / "sent.json"
-        send = SendStat(_command(out, "err={val-error-top1}", "at {epoch}/{step}", "; rm -rf x"),
-                        ["val-error-top1"])
-        _trainer([Put(), send]).fit()
-        assert json.loads(out.read_text()) == ["err=2.125", "at 2/8", "; rm -rf x"]
+        send = SendStat(_command(out, "err={val-error-top1}", "at {epoch}/{step}", "; rm -rf x",
+                                 "{run_dir}"), ["val-error-top1"])
+        _trainer([Put(), send], run_dir=tmp_path / "run").fit()
+        assert json.loads(out.read_text()) == ["err=2.125", "at 2/8", "; rm -rf x",
+                                               str(tmp_path / "run")]
 
     @pytest.mark.parametrize(("command", "reason"), [
         (["python-that-does-not-exist-st"], "cannot run"),
@@ -179,7 +180,7 @@ class TestSendStat:
                        'metrics = ["val/loss"]\ntrigger = { every = "1 epoch" }\n')
         assert [(p.path, p.message) for p in info.value.problems] == [
             ("callbacks.s.command[1]", "{val-err} is not in `metrics` ['val/loss'] "
-                                       "(nor step, epoch)")]
+                                       "(nor step, epoch, run_dir)")]
 
 
 class TestGPUUtilizationTracker:

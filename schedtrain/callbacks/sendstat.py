@@ -22,12 +22,12 @@ __all__ = ["SendStat"]
 
 _log = structlog.get_logger("schedtrain.callbacks")
 #: Placeholders every command may use besides its metrics.
-CLOCK_FIELDS: Final = ("step", "epoch")
+CLOCK_FIELDS: Final = ("step", "epoch", "run_dir")
 
 
 class SendStat(Callback):
     """When fired (default: every epoch), run ``command`` with ``{metric}`` placeholders
-    replaced by the metrics' newest values (``{step}`` and ``{epoch}`` too).
+    replaced by the metrics' newest values (``{step}``, ``{epoch}`` and ``{run_dir}`` too).
 
     Example: ``SendStat(["notify-send", "val error {val-error-top1}"],
     ["val-error-top1"])``. It reads the metrics when fired (a device sync) and skips the
@@ -58,12 +58,12 @@ class SendStat(Callback):
             for field in PLACEHOLDER_RE.findall(arg):
                 if field not in known:
                     raise ValueError(f"`command[{i}]` names {{{field}}}, which is not in "
-                                     f"`metrics` {list(metrics)} (nor step, epoch)")
+                                     f"`metrics` {list(metrics)} (nor {', '.join(CLOCK_FIELDS)})")
         self.command, self.metrics_names = list(command), tuple(metrics)
         self.timeout = float(timeout)
         self.needs = self.metrics_names
 
-    def arguments(self, values: dict[str, float]) -> list[str]:
+    def arguments(self, values: dict[str, float | str]) -> list[str]:
         """The command with each ``{name}`` replaced by ``values[name]``."""
         return [PLACEHOLDER_RE.sub(lambda m: _show(values[m[1]]), arg) for arg in self.command]
 
@@ -71,7 +71,9 @@ class SendStat(Callback):
         if not self.is_chief:
             return
         now = self.now
-        values: dict[str, float] = {"step": now.step, "epoch": now.epoch}
+        run_dir = self.trainer.run_dir
+        values: dict[str, float | str] = {"step": now.step, "epoch": now.epoch,
+                                          "run_dir": str(run_dir) if run_dir else "."}
         for name in self.metrics_names:
             got = self.metrics.latest(name)
             if got is None:
@@ -100,8 +102,10 @@ class SendStat(Callback):
         return {}
 
 
-def _show(value: float) -> str:
-    return str(value) if isinstance(value, int) else f"{value:.6g}"
+def _show(value: float | str) -> str:
+    if isinstance(value, str | int):
+        return str(value)
+    return f"{value:.6g}"
 
 
 def _tail(data: bytes, limit: int = 500) -> str:
