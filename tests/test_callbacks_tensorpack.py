@@ -164,6 +164,13 @@ class TestSendStat:
         assert [e["event"] for e in logs if e["event"].startswith("send_stat")] == [
             "send_stat_skipped"]
 
+    def test_chief_only(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """On a process other than the chief nothing runs."""
+        monkeypatch.setattr(SendStat, "is_chief", property(lambda self: False))
+        out = tmp_path / "x"
+        _trainer([SendStat(_command(out, "{step}"))], epochs=1).fit()
+        assert not out.exists()
+
     def test_refusals(self) -> None:
         """A shell string, an unknown placeholder and a bad timeout are refused."""
         with pytest.raises(ValueError, match="non-empty list of strings"):
@@ -218,6 +225,34 @@ class TestGPUUtilizationTracker:
         assert t.metrics.value("host/cpu_percent") == 37.5
         assert t.metrics.value("host/ram_used_gb") == 2.0
         assert t.metrics.value("host/ram_percent") == 25.0
+
+    def test_nvml_and_allocator_figures(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each GPU's NVML handle is found by its PCI bus id; its figures are put in GB."""
+        gb = 1024**3
+        asked: list[str] = []
+        nvml = types.SimpleNamespace(
+            nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+            nvmlDeviceGetHandleByPciBusId=lambda bus: asked.append(bus) or bus,
+            nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=42),
+            nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=3 * gb, total=80 * gb))
+        monkeypatch.setitem(sys.modules, "pynvml", nvml)
+        cuda = torch.cuda
+        monkeypatch.setattr(cuda, "is_available", lambda: True)
+        monkeypatch.setattr(cuda, "device_count", lambda: 2)
+        monkeypatch.setattr(cuda, "get_device_properties", lambda i: types.SimpleNamespace(
+            pci_bus_id=0x3B + i, pci_domain_id=0, pci_device_id=0))
+        monkeypatch.setattr(cuda, "memory_allocated", lambda i: (i + 1) * gb)
+        monkeypatch.setattr(cuda, "memory_reserved", lambda i: 2 * gb)
+        monkeypatch.setattr(cuda, "max_memory_allocated", lambda i: 4 * gb)
+        tracker = GPUUtilizationTracker()
+        tracker.default_trigger = every("1 epoch")  # type: ignore[misc]
+        t = _trainer([tracker], epochs=1, device="cpu")
+        t.fit()
+        assert asked == ["00000000:3b:00.0", "00000000:3c:00.0"]
+        got = {n: t.metrics.value(n) for n in tracker.produces if n.startswith("device/")}
+        assert got == {f"device/gpu{i}/{k}": v for i in (0, 1) for k, v in [
+            ("util", 42.0), ("mem_used_gb", 3.0), ("mem_total_gb", 80.0),
+            ("allocated_gb", i + 1.0), ("reserved_gb", 2.0), ("max_allocated_gb", 4.0)]}
 
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
     def test_gpu_metrics_recorded(self) -> None:
@@ -275,6 +310,18 @@ class TestInjectShell:
         assert opened == []
         assert [e["event"] for e in logs if "inject_shell" in e["event"]] == [
             "inject_shell_skipped"]
+        assert (tmp_path / "shell").exists()
+
+    def test_chief_only(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A process other than the chief never opens a shell nor removes the file."""
+        monkeypatch.setattr(sys, "stdin", FakeStdin(tty=True))
+        monkeypatch.setattr(InjectShell, "is_chief", property(lambda self: False))
+        (tmp_path / "shell").touch()
+        opened: list[object] = []
+        shell = InjectShell(hook=lambda ns, banner: opened.append(ns))
+        shell.default_trigger = every("1 step")  # type: ignore[misc]
+        _trainer([shell], run_dir=tmp_path).fit()
+        assert opened == []
         assert (tmp_path / "shell").exists()
 
     def test_bad_shell_refused(self) -> None:

@@ -52,16 +52,17 @@ class GPUUtilizationTracker(Callback):
     default_trigger: ClassVar[Trigger] = every("100 steps")
 
     def __init__(self) -> None:
-        self.produces = HOST_METRICS
-        self._gpus: list[int] = []
+        # Counting devices does not initialise CUDA; knowing them here lets the schedule
+        # see every metric name before training starts.
+        self._gpus = (list(range(torch.cuda.device_count())) if torch.cuda.is_available()
+                      else [])
+        self.produces = (*(m for i in self._gpus for m in gpu_metrics(i)), *HOST_METRICS)
         self._nvml: Any = None
         self._handles: list[Any] = []
         self._psutil: Any = None
         self._cpu_mark = (time.perf_counter(), _process_cpu())
 
     def _setup(self) -> None:
-        self._gpus = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-        self.produces = (*(m for i in self._gpus for m in gpu_metrics(i)), *HOST_METRICS)
         if not self._gpus:
             _log.info("device_stats", callback=self.name,
                       message="no GPU: recording host CPU and RAM only")
