@@ -324,6 +324,24 @@ class TestInjectShell:
         assert opened == []
         assert (tmp_path / "shell").exists()
 
+    @pytest.mark.parametrize("shell", ["python", "ipython"])
+    def test_default_shell_falls_back_to_python(self, shell: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without IPython (or asked for Python) the shell is ``code.interact`` on the
+        namespace, saying why when IPython was asked for."""
+        import code
+
+        from schedtrain.callbacks.shell import open_shell
+
+        monkeypatch.setitem(sys.modules, "IPython", None)
+        monkeypatch.setitem(sys.modules, "IPython.terminal.embed", None)
+        calls: list[tuple[str, dict[str, Any]]] = []
+        monkeypatch.setattr(code, "interact",
+                            lambda banner, local, exitmsg: calls.append((banner, local)))
+        open_shell({"model": 1}, "paused", shell)
+        assert [local for _, local in calls] == [{"model": 1}]
+        assert ("IPython is not installed" in calls[0][0]) == (shell == "ipython")
+
     def test_bad_shell_refused(self) -> None:
         """Only 'ipython' and 'python' shells exist."""
         with pytest.raises(ValueError, match="'ipython' or 'python'"):
