@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["NAME_RULE", "is_name"]
+__all__ = ["NAME_RULE", "PLACEHOLDER_RE", "is_name"]
 
 _NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+
+#: A ``{name}`` placeholder in a command argument (``SendStat``): any text but braces.
+PLACEHOLDER_RE: Final = re.compile(r"\{([^{}]+)\}")
 
 #: How the rule reads in error messages.
 NAME_RULE: Final = "use letters, digits, '_', '-', '.' and start with a letter or '_'"

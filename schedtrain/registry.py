@@ -18,7 +18,7 @@ import attrs
 
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.imports import IMPORT_PATH_RE, import_class
-from schedtrain.names import is_name
+from schedtrain.names import PLACEHOLDER_RE, is_name
 
 __all__ = ["BUILTINS", "Param", "check_arguments", "is_import_path", "is_known", "resolve"]
 
@@ -67,6 +67,10 @@ _FOLDER = Param("folder", "a folder path", _text)
 _MODE = Param("mode", "'min' or 'max'", lambda v: v in ("min", "max"))
 
 
+#: Where a problem is, below the callback's table: argument names and list indexes.
+Where = tuple[str | int, ...]
+
+
 @attrs.frozen
 class Builtin:
     """A built-in callback: where its class lives and what TOML may pass it."""
@@ -75,6 +79,64 @@ class Builtin:
     params: tuple[Param, ...] = ()
     #: Arguments only Python can pass (data, functions), named in the error.
     python_only: tuple[str, ...] = ()
+    #: Checks spanning arguments or looking inside one, run once each argument is valid:
+    #: ``(where, message)`` for each problem.
+    check: Callable[[Mapping[str, Any]], list[tuple[Where, str]]] | None = None
+
+
+def _names(v: Any) -> bool:
+    return isinstance(v, list) and all(_text(n) for n in v)
+
+
+def _seconds(v: Any) -> bool:
+    return _number(v) and v > 0
+
+
+#: Inferencer type (an ``inferencers`` table's ``type``) -> its arguments.
+INFERENCERS: Final[Mapping[str, tuple[Param, ...]]] = {
+    "ScalarStats": (
+        Param("names", "a non-empty list of names such as ['loss']",
+              lambda v: _names(v) and bool(v)),
+        Param("prefix", "a metric prefix such as 'val'", _text)),
+    "ClassificationError": (
+        Param("k", "a whole number >= 1", _int(1)),
+        Param("name", "a metric name such as 'val-error-top1'", _text)),
+    "TorchMetric": (
+        Param("metric", "a class path such as 'torchmetrics.classification:MulticlassF1Score'",
+              lambda v: isinstance(v, str) and is_import_path(v), required=True),
+        Param("name", "a metric name such as 'val/f1'", _text, required=True),
+        Param("args", "a table of the metric's arguments", lambda v: isinstance(v, dict))),
+}
+
+
+def _inferencer_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
+    """Each ``inferencers`` entry is a table with a known ``type`` and valid arguments."""
+    problems: list[tuple[Where, str]] = []
+    for i, table in enumerate(args.get("inferencers", [])):
+        if not isinstance(table, dict):
+            problems.append((("inferencers", i), "expected a table such as { type = "
+                             f"\"ClassificationError\", k = 5 }}, found {describe(table)}"))
+            continue
+        kind = table.get("type")
+        if not isinstance(kind, str) or kind not in INFERENCERS:
+            problems.append((("inferencers", i, "type"), (
+                f"expected one of {', '.join(INFERENCERS)}, found {describe(kind)}"
+                f"{did_you_mean(kind, INFERENCERS) if isinstance(kind, str) else ''}")))
+            continue
+        rest = {k: v for k, v in table.items() if k != "type"}
+        for key, message in _param_problems(kind, INFERENCERS[kind], rest):
+            problems.append((("inferencers", i, *((key,) if key else ())), message))
+    return problems
+
+
+def _placeholder_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
+    """Each ``{name}`` in a ``SendStat`` command is one of its metrics, step, epoch or
+    run_dir."""
+    known = [*args.get("metrics", []), "step", "epoch", "run_dir"]
+    return [(("command", i), f"{{{field}}} is not in `metrics` {args.get('metrics', [])} "
+             "(nor step, epoch, run_dir)")
+            for i, arg in enumerate(args.get("command", []))
+            for field in PLACEHOLDER_RE.findall(arg) if field not in known]
 
 
 #: Built-in callback type name -> where it lives and its TOML arguments.
@@ -86,7 +148,10 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "MaxSaver": Builtin("schedtrain.callbacks.saver:MaxSaver", (
         _MONITOR, Param("filename", "a file name", _text), _FOLDER)),
     "InferenceRunner": Builtin("schedtrain.callbacks.inference:InferenceRunner", (
-        Param("prefix", "a metric prefix such as 'val'", is_name),), ("data", "loss_fn")),
+        Param("prefix", "a metric prefix such as 'val'", is_name),
+        Param("inferencers", "a list of tables such as { type = \"ClassificationError\", "
+              "k = 5, name = \"val-error-top5\" }", lambda v: isinstance(v, list))),
+        ("data", "loss_fn"), check=_inferencer_problems),
     "ScheduledHyperParamSetter": Builtin(
         "schedtrain.callbacks.hyperparam:ScheduledHyperParamSetter", (
             Param("param", "an optimizer param-group key such as 'lr'", _text, required=True),
@@ -102,6 +167,24 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
         Param("names", "a list of metric names",
               lambda v: isinstance(v, list) and all(_text(n) for n in v)),
         Param("leave", "true or false", _flag), Param("tty_only", "true or false", _flag))),
+    "HumanHyperParamSetter": Builtin("schedtrain.callbacks.human:HumanHyperParamSetter", (
+        Param("param", "an optimizer param-group key such as 'lr'", _text),
+        Param("file", "a file name such as 'hyper.txt'", _text))),
+    "SendStat": Builtin("schedtrain.callbacks.sendstat:SendStat", (
+        Param("command", "a non-empty list of strings (the program and its arguments)",
+              lambda v: _names(v) and bool(v), required=True),
+        Param("metrics", "a list of metric names", _names),
+        Param("timeout", "a number of seconds > 0", _seconds)), check=_placeholder_problems),
+    "GPUUtilizationTracker": Builtin("schedtrain.callbacks.devicestats:GPUUtilizationTracker"),
+    "DeviceStatsMonitor": Builtin("schedtrain.callbacks.devicestats:DeviceStatsMonitor"),
+    "InjectShell": Builtin("schedtrain.callbacks.shell:InjectShell", (
+        Param("file", "a file name such as 'shell'", _text),
+        Param("shell", "'ipython' or 'python'", lambda v: v in ("ipython", "python"))),
+        ("hook",)),
+    "MovingAverageSummary": Builtin("schedtrain.callbacks.averages:MovingAverageSummary", (
+        Param("metrics", "a non-empty list of metric names", lambda v: _names(v) and bool(v)),
+        Param("decay", "a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
+        Param("suffix", "a non-empty string such as '_ema'", _text))),
 }
 
 #: Parameters the schedule itself supplies, never written among a callback's arguments.
@@ -118,18 +201,29 @@ def is_import_path(name: str) -> bool:
     return IMPORT_PATH_RE.fullmatch(name) is not None
 
 
-def check_builtin_arguments(name: str, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+def check_builtin_arguments(name: str, args: Mapping[str, Any]) -> list[tuple[Where, str]]:
     """Check a built-in's TOML arguments without importing it.
 
     Returns:
-        ``(argument or None, message)`` for each unknown, wrong or missing argument.
+        ``(where, message)`` for each unknown, wrong or missing argument: ``where`` is the
+        argument's key path below the callback's table (``()`` for the table itself).
     """
     builtin = BUILTINS[name]
-    params = {p.name: p for p in builtin.params}
+    problems: list[tuple[Where, str]] = []
+    for key, message in _param_problems(name, builtin.params, args, builtin.python_only):
+        problems.append(((key,) if key else (), message))
+    if not problems and builtin.check is not None:
+        problems.extend(builtin.check(args))
+    return problems
+
+
+def _param_problems(name: str, declared: tuple[Param, ...], args: Mapping[str, Any],
+                    python_only: tuple[str, ...] = ()) -> list[tuple[str | None, str]]:
+    params = {p.name: p for p in declared}
     problems: list[tuple[str | None, str]] = []
     for key, value in args.items():
         param = params.get(key)
-        if key in builtin.python_only:
+        if key in python_only:
             problems.append((key, f"{name} takes {key!r} only from Python (a trainer "
                                   "argument or a task), not from TOML"))
         elif param is None:
@@ -138,7 +232,7 @@ def check_builtin_arguments(name: str, args: Mapping[str, Any]) -> list[tuple[st
                                   f"{', '.join(params) or 'no arguments'}"))
         elif not param.check(value):
             problems.append((key, f"expected {param.expected}, found {describe(value)}"))
-    missing = [p.name for p in builtin.params if p.required and p.name not in args]
+    missing = [p.name for p in declared if p.required and p.name not in args]
     if missing:
         problems.append((None, f"{name} needs the argument{'s' if len(missing) > 1 else ''} "
                                f"{', '.join(repr(m) for m in missing)}"))

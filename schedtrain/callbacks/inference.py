@@ -1,24 +1,58 @@
-"""``InferenceRunner``: a validation pass writing ``val/loss``, ``val/accuracy``, ``val/error``."""
+"""``InferenceRunner``: a validation pass feeding pluggable inferencers (``inferencers``).
+
+By default it writes ``val/loss``, ``val/accuracy`` and ``val/error``; given inferencers
+(``ScalarStats``, ``ClassificationError``, ``TorchMetric``, or TOML tables naming them) it
+writes what they produce instead.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.callbacks.inferencers import EvalBatch, Inferencer, ScalarStats, from_spec
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["InferenceRunner"]
+
+
+class _Accuracy:
+    """The default's ``val/accuracy`` and ``val/error``: top-1, when the outputs are
+    ``(N, classes)`` scores and the targets class indexes (otherwise no sample counts as
+    correct, as before inferencers existed)."""
+
+    needs_loss = False
+
+    def __init__(self, prefix: str) -> None:
+        self.names: tuple[str, ...] = (f"{prefix}/accuracy", f"{prefix}/error")
+        self._correct = torch.zeros(())
+        self._n = 0
+
+    def reset(self, device: torch.device) -> None:
+        self._correct, self._n = torch.zeros((), device=device), 0
+
+    def update(self, batch: EvalBatch) -> None:
+        out, targets = batch.outputs, batch.targets
+        if (isinstance(out, torch.Tensor) and out.ndim == 2
+                and not targets.is_floating_point()):
+            self._correct += (out.argmax(dim=1) == targets).sum()
+        self._n += batch.size
+
+    def result(self) -> dict[str, torch.Tensor | float]:
+        if self._n == 0:
+            return {}
+        accuracy = self._correct / self._n
+        return {self.names[0]: accuracy, self.names[1]: 1 - accuracy}
 
 
 class InferenceRunner(Callback):
     """Evaluate the model on validation data when fired (default: every epoch).
 
     Batches are ``(inputs, targets)``; the loss is the trainer's ``loss_fn`` (or
-    ``loss_fn`` given here), averaged over samples. Accuracy is computed when the
-    outputs are ``(N, classes)`` scores and the targets class indexes. Sums stay on
+    ``loss_fn`` given here), computed only when an inferencer needs it. Sums stay on
     the device; the metrics are put lazily (reading them syncs). It fires ``eval_start``
     before the pass, ``eval_step_end`` after each batch and ``eval_end`` after the
     metrics are put, so triggers can name them (``on = "eval_end"``).
@@ -26,7 +60,10 @@ class InferenceRunner(Callback):
     Args:
         data: validation batches (default: the trainer's ``val_data``).
         loss_fn: default: the trainer's ``loss_fn``.
-        prefix: metric name prefix.
+        prefix: the default metrics' prefix (``val/loss``, ``val/accuracy``, ``val/error``).
+        inferencers: what to compute instead of the default: inferencer objects, or TOML
+            tables such as ``{"type": "ClassificationError", "k": 5,
+            "name": "val-error-top5"}``; ``produces`` lists their metric names.
     """
 
     default_trigger: ClassVar[Trigger] = every("1 epoch")
@@ -34,12 +71,26 @@ class InferenceRunner(Callback):
 
     def __init__(self, data: Iterable[Any] | None = None,
                  loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
-                 prefix: str = "val") -> None:
+                 prefix: str = "val",
+                 inferencers: Sequence[Inferencer | Mapping[str, Any]] | None = None) -> None:
         self.data = data
         self.loss_fn = loss_fn
         self.prefix = prefix
-        if prefix != "val":
-            self.produces = tuple(f"{prefix}/{m}" for m in ("loss", "accuracy", "error"))
+        if inferencers is None:
+            self.inferencers: list[Inferencer] = [ScalarStats(("loss",), prefix),
+                                                  _Accuracy(prefix)]
+        else:
+            self.inferencers = [_inferencer(x, i) for i, x in enumerate(inferencers)]
+        names = [n for inf in self.inferencers for n in inf.names]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"`inferencers` produce {twice} more than once; give each a "
+                             "distinct name")
+        self.produces = tuple(names)
+
+    @property
+    def _needs_loss(self) -> bool:
+        return any(inf.needs_loss for inf in self.inferencers)
 
     def _setup(self) -> None:
         if self.data is None:
@@ -49,18 +100,18 @@ class InferenceRunner(Callback):
                              "give Trainer(val_data=...) or InferenceRunner(data=...)")
         if self.loss_fn is None:
             self.loss_fn = self.trainer.loss_fn
-        if self.loss_fn is None:
+        if self.loss_fn is None and self._needs_loss:
             raise ValueError(f"callback {self.name!r} (InferenceRunner): no loss function; "
                              "give InferenceRunner(loss_fn=...)")
 
     def _trigger(self) -> None:
         model, trainer = self.model, self.trainer
-        assert self.data is not None and self.loss_fn is not None
+        assert self.data is not None
+        loss_fn = self.loss_fn if self._needs_loss else None
         was_training = model.training
         model.eval()
-        device = trainer.device
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), device=device)
+        for inf in self.inferencers:
+            inf.reset(trainer.device)
         n = 0
         trainer.fire("eval_start")
         with torch.inference_mode(), trainer.autocast():
@@ -68,18 +119,32 @@ class InferenceRunner(Callback):
                 inputs, targets = trainer.to_device(batch)
                 out = model(inputs)
                 size = targets.shape[0]
-                loss_sum += self.loss_fn(out, targets).float() * size
-                if out.ndim == 2 and not targets.is_floating_point():
-                    correct += (out.argmax(dim=1) == targets).sum()
+                loss = loss_fn(out, targets).float() if loss_fn is not None else None
+                seen = EvalBatch(out, targets, loss, size)
+                for inf in self.inferencers:
+                    inf.update(seen)
                 n += size
                 trainer.fire("eval_step_end")
         model.train(was_training)
         if n == 0:
             raise ValueError(f"callback {self.name!r} (InferenceRunner): validation data is "
                              "empty")
-        p = self.prefix
-        self.metrics.put(f"{p}/loss", loss_sum / n)
-        accuracy = correct / n
-        self.metrics.put(f"{p}/accuracy", accuracy)
-        self.metrics.put(f"{p}/error", 1 - accuracy)
+        for inf in self.inferencers:
+            for name, value in inf.result().items():
+                self.metrics.put(name, value)
         trainer.fire("eval_end")
+
+
+def _inferencer(item: Inferencer | Mapping[str, Any], index: int) -> Inferencer:
+    if isinstance(item, Mapping):
+        try:
+            return from_spec(item)
+        except (ImportError, TypeError, ValueError) as exc:
+            raise ValueError(f"`inferencers[{index}]`: {exc}") from None
+    if not isinstance(item, Inferencer):
+        hint = (" (wrap a torchmetrics metric: TorchMetric(metric, name=...))"
+                if callable(getattr(item, "compute", None)) else "")
+        raise TypeError(f"`inferencers[{index}]` must be an inferencer (ScalarStats, "
+                        f"ClassificationError, TorchMetric) or a table naming one, got "
+                        f"{type(item).__name__}{hint}")
+    return item

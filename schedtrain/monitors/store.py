@@ -134,6 +134,12 @@ class MetricStore:
             self.flush()
         return MetricValue(rec.value, self._counts[name])
 
+    def newest(self, name: str) -> tuple[Any, int] | None:
+        """The newest value of ``name`` as put (a tensor stays on its device: this never
+        syncs) and how many values it has had, or ``None``."""
+        hist = self._history.get(name)
+        return None if not hist else (hist[-1].value, self._counts[name])
+
     def value(self, name: str, default: float = math.nan) -> float:
         """The newest value of ``name`` as a float, or ``default``."""
         got = self.latest(name)

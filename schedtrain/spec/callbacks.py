@@ -36,9 +36,19 @@ def _check_type(type_name: object, args: dict[str, Any], name: str, problems: Pr
                             f"({', '.join(registry.BUILTINS)}) or 'package.module:Class'",
                      expected="a built-in or 'package.module:Class'", found=type_name)
     else:
-        for key, message in registry.check_builtin_arguments(type_name, args):
-            problems.add(("callbacks", name) + ((key,) if key else ()), message,
-                         found=args.get(key) if key else None)
+        for at, message in registry.check_builtin_arguments(type_name, args):
+            problems.add(("callbacks", name, *at), message, found=_at(args, at))
+
+
+def _at(args: dict[str, Any], where: tuple[str | int, ...]) -> object:
+    """The TOML value at ``where`` below a callback's arguments (``None`` if absent)."""
+    value: Any = args if where else None
+    for step in where:
+        try:
+            value = value[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
 
 
 def read_callback(name: str, table: object, reader: TriggerReader,
