@@ -102,6 +102,15 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
         Param("names", "a list of metric names",
               lambda v: isinstance(v, list) and all(_text(n) for n in v)),
         Param("leave", "true or false", _flag), Param("tty_only", "true or false", _flag))),
+    "LearningRateMonitor": Builtin("schedtrain.callbacks.optim:LearningRateMonitor", (
+        Param("momentum", "true or false", _flag),)),
+    "LRScheduler": Builtin("schedtrain.callbacks.optim:LRScheduler", (
+        Param("scheduler", "a class name of torch.optim.lr_scheduler such as "
+              "'CosineAnnealingLR', or 'package.module:Class'",
+              lambda v: _text(v) and (v.isidentifier() or is_import_path(v)), required=True),
+        Param("args", "a table of the scheduler's arguments, such as {T_max = 100}",
+              lambda v: isinstance(v, dict) and all(k.isidentifier() for k in v)),
+        _MONITOR)),
 }
 
 #: Parameters the schedule itself supplies, never written among a callback's arguments.

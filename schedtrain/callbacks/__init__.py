@@ -2,14 +2,17 @@
 
 The ``Callback`` base and the built-ins, one family per module: ``saver`` (ModelSaver,
 MinSaver, MaxSaver), ``inference`` (InferenceRunner), ``hyperparam``
-(ScheduledHyperParamSetter), ``stopping`` (EarlyStopping, TerminateOnNaN) and
-``progress`` (ProgressBar). All are importable from here.
+(ScheduledHyperParamSetter), ``stopping`` (EarlyStopping, TerminateOnNaN),
+``progress`` (ProgressBar) and ``optim`` (LearningRateMonitor, LRScheduler). All are
+importable from here.
 """
 
 from schedtrain.callbacks.base import Callback as Callback
 from schedtrain.callbacks.base import StepOutputs as StepOutputs
 from schedtrain.callbacks.hyperparam import ScheduledHyperParamSetter as ScheduledHyperParamSetter
 from schedtrain.callbacks.inference import InferenceRunner as InferenceRunner
+from schedtrain.callbacks.optim import LearningRateMonitor as LearningRateMonitor
+from schedtrain.callbacks.optim import LRScheduler as LRScheduler
 from schedtrain.callbacks.progress import ProgressBar as ProgressBar
 from schedtrain.callbacks.saver import MaxSaver as MaxSaver
 from schedtrain.callbacks.saver import MinSaver as MinSaver
@@ -20,3 +23,4 @@ from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 __all__ = ["Callback", "EarlyStopping", "InferenceRunner", "MaxSaver", "MinSaver",
            "ModelSaver", "ProgressBar", "ScheduledHyperParamSetter", "StepOutputs",
            "TerminateOnNaN"]
+__all__ += ["LRScheduler", "LearningRateMonitor"]
