@@ -92,7 +92,8 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
             Param("param", "an optimizer param-group key such as 'lr'", _text, required=True),
             Param("schedule", "a non-empty list of [point, value] pairs of numbers", _pairs,
                   required=True),
-            Param("interp", "'linear'", lambda v: v == "linear"),
+            Param("interp", "'step', 'linear' or 'cosine'",
+                  lambda v: v in ("step", "linear", "cosine")),
             Param("step_based", "true or false", _flag))),
     "EarlyStopping": Builtin("schedtrain.callbacks.stopping:EarlyStopping", (
         _MONITOR, Param("patience", "a whole number >= 1", _int(1)), _MODE,
