@@ -112,6 +112,9 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
         Param("args", "a table of the scheduler's arguments, such as {T_max = 100}",
               lambda v: isinstance(v, dict) and all(k.isidentifier() for k in v)),
         _MONITOR)),
+    "TopKSaver": Builtin("schedtrain.callbacks.saver:TopKSaver", (
+        _MONITOR, _MODE, Param("save_top_k", "a whole number >= 0", _int(0)),
+        Param("save_last", "true or false", _flag), _FOLDER)),
 }
 
 #: Parameters the schedule itself supplies, never written among a callback's arguments.

@@ -1,7 +1,7 @@
 """Callbacks say *what* to do; triggers say *when* (torch allowed here).
 
 The ``Callback`` base and the built-ins, one family per module: ``saver`` (ModelSaver,
-MinSaver, MaxSaver), ``inference`` (InferenceRunner), ``hyperparam``
+MinSaver, MaxSaver, TopKSaver), ``inference`` (InferenceRunner), ``hyperparam``
 (ScheduledHyperParamSetter), ``stopping`` (EarlyStopping, TerminateOnNaN),
 ``progress`` (ProgressBar) and ``optim`` (LearningRateMonitor, LRScheduler). All are
 importable from here.
@@ -17,10 +17,11 @@ from schedtrain.callbacks.progress import ProgressBar as ProgressBar
 from schedtrain.callbacks.saver import MaxSaver as MaxSaver
 from schedtrain.callbacks.saver import MinSaver as MinSaver
 from schedtrain.callbacks.saver import ModelSaver as ModelSaver
+from schedtrain.callbacks.saver import TopKSaver as TopKSaver
 from schedtrain.callbacks.stopping import EarlyStopping as EarlyStopping
 from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 
 __all__ = ["Callback", "EarlyStopping", "InferenceRunner", "MaxSaver", "MinSaver",
            "ModelSaver", "ProgressBar", "ScheduledHyperParamSetter", "StepOutputs",
            "TerminateOnNaN"]
-__all__ += ["LRScheduler", "LearningRateMonitor"]
+__all__ += ["LRScheduler", "LearningRateMonitor", "TopKSaver"]
