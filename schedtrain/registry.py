@@ -115,6 +115,11 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "TopKSaver": Builtin("schedtrain.callbacks.saver:TopKSaver", (
         _MONITOR, _MODE, Param("save_top_k", "a whole number >= 0", _int(0)),
         Param("save_last", "true or false", _flag), _FOLDER)),
+    "PrintProgress": Builtin("schedtrain.callbacks.printing:PrintProgress", (),
+                             ("stream",)),
+    "PrintMetrics": Builtin("schedtrain.callbacks.printing:PrintMetrics", (
+        Param("names", "a list of metric names",
+              lambda v: isinstance(v, list) and all(_text(n) for n in v)),), ("stream",)),
 }
 
 #: Parameters the schedule itself supplies, never written among a callback's arguments.

@@ -3,8 +3,8 @@
 The ``Callback`` base and the built-ins, one family per module: ``saver`` (ModelSaver,
 MinSaver, MaxSaver, TopKSaver), ``inference`` (InferenceRunner), ``hyperparam``
 (ScheduledHyperParamSetter), ``stopping`` (EarlyStopping, TerminateOnNaN),
-``progress`` (ProgressBar) and ``optim`` (LearningRateMonitor, LRScheduler). All are
-importable from here.
+``progress`` (ProgressBar), ``printing`` (PrintProgress, PrintMetrics) and ``optim``
+(LearningRateMonitor, LRScheduler). All are importable from here.
 """
 
 from schedtrain.callbacks.base import Callback as Callback
@@ -13,6 +13,8 @@ from schedtrain.callbacks.hyperparam import ScheduledHyperParamSetter as Schedul
 from schedtrain.callbacks.inference import InferenceRunner as InferenceRunner
 from schedtrain.callbacks.optim import LearningRateMonitor as LearningRateMonitor
 from schedtrain.callbacks.optim import LRScheduler as LRScheduler
+from schedtrain.callbacks.printing import PrintMetrics as PrintMetrics
+from schedtrain.callbacks.printing import PrintProgress as PrintProgress
 from schedtrain.callbacks.progress import ProgressBar as ProgressBar
 from schedtrain.callbacks.saver import MaxSaver as MaxSaver
 from schedtrain.callbacks.saver import MinSaver as MinSaver
@@ -24,4 +26,4 @@ from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 __all__ = ["Callback", "EarlyStopping", "InferenceRunner", "MaxSaver", "MinSaver",
            "ModelSaver", "ProgressBar", "ScheduledHyperParamSetter", "StepOutputs",
            "TerminateOnNaN"]
-__all__ += ["LRScheduler", "LearningRateMonitor", "TopKSaver"]
+__all__ += ["LRScheduler", "LearningRateMonitor", "PrintMetrics", "PrintProgress", "TopKSaver"]
