@@ -20,8 +20,9 @@ class InferenceRunner(Callback):
     ``loss_fn`` given here), averaged over samples. Accuracy is computed when the
     outputs are ``(N, classes)`` scores and the targets class indexes. Sums stay on
     the device; the metrics are put lazily (reading them syncs). It fires ``eval_start``
-    before the pass, ``eval_step_end`` after each batch and ``eval_end`` after the
-    metrics are put, so triggers can name them (``on = "eval_end"``).
+    before the pass, ``eval_step_end`` after each batch (its payload: ``batch``, on the
+    device, and the model's ``outputs``) and ``eval_end`` after the metrics are put, so
+    triggers can name them (``on = "eval_end"``).
 
     Args:
         data: validation batches (default: the trainer's ``val_data``).
@@ -72,7 +73,7 @@ class InferenceRunner(Callback):
                 if out.ndim == 2 and not targets.is_floating_point():
                     correct += (out.argmax(dim=1) == targets).sum()
                 n += size
-                trainer.fire("eval_step_end")
+                trainer.fire("eval_step_end", batch=(inputs, targets), outputs=out)
         model.train(was_training)
         if n == 0:
             raise ValueError(f"callback {self.name!r} (InferenceRunner): validation data is "
