@@ -120,6 +120,12 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "PrintMetrics": Builtin("schedtrain.callbacks.printing:PrintMetrics", (
         Param("names", "a list of metric names",
               lambda v: isinstance(v, list) and all(_text(n) for n in v)),), ("stream",)),
+    "GradientAccumulationScheduler": Builtin(
+        "schedtrain.callbacks.optim:GradientAccumulationScheduler", (
+            Param("schedule", "a table of epoch = micro-batches per step, such as "
+                  "{0 = 1, 4 = 2}", lambda v: isinstance(v, dict) and bool(v) and all(
+                      isinstance(k, str) and k.isdigit() and _int(1)(n)
+                      for k, n in v.items()), required=True),)),
 }
 
 #: Parameters the schedule itself supplies, never written among a callback's arguments.

@@ -4,13 +4,16 @@ The ``Callback`` base and the built-ins, one family per module: ``saver`` (Model
 MinSaver, MaxSaver, TopKSaver), ``inference`` (InferenceRunner), ``hyperparam``
 (ScheduledHyperParamSetter), ``stopping`` (EarlyStopping, TerminateOnNaN),
 ``progress`` (ProgressBar), ``printing`` (PrintProgress, PrintMetrics) and ``optim``
-(LearningRateMonitor, LRScheduler). All are importable from here.
+(LearningRateMonitor, LRScheduler, GradientAccumulationScheduler). All are importable from here.
 """
 
 from schedtrain.callbacks.base import Callback as Callback
 from schedtrain.callbacks.base import StepOutputs as StepOutputs
 from schedtrain.callbacks.hyperparam import ScheduledHyperParamSetter as ScheduledHyperParamSetter
 from schedtrain.callbacks.inference import InferenceRunner as InferenceRunner
+from schedtrain.callbacks.optim import (
+           GradientAccumulationScheduler as GradientAccumulationScheduler,
+)
 from schedtrain.callbacks.optim import LearningRateMonitor as LearningRateMonitor
 from schedtrain.callbacks.optim import LRScheduler as LRScheduler
 from schedtrain.callbacks.printing import PrintMetrics as PrintMetrics
@@ -26,4 +29,5 @@ from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 __all__ = ["Callback", "EarlyStopping", "InferenceRunner", "MaxSaver", "MinSaver",
            "ModelSaver", "ProgressBar", "ScheduledHyperParamSetter", "StepOutputs",
            "TerminateOnNaN"]
-__all__ += ["LRScheduler", "LearningRateMonitor", "PrintMetrics", "PrintProgress", "TopKSaver"]
+__all__ += ["GradientAccumulationScheduler", "LRScheduler", "LearningRateMonitor",
+            "PrintMetrics", "PrintProgress", "TopKSaver"]

@@ -1,4 +1,5 @@
-"""``LearningRateMonitor`` (log each param group's lr) and ``LRScheduler`` (step a torch one).
+"""``LearningRateMonitor`` (log each param group's lr), ``LRScheduler`` (step a torch one) and
+``GradientAccumulationScheduler`` (micro-batches per step by epoch).
 
 ``LRScheduler`` takes any ``torch.optim.lr_scheduler`` object, a function of the
 optimizer returning one, or, from TOML, a class name and its arguments: the name is
@@ -18,7 +19,7 @@ from schedtrain.callbacks.base import Callback
 from schedtrain.imports import IMPORT_PATH_RE, import_class
 from schedtrain.triggers import Trigger, every
 
-__all__ = ["LRScheduler", "LearningRateMonitor"]
+__all__ = ["GradientAccumulationScheduler", "LRScheduler", "LearningRateMonitor"]
 
 
 class LearningRateMonitor(Callback):
@@ -191,3 +192,51 @@ def _check_args(cls: type, kwargs: dict[str, Any]) -> None:
                and n not in kwargs]
     if missing:
         raise ValueError(f"`args`: {cls.__name__} needs {', '.join(repr(m) for m in missing)}")
+
+
+class GradientAccumulationScheduler(Callback):
+    """Change the micro-batches per optimizer step by epoch (Lightning's callback).
+
+    ``schedule={0: 1, 4: 2}``: one micro-batch per step for epochs 0 to 3 (0-based, as
+    Lightning counts), two from epoch 4 on; epochs before the first key use 1. It is set
+    before each epoch starts, so within an epoch it is constant and every counter
+    (``step``, ``step_in_epoch``, ``batch``, ``sample``, ``token``) stays exact; a
+    resumed run sets it again before the epoch it resumes. The last step of an epoch may
+    hold fewer micro-batches (its gradients are scaled to a mean all the same).
+
+    Its trigger does nothing: it acts before each epoch, whatever the trigger says.
+
+    Args:
+        schedule: epoch -> micro-batches per step (TOML: ``schedule = {0 = 1, 4 = 2}``).
+    """
+
+    default_trigger: ClassVar[Trigger] = every("1 epoch")
+    #: the trainer keeps a step strategy that can change its accumulation
+    sets_grad_accum: ClassVar[bool] = True
+
+    def __init__(self, schedule: Mapping[int | str, int]) -> None:
+        if not isinstance(schedule, Mapping) or not schedule:
+            raise ValueError(f"`schedule` must be a non-empty mapping of epoch to "
+                             f"micro-batches per step, got {schedule!r}")
+        points: dict[int, int] = {}
+        for key, factor in schedule.items():
+            epoch = int(key) if isinstance(key, str) and key.isdigit() else key
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+                raise ValueError(f"`schedule` keys must be epochs >= 0, got {key!r}")
+            if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+                raise ValueError(f"`schedule[{key!r}]` must be a whole number >= 1, "
+                                 f"got {factor!r}")
+            points[epoch] = factor
+        self.schedule = dict(sorted(points.items()))
+
+    def factor(self, epoch: int) -> int:
+        """Micro-batches per step during epoch ``epoch`` (0-based)."""
+        current = 1
+        for start, factor in self.schedule.items():
+            if start > epoch:
+                break
+            current = factor
+        return current
+
+    def _before_epoch(self) -> None:
+        self.trainer.set_grad_accum(self.factor(self.now.epoch))
