@@ -38,6 +38,9 @@ class LearningRateMonitor(Callback):
 
     def __init__(self, momentum: bool = True) -> None:
         self.log_momentum = momentum
+        # the names a single param group gives; made exact at setup
+        self.produces = ("lr", "lr/group0") + (("momentum", "momentum/group0")
+                                               if momentum else ())
 
     def _setup(self) -> None:
         groups = self.optimizer.param_groups
