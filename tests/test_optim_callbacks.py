@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from training_helpers import UnevenData
 
 from schedtrain import Schedule, SpecError, at, every, on
-from schedtrain.callbacks import LearningRateMonitor, LRScheduler, ModelSaver
+from schedtrain.callbacks import Callback, LearningRateMonitor, LRScheduler, ModelSaver
 from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
 from schedtrain.training.main import build_callbacks
@@ -162,3 +162,32 @@ class TestLRSchedulerFromToml:
         """`args` must be a table: the spec check says so at callbacks.lr.args."""
         with pytest.raises(SpecError, match=r"callbacks\.lr\.args.*a table"):
             loads_spec(_toml('scheduler = "StepLR"\nargs = [1]'))
+
+
+class Flat(Callback):
+    """Puts the same val/loss at every epoch's end: a plateau."""
+
+    produces = ("val/loss",)
+
+    def _trigger(self) -> None:
+        self.metrics.put("val/loss", 1.0)
+
+
+def test_monitor_steps_reduce_on_plateau_with_the_metric() -> None:
+    """With `monitor`, the metric's latest value goes to step(): ReduceLROnPlateau named in
+    TOML halves the lr once the loss has not improved for `patience` epochs."""
+    cbs = build_callbacks(loads_spec(_toml(
+        'scheduler = "ReduceLROnPlateau"\nargs = { patience = 1, factor = 0.5 }\n'
+        'monitor = "val/loss"').replace('every = "1 step"', 'every = "1 epoch"')))
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    lrs: list[float] = []
+    trainer = Trainer(model, opt, UnevenData([2] * 5), torch.nn.functional.mse_loss,
+                      schedule=Schedule({"flat": every("1 epoch"), "lr": every("1 epoch"),
+                                         "watch": every("1 epoch")}),
+                      bindings={"flat": Flat(), **cbs,
+                                "watch": lambda t: lrs.append(t.optimizer.param_groups[0]["lr"])},
+                      max_epochs=5)
+    trainer.fit()
+    # best at epoch 1; epochs 2 and 3 without improvement exceed patience 1 at epoch 3
+    assert lrs == [1.0, 1.0, 0.5, 0.5, 0.25]
