@@ -77,6 +77,13 @@ class Builtin:
     python_only: tuple[str, ...] = ()
 
 
+#: ``torch.optim.lr_scheduler`` classes TOML can build (their arguments are plain values),
+#: so ``schedtrain check`` knows them without torch; the tests compare it with torch's.
+TORCH_SCHEDULERS: Final = frozenset({
+    "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR",
+    "ExponentialLR", "LinearLR", "MultiStepLR", "OneCycleLR", "PolynomialLR",
+    "ReduceLROnPlateau", "StepLR"})
+
 #: Built-in callback type name -> where it lives and its TOML arguments.
 BUILTINS: Final[Mapping[str, Builtin]] = {
     "ModelSaver": Builtin("schedtrain.callbacks.saver:ModelSaver", (
@@ -106,9 +113,10 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "LearningRateMonitor": Builtin("schedtrain.callbacks.optim:LearningRateMonitor", (
         Param("momentum", "true or false", _flag),)),
     "LRScheduler": Builtin("schedtrain.callbacks.optim:LRScheduler", (
-        Param("scheduler", "a class name of torch.optim.lr_scheduler such as "
-              "'CosineAnnealingLR', or 'package.module:Class'",
-              lambda v: _text(v) and (v.isidentifier() or is_import_path(v)), required=True),
+        Param("scheduler", f"one of {', '.join(sorted(TORCH_SCHEDULERS))}, or "
+              "'package.module:Class'",
+              lambda v: _text(v) and (v in TORCH_SCHEDULERS or is_import_path(v)),
+              required=True),
         Param("args", "a table of the scheduler's arguments, such as {T_max = 100}",
               lambda v: isinstance(v, dict) and all(k.isidentifier() for k in v)),
         _MONITOR)),

@@ -170,7 +170,7 @@ def _scheduler_class(name: str) -> type:
 
     known = sorted(n for n, c in vars(lr_scheduler).items()
                    if isinstance(c, type) and issubclass(c, lr_scheduler.LRScheduler)
-                   and n not in _NEED_OBJECTS and n != "LRScheduler")
+                   and n not in _NEED_OBJECTS and n != "LRScheduler" and n[0] != "_")
     if name in _NEED_OBJECTS:
         raise ValueError(f"`scheduler` {name!r} takes functions or schedulers: build it in "
                          "Python and pass the object (LRScheduler(scheduler=...))")
