@@ -196,6 +196,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if plan.truncated:
         print(f"warning: stopped after {len(plan.log):,} firings; plan a shorter run with "
               "--epochs/--steps-per-epoch", file=sys.stderr)
+    for note in plan.notes:
+        print(f"warning: {note}", file=sys.stderr)
     if args.format == "png":
         out = args.out or "plan.png"
         try:

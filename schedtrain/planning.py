@@ -42,6 +42,7 @@ class Plan:
         log: every firing, in order (at most ``MAX_FIRINGS``).
         table: the compiled table, for what it reports (``always_evaluated``).
         truncated: the run had more firings than ``log`` holds.
+        notes: what the plan cannot predict exactly, one sentence each.
     """
 
     spec: Spec
@@ -49,6 +50,7 @@ class Plan:
     log: FiringLog
     table: TriggerTable
     truncated: bool = False
+    notes: tuple[str, ...] = ()
 
     @property
     def always(self) -> tuple[str, ...]:
@@ -101,9 +103,21 @@ def plan_spec(
             f"{spec.path}: {', '.join(always)} would be evaluated at each of "
             f"{shape.total_steps:,} steps; give each a clock part (e.g. every = \"1 epoch\") "
             "or plan a shorter run with --epochs/--steps-per-epoch")
+    notes = _notes(spec)
     firings: list[Firing] = []
     for firing in sim.iter_firings():
         if len(firings) >= max_firings:
-            return Plan(spec, shape, FiringLog(firings), sim.table, truncated=True)
+            return Plan(spec, shape, FiringLog(firings), sim.table, truncated=True,
+                        notes=notes)
         firings.append(firing)
-    return Plan(spec, shape, FiringLog(firings), sim.table)
+    return Plan(spec, shape, FiringLog(firings), sim.table, notes=notes)
+
+
+def _notes(spec: Spec) -> tuple[str, ...]:
+    """What the simulated clock cannot know about ``spec``'s run."""
+    return tuple(
+        f"callbacks.{name} (GradientAccumulationScheduler) changes the micro-batches per "
+        "step by epoch: the plan takes [clock] epoch_lengths (in steps) as given and "
+        "batches_per_step as constant, so batch-, sample- and token-unit firings are not "
+        "predicted exactly"
+        for name, cb in spec.callbacks.items() if cb.type == "GradientAccumulationScheduler")

@@ -139,6 +139,13 @@ def _placeholder_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
             for field in PLACEHOLDER_RE.findall(arg) if field not in known]
 
 
+#: ``torch.optim.lr_scheduler`` classes TOML can build (their arguments are plain values),
+#: so ``schedtrain check`` knows them without torch; the tests compare it with torch's.
+TORCH_SCHEDULERS: Final = frozenset({
+    "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR",
+    "ExponentialLR", "LinearLR", "MultiStepLR", "OneCycleLR", "PolynomialLR",
+    "ReduceLROnPlateau", "StepLR"})
+
 #: Built-in callback type name -> where it lives and its TOML arguments.
 BUILTINS: Final[Mapping[str, Builtin]] = {
     "ModelSaver": Builtin("schedtrain.callbacks.saver:ModelSaver", (
@@ -157,7 +164,8 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
             Param("param", "an optimizer param-group key such as 'lr'", _text, required=True),
             Param("schedule", "a non-empty list of [point, value] pairs of numbers", _pairs,
                   required=True),
-            Param("interp", "'linear'", lambda v: v == "linear"),
+            Param("interp", "'step', 'linear' or 'cosine'",
+                  lambda v: v in ("step", "linear", "cosine")),
             Param("step_based", "true or false", _flag))),
     "EarlyStopping": Builtin("schedtrain.callbacks.stopping:EarlyStopping", (
         _MONITOR, Param("patience", "a whole number >= 1", _int(1)), _MODE,
@@ -185,6 +193,30 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
         Param("metrics", "a non-empty list of metric names", lambda v: _names(v) and bool(v)),
         Param("decay", "a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
         Param("suffix", "a non-empty string such as '_ema'", _text))),
+    "LearningRateMonitor": Builtin("schedtrain.callbacks.optim:LearningRateMonitor", (
+        Param("momentum", "true or false", _flag),)),
+    "LRScheduler": Builtin("schedtrain.callbacks.optim:LRScheduler", (
+        Param("scheduler", f"one of {', '.join(sorted(TORCH_SCHEDULERS))}, or "
+              "'package.module:Class'",
+              lambda v: _text(v) and (v in TORCH_SCHEDULERS or is_import_path(v)),
+              required=True),
+        Param("args", "a table of the scheduler's arguments, such as {T_max = 100}",
+              lambda v: isinstance(v, dict) and all(k.isidentifier() for k in v)),
+        _MONITOR)),
+    "TopKSaver": Builtin("schedtrain.callbacks.saver:TopKSaver", (
+        _MONITOR, _MODE, Param("save_top_k", "a whole number >= 0", _int(0)),
+        Param("save_last", "true or false", _flag), _FOLDER)),
+    "PrintProgress": Builtin("schedtrain.callbacks.printing:PrintProgress", (),
+                             ("stream",)),
+    "PrintMetrics": Builtin("schedtrain.callbacks.printing:PrintMetrics", (
+        Param("names", "a list of metric names",
+              lambda v: isinstance(v, list) and all(_text(n) for n in v)),), ("stream",)),
+    "GradientAccumulationScheduler": Builtin(
+        "schedtrain.callbacks.optim:GradientAccumulationScheduler", (
+            Param("schedule", "a table of epoch = micro-batches per step, such as "
+                  "{0 = 1, 4 = 2}", lambda v: isinstance(v, dict) and bool(v) and all(
+                      isinstance(k, str) and k.isdigit() and _int(1)(n)
+                      for k, n in v.items()), required=True),)),
 }
 
 #: Parameters the schedule itself supplies, never written among a callback's arguments.

@@ -1,13 +1,14 @@
 """Callbacks say *what* to do; triggers say *when* (torch allowed here).
 
 The ``Callback`` base and the built-ins, one family per module: ``saver`` (ModelSaver,
-MinSaver, MaxSaver), ``inference`` (InferenceRunner), ``hyperparam``
-(ScheduledHyperParamSetter), ``stopping`` (EarlyStopping, TerminateOnNaN) and
-``progress`` (ProgressBar); the rest of tensorpack's ResNet list: ``inferencers``
-(ScalarStats, ClassificationError, TorchMetric for InferenceRunner), ``human``
-(HumanHyperParamSetter), ``sendstat`` (SendStat), ``devicestats``
-(GPUUtilizationTracker, alias DeviceStatsMonitor), ``shell`` (InjectShell) and
-``averages`` (MovingAverageSummary). All are importable from here.
+MinSaver, MaxSaver, TopKSaver), ``inference`` (InferenceRunner) and ``inferencers``
+(ScalarStats, ClassificationError, TorchMetric), ``hyperparam``
+(ScheduledHyperParamSetter), ``human`` (HumanHyperParamSetter), ``optim``
+(LearningRateMonitor, LRScheduler, GradientAccumulationScheduler), ``stopping``
+(EarlyStopping, TerminateOnNaN), ``progress`` (ProgressBar), ``printing`` (PrintProgress,
+PrintMetrics), ``averages`` (MovingAverageSummary), ``devicestats``
+(GPUUtilizationTracker, alias DeviceStatsMonitor), ``sendstat`` (SendStat) and ``shell``
+(InjectShell). All are importable from here.
 """
 
 from schedtrain.callbacks.averages import MovingAverageSummary as MovingAverageSummary
@@ -22,18 +23,27 @@ from schedtrain.callbacks.inferencers import ClassificationError as Classificati
 from schedtrain.callbacks.inferencers import Inferencer as Inferencer
 from schedtrain.callbacks.inferencers import ScalarStats as ScalarStats
 from schedtrain.callbacks.inferencers import TorchMetric as TorchMetric
+from schedtrain.callbacks.optim import (
+           GradientAccumulationScheduler as GradientAccumulationScheduler,
+)
+from schedtrain.callbacks.optim import LearningRateMonitor as LearningRateMonitor
+from schedtrain.callbacks.optim import LRScheduler as LRScheduler
+from schedtrain.callbacks.printing import PrintMetrics as PrintMetrics
+from schedtrain.callbacks.printing import PrintProgress as PrintProgress
 from schedtrain.callbacks.progress import ProgressBar as ProgressBar
 from schedtrain.callbacks.saver import MaxSaver as MaxSaver
 from schedtrain.callbacks.saver import MinSaver as MinSaver
 from schedtrain.callbacks.saver import ModelSaver as ModelSaver
+from schedtrain.callbacks.saver import TopKSaver as TopKSaver
 from schedtrain.callbacks.sendstat import SendStat as SendStat
 from schedtrain.callbacks.shell import InjectShell as InjectShell
 from schedtrain.callbacks.stopping import EarlyStopping as EarlyStopping
 from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
 
-__all__ = ["Callback", "EarlyStopping", "InferenceRunner", "MaxSaver", "MinSaver",
-           "ModelSaver", "ProgressBar", "ScheduledHyperParamSetter", "StepOutputs",
-           "TerminateOnNaN"]
-__all__ += ["ClassificationError", "DeviceStatsMonitor", "GPUUtilizationTracker",
-            "HumanHyperParamSetter", "Inferencer", "InjectShell", "MovingAverageSummary",
-            "ScalarStats", "SendStat", "TorchMetric"]
+__all__ = ["Callback", "ClassificationError", "DeviceStatsMonitor", "EarlyStopping",
+           "GPUUtilizationTracker", "GradientAccumulationScheduler", "HumanHyperParamSetter",
+           "InferenceRunner", "Inferencer", "InjectShell", "LRScheduler",
+           "LearningRateMonitor", "MaxSaver", "MinSaver", "ModelSaver",
+           "MovingAverageSummary", "PrintMetrics", "PrintProgress", "ProgressBar",
+           "ScalarStats", "ScheduledHyperParamSetter", "SendStat", "StepOutputs",
+           "TerminateOnNaN", "TopKSaver", "TorchMetric"]

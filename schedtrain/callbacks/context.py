@@ -88,6 +88,10 @@ class TrainingContext(Protocol):
     def payload(self) -> dict[str, Any]:
         """The keyword arguments of the event being fired (``fire(event, value=...)``)."""
 
+    def set_grad_accum(self, n: int) -> None:
+        """Micro-batches per optimizer step from the epoch about to start (call it before
+        the epoch, from ``_before_epoch``; the callback's class sets ``sets_grad_accum``)."""
+
     def save_checkpoint(self, path: str | Path,
                         on_saved: Callable[[Path], None] | None = None) -> None:
         """Write a resumable checkpoint to ``path`` once the current event is over."""

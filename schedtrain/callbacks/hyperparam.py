@@ -4,21 +4,27 @@ tensorpack semantics: ``schedule=[(point, value), ...]`` with points in epochs
 (or steps with ``step_based=True``); the value of a point applies once that many
 epochs (steps) have completed, so ``(0, 0.1)`` is the value from the start and
 ``(3, 0.01)`` the value from the fourth epoch on. Before the first point the
-optimizer's own value is left alone. With ``interp="linear"`` values are
-interpolated between points; after the last point the last value holds.
+optimizer's own value is left alone. ``interp`` says what happens between two
+points: ``"step"`` (the default) keeps the earlier point's value, ``"linear"`` and
+``"cosine"`` (half a cosine wave, flat at both ends) go from one value to the next;
+every listed point gets its value exactly, and after the last point the last value holds.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.triggers import Trigger, any_of, at, every, on
 
-__all__ = ["ScheduledHyperParamSetter"]
+__all__ = ["INTERPOLATIONS", "ScheduledHyperParamSetter"]
+
+#: How a value goes from one point to the next.
+INTERPOLATIONS = ("step", "linear", "cosine")
 
 
 class ScheduledHyperParamSetter(Callback):
@@ -31,14 +37,17 @@ class ScheduledHyperParamSetter(Callback):
     Args:
         param: the param-group key (``"lr"``, ``"momentum"``, ``"weight_decay"``...).
         schedule: ``[(point, value), ...]`` with increasing points.
-        interp: ``None`` (piecewise constant) or ``"linear"``.
+        interp: ``"step"`` (piecewise constant; ``None`` means the same), ``"linear"``
+            or ``"cosine"``.
         step_based: points are steps rather than epochs.
     """
 
     def __init__(self, param: str, schedule: Sequence[Sequence[float]],
-                 interp: str | None = None, step_based: bool = False) -> None:
-        if interp not in (None, "linear"):
-            raise ValueError(f"`interp` must be None or 'linear', got {interp!r}")
+                 interp: str | None = "step", step_based: bool = False) -> None:
+        interp = interp or "step"
+        if interp not in INTERPOLATIONS:
+            raise ValueError(f"`interp` must be one of {', '.join(map(repr, INTERPOLATIONS))}, "
+                             f"got {interp!r}")
         points: list[tuple[float, float]] = []
         for i, item in enumerate(schedule):
             try:
@@ -60,7 +69,7 @@ class ScheduledHyperParamSetter(Callback):
         trigger: Trigger
         if not step_based:
             trigger = any_of(on("train_start"), every("1 epoch"))
-        elif interp is None:
+        elif interp == "step":
             steps = [int(p) for p, _ in points if p >= 1]
             trigger = (any_of(on("train_start"), at(*[f"{s} steps" for s in steps]))
                        if steps else on("train_start"))
@@ -74,10 +83,13 @@ class ScheduledHyperParamSetter(Callback):
         i = bisect.bisect_right(xs, point) - 1
         if i < 0:
             return None
-        if self.interp is None or i == len(xs) - 1:
+        if self.interp == "step" or i == len(xs) - 1:
             return self.points[i][1]
         (x0, y0), (x1, y1) = self.points[i], self.points[i + 1]
-        return y0 + (y1 - y0) * (point - x0) / (x1 - x0)
+        frac = (point - x0) / (x1 - x0)
+        if self.interp == "cosine":
+            frac = (1 - math.cos(math.pi * frac)) / 2
+        return y0 + (y1 - y0) * frac
 
     def _setup(self) -> None:
         for i, group in enumerate(self.optimizer.param_groups):

@@ -54,8 +54,9 @@ class InferenceRunner(Callback):
     Batches are ``(inputs, targets)``; the loss is the trainer's ``loss_fn`` (or
     ``loss_fn`` given here), computed only when an inferencer needs it. Sums stay on
     the device; the metrics are put lazily (reading them syncs). It fires ``eval_start``
-    before the pass, ``eval_step_end`` after each batch and ``eval_end`` after the
-    metrics are put, so triggers can name them (``on = "eval_end"``).
+    before the pass, ``eval_step_end`` after each batch (its payload: ``batch``, on the
+    device, and the model's ``outputs``) and ``eval_end`` after the metrics are put, so
+    triggers can name them (``on = "eval_end"``).
 
     Args:
         data: validation batches (default: the trainer's ``val_data``).
@@ -124,7 +125,7 @@ class InferenceRunner(Callback):
                 for inf in self.inferencers:
                     inf.update(seen)
                 n += size
-                trainer.fire("eval_step_end")
+                trainer.fire("eval_step_end", batch=(inputs, targets), outputs=out)
         model.train(was_training)
         if n == 0:
             raise ValueError(f"callback {self.name!r} (InferenceRunner): validation data is "

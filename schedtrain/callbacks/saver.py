@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from schedtrain.callbacks.base import Callback
 from schedtrain.triggers import Trigger, every
 
-__all__ = ["MaxSaver", "MinSaver", "ModelSaver"]
+__all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
 
 # One-file checkpoints, and the directories of sharded (FSDP2) ones.
 _NAME_RE = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
@@ -156,3 +156,91 @@ class MaxSaver(_BestSaver):
     def __init__(self, monitor: str = "val/accuracy", filename: str | None = None,
                  folder: str | None = None) -> None:
         super().__init__(monitor, filename, folder)
+
+
+class TopKSaver(Callback):
+    """Keep the ``save_top_k`` best checkpoints by ``monitor``, and the last one.
+
+    Lightning's ``ModelCheckpoint(save_top_k, monitor, mode, save_last)``. When fired
+    (default: every epoch) with a finite value of ``monitor`` better than the worst kept
+    (or fewer than ``save_top_k`` kept), it writes ``FOLDER/val-loss-step-00000120.pt``
+    and deletes the one that fell out; a tie keeps the earlier. A NaN or missing value,
+    or a checkpoint of non-finite weights (``-nonfinite``), never displaces a kept one.
+    With ``save_last`` every firing also writes ``FOLDER/last.pt``. Which files are the
+    best is checkpointed state, so a resumed run keeps ranking the same files.
+
+    Args:
+        monitor: the metric (default ``val/loss``).
+        mode: ``"min"`` or ``"max"``.
+        save_top_k: how many best checkpoints to keep (0: none, only ``last.pt``).
+        save_last: also write ``last.pt`` at every firing.
+        folder: default ``RUN_DIR/best``.
+    """
+
+    default_trigger: ClassVar[Trigger] = every("1 epoch")
+
+    def __init__(self, monitor: str = "val/loss", mode: str = "min", save_top_k: int = 1,
+                 save_last: bool = True, folder: str | None = None) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"`mode` must be 'min' or 'max', got {mode!r}")
+        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 0:
+            raise ValueError(f"`save_top_k` must be a whole number >= 0, got {save_top_k!r}")
+        self.monitor, self.mode, self.save_top_k = monitor, mode, save_top_k
+        self.save_last, self.folder = save_last, folder
+        self.needs = (monitor,)
+        self.stem = monitor.replace("/", "-")
+        #: ``[value, step, file name]`` of the kept checkpoints, best first
+        self.best: list[list[Any]] = []
+
+    def _dir(self) -> Path:
+        if self.folder is not None:
+            return Path(self.folder)
+        if self.trainer.run_dir is None:
+            raise ValueError(f"callback {self.name!r} (TopKSaver): the trainer has no run_dir; "
+                             "give Trainer(run_dir=...) or TopKSaver(folder=...)")
+        return self.trainer.run_dir / "best"
+
+    def _setup(self) -> None:
+        self._dir()
+
+    def _key(self, value: float, step: int) -> tuple[float, int]:
+        return (value if self.mode == "min" else -value, step)
+
+    def _trigger(self) -> None:
+        step = self.now.step
+        got = self.metrics.latest(self.monitor)
+        if self.save_last:
+            self.trainer.save_checkpoint(self._dir() / "last.pt")
+        if got is None or not math.isfinite(got.value) or self.save_top_k == 0:
+            return
+        value = got.value
+        if (len(self.best) >= self.save_top_k
+                and self._key(value, step) >= self._key(*self.best[-1][:2])):
+            return
+        path = self._dir() / f"{self.stem}-step-{step:08d}.pt"
+        # Ranked now, so every checkpoint written at this event holds the new ranking.
+        entry = [value, step, path.name]
+        ranked = sorted([*self.best, entry], key=lambda b: self._key(b[0], b[1]))
+        self.best, dropped = ranked[:self.save_top_k], ranked[self.save_top_k:]
+        self.trainer.save_checkpoint(path, on_saved=lambda p: self._saved(entry, dropped, p))
+
+    def _saved(self, entry: list[Any], dropped: list[list[Any]], written: Path) -> None:
+        """Delete the file the new one displaced; a ``-nonfinite`` one is unranked again."""
+        if written.name.endswith("-nonfinite.pt"):
+            kept = [b for b in self.best if b is not entry] + dropped
+            self.best = sorted(kept, key=lambda b: self._key(b[0], b[1]))
+            return
+        if self.is_chief:
+            for _, _, name in dropped:
+                with contextlib.suppress(FileNotFoundError):
+                    (self._dir() / name).unlink()
+
+    def best_paths(self) -> list[Path]:
+        """The kept checkpoints, best first."""
+        return [self._dir() / name for _, _, name in self.best]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": [list(b) for b in self.best]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best = [[float(v), int(s), str(n)] for v, s, n in state["best"]]

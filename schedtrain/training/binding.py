@@ -84,12 +84,44 @@ def bind(
                 f"bindings name callbacks not in the schedule: {extra}"
                 f"{did_you_mean(extra[0], schedule.names)}")
     sched = Schedule(entries, events=events)
+    _check_unambiguous(sched)
     cbs: list[Callback] = []
     for e in sched.entries:
         cb = e.callback
         cb.name = e.name
         cbs.append(cb)
     return sched, cbs
+
+
+def _keeps_state(callback: Callback) -> bool:
+    try:
+        return bool(callback.state_dict())
+    except Exception:  # a state_dict that needs setup: assume it has state
+        return True
+
+
+def _check_unambiguous(schedule: Schedule) -> None:
+    """Refuse unnamed callbacks of one class whose saved state would be matched by position.
+
+    A second unnamed ``Foo`` is named ``Foo#2`` by its place in the list: if such
+    callbacks keep state (their own, or differing triggers that keep some), a checkpoint
+    resumed with the list reordered would hand each the other's state.
+    """
+    groups: dict[str, list[Scheduled]] = {}
+    for e in schedule.entries:
+        groups.setdefault(e.default_name().split("#")[0], []).append(e)
+    for base, group in groups.items():
+        if len(group) < 2 or not any("#" in e.default_name() for e in group):
+            continue
+        triggers_differ = any(e.trigger != group[0].trigger for e in group)
+        if (any(_keeps_state(e.callback) for e in group)
+                or (triggers_differ and any(not e.trigger.pure for e in group))):
+            names = ", ".join(repr(e.default_name()) for e in group)
+            raise ScheduleError(
+                f"callbacks {names} are {len(group)} unnamed {base} callbacks that keep "
+                "state: a checkpoint would match their state by their place in the list, so "
+                "reordering them would swap it; name each one (Scheduled(trigger, callback, "
+                "name='...'), callback.name = '...', or its TOML table name)")
 
 
 def trigger_metrics(schedule: Schedule) -> dict[str, set[str]]:

@@ -190,9 +190,9 @@ class Dispatcher:
         """Write the checkpoints asked for during the event ``phase``."""
         saves, self.pending = self.pending, []
         for path, on_saved in saves:
-            self._write_save(path, phase)
-            if on_saved is not None:
-                on_saved(path)
+            written = self._write_save(path, phase)
+            if on_saved is not None:  # the path written: "-nonfinite" added when it was
+                on_saved(written)
 
     # -- hooks ---------------------------------------------------------------------------------
     def run_hooks(self, hook: str, now: Timestamp, *args: Any) -> None:

@@ -84,12 +84,14 @@ class Loop:
     def build(cls, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loss_fn: Callable[[Any, Any], torch.Tensor] | None, step_fn: Any,
               grad_accum: int, grad_clip: float | None, device: torch.device, scaler: Any,
-              autocast: Callable[[], Any] | None, **parts: Any) -> Loop:
+              autocast: Callable[[], Any] | None, variable_accum: bool = False,
+              **parts: Any) -> Loop:
         """The loop for a run, with the step strategy its options and hooks need.
 
         ``parts`` are the other arguments of ``Loop`` (the clock, the table, the
         dispatcher...). ``PlainStep`` serves when nothing but the loss is computed on the
-        CPU in fp32; otherwise a ``Step`` gets the parts the run needs.
+        CPU in fp32 and ``grad_accum`` stays 1 (``variable_accum``: a callback changes it
+        between epochs); otherwise a ``Step`` gets the parts the run needs.
         """
         dispatch, clock, table = parts["dispatch"], parts["clock"], parts["table"]
         hooks = dispatch.hooks
@@ -98,7 +100,7 @@ class Loop:
                                           "_trigger_step"))
         plain = (grad_accum == 1 and scaler is None and autocast is None and grad_clip is None
                  and device.type == "cpu" and not per_step and not table.needs_batch_end
-                 and step_fn is None)
+                 and step_fn is None and not variable_accum)
 
         def gradient_hook(name: str) -> Callable[[], None] | None:
             if not hooks[name]:

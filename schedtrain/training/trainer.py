@@ -37,6 +37,7 @@ from schedtrain.training.preempt import Guard
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.snapshot import Snapshot
 from schedtrain.training.state import DataPosition, seed_everything
+from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["Trainer"]
@@ -195,7 +196,21 @@ class Trainer:
             clock=self.clock, table=self.table, dispatch=self.dispatch, losses=self._losses,
             position=self._position, guard=self._guard, max_epochs=self.max_epochs,
             max_steps=self.max_steps, steps_in_epoch=self.steps_in_epoch,
-            on_preempt=self._preempt, publish_loss=self._publish_loss, comm=self.comm)
+            on_preempt=self._preempt, publish_loss=self._publish_loss, comm=self.comm,
+            variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in self.callbacks))
+
+    def set_grad_accum(self, n: int) -> None:
+        """Micro-batches per optimizer step from the next epoch on (called before it starts,
+        as ``GradientAccumulationScheduler`` does: within an epoch it must stay constant)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"grad_accum must be a whole number >= 1, got {n!r}")
+        step = self._loop.step
+        if not isinstance(step, Step):
+            raise RuntimeError("this trainer's step keeps one micro-batch per step: give the "
+                               "callback that changes it a class attribute sets_grad_accum = "
+                               "True")
+        self.grad_accum = step.accum = n
+        self.steps_in_epoch = self._loop.steps_in_epoch = self._epoch_len()
 
     # -- what callbacks see ------------------------------------------------------------------
     @property
