@@ -313,6 +313,41 @@ class TestPlan:
         assert main(["plan", RESNET, "--format", "png", "--out", str(out)]) == 0
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    def test_png_shows_lifecycle_firings(self, tmp_path: Path) -> None:
+        """``train_start`` (step 0) and ``train_end`` firings are plotted inside the axes,
+        on their callback's lane, not hidden on the frame."""
+        pytest.importorskip("matplotlib")
+        from schedtrain import plan_render
+        from schedtrain.planning import plan_spec
+
+        path = write(tmp_path, """
+            [clock]
+            epochs = 3
+            steps_per_epoch = 7
+            [callbacks.setup]
+            trigger = { on = "train_start" }
+            [callbacks.both]
+            trigger = { any = [{ on = "train_start" }, { on = "train_end" }, { every = "2 steps" }] }
+            """)
+        plan = plan_spec(load_spec(path))
+        fig = plan_render.draw_png(plan)
+        ax = fig.axes[0]
+        lo, hi = ax.get_xlim()
+        lanes = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+        plotted: dict[float, set[float]] = {}
+        for line in ax.get_lines():
+            if line.get_marker() in ("None", "", None):  # grey epoch lines, in axes units
+                continue
+            for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+                plotted.setdefault(float(y), set()).add(float(x))
+        expected = {name: {float(f.step) for f in plan.log.of(name)
+                           if f.event in ("train_start", "train_end")}
+                    for name in ("setup", "both")}
+        assert expected["setup"] == {0.0}
+        for name, steps in expected.items():
+            assert steps <= plotted[lanes[name]]
+            assert all(lo < s < hi for s in steps)
+
     def test_png_without_matplotlib(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
         """Without matplotlib, png exits 1 with the install hint."""
