@@ -327,7 +327,9 @@ class TestPlan:
             [callbacks.setup]
             trigger = { on = "train_start" }
             [callbacks.both]
-            trigger = { any = [{ on = "train_start" }, { on = "train_end" }, { every = "2 steps" }] }
+            trigger = { any = [{ on = "train_start" }, { on = "train_end" }, "pair"] }
+            [triggers.pair]
+            every = "2 steps"
             """)
         plan = plan_spec(load_spec(path))
         fig = plan_render.draw_png(plan)
