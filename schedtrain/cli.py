@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final, NoReturn
 
-from schedtrain.errors import Preempted, Problem, RunDirError, RunEnded, ScheduleError
+from schedtrain.errors import (
+    Preempted,
+    Problem,
+    RunDirError,
+    RunEnded,
+    ScheduleError,
+    failure_place,
+    traceback_file,
+)
 from schedtrain.metric_stream import MetricStreamError
 from schedtrain.planning import PlanError
 from schedtrain.spec import load_spec
@@ -294,8 +302,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.traceback:
             traceback.print_exc()
         rank = os.environ.get("RANK") if os.environ.get("WORLD_SIZE", "1") != "1" else None
-        where = f" on rank {rank}" if rank is not None else ""
-        print(f"error{where}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if not args.traceback:
-            print("(run with --traceback for details)", file=sys.stderr)
+        print(_failure_line(exc, rank, args.traceback), file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _failure_line(exc: BaseException, rank: str | None, shown: bool) -> str:
+    """One line for a failure: where in the run it was raised, what, and where the
+    full traceback is."""
+    where = f" on rank {rank}" if rank is not None else ""
+    text = str(exc).strip().splitlines()
+    what = type(exc).__name__ + (f": {text[0]}" if text else "") + (" ..." if len(text) > 1
+                                                                      else "")
+    place = failure_place(exc)
+    saved = traceback_file(exc)
+    line = f"error{where}: " + (f"{place} raised {what}" if place else what)
+    if saved is not None:
+        line += f"; traceback in {saved}"
+    elif not shown:
+        line += " (run with --traceback for details)"
+    return line

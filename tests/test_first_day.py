@@ -1,0 +1,122 @@
+"""What a new user meets on the first day: a run's failures, stops, seed, and
+what ``check`` and ``train`` say before anything trains."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from schedtrain.cli import main
+
+TASK = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from schedtrain.callbacks import Callback
+from schedtrain.training import Task
+
+
+class Fragile(torch.nn.Linear):
+    """Raises in its forward from the ``fail_at``-th call on."""
+
+    fail_at = 0
+    calls = 0
+
+    def forward(self, x):
+        type(self).calls += 1
+        if self.fail_at and type(self).calls >= self.fail_at:
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+        return super().forward(x)
+
+
+def make_task(fail_at: int = 0):
+    g = torch.Generator().manual_seed(0)  # the data does not depend on the run's seed
+    x = torch.randn(32, 4, generator=g)
+    y = x.sum(1, keepdim=True)
+    Fragile.fail_at, Fragile.calls = fail_at, 0
+    model = Fragile(4, 1)  # random init, from the generator the run's seed seeded
+    return Task(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True),
+                DataLoader(TensorDataset(x, y), batch_size=16),
+                loss_fn=torch.nn.functional.mse_loss)
+
+
+def failing_task():
+    return make_task(fail_at=3)
+
+
+class Boom(Callback):
+    def _trigger(self):
+        raise ValueError("bad value\\nsecond line")
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project directory with a task module (``firstday_task``) and a ``specs/`` folder."""
+    name = f"firstday_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(TASK)
+    (tmp_path / "specs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "module_name").write_text(name)
+    return tmp_path
+
+
+def spec(project: Path, body: str, task: str = "make_task", name: str = "s.toml") -> str:
+    """Write ``specs/NAME`` with a ``[run]`` table using the project's task."""
+    module = (project / "module_name").read_text()
+    path = project / "specs" / name
+    text = textwrap.dedent(body).replace("MODULE", module)
+    if "[run]" not in text:
+        text = f'[run]\ntask = "{module}:{task}"\nmax_epochs = 3\ndevice = "cpu"\n' + text
+    path.write_text(text)
+    return str(path)
+
+
+class TestFailures:
+    """An exception in user code exits 1 with one line saying where; the traceback is
+    saved in the run directory and run.json says failed."""
+
+    def _check_failed(self, run_dir: Path, err: str, expected: str) -> None:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert expected in lines[0]
+        assert lines[0].endswith(f"; traceback in {Path(run_dir.name, 'traceback.txt')}")
+        saved = (run_dir / "traceback.txt").read_text()
+        assert saved.startswith("Traceback") and expected.split(" raised ")[0] in saved
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+
+    @pytest.mark.parametrize(("trigger", "place"), [
+        ('{ every = "3 steps" }', "callback 'boom' at step_end (step 3, epoch 0)"),
+        ('{ every = "2 epochs" }', "callback 'boom' at epoch_end (step 8, epoch 2)"),
+        ('{ on = "train_start" }', "callback 'boom' at train_start (step 0, epoch 0)"),
+        ('{ on = "train_end" }', "callback 'boom' at train_end (step 12, epoch 3)"),
+    ])
+    def test_callback_raises(self, project: Path, capsys: pytest.CaptureFixture[str],
+                             trigger: str, place: str) -> None:
+        """The callback, the event and the clock are named; only the first line of the
+        exception's message is shown."""
+        path = spec(project, f"""
+            [callbacks.boom]
+            type = "MODULE:Boom"
+            trigger = {trigger}
+            """)
+        assert main(["train", path, "--run-dir", "out"]) == 1
+        self._check_failed(project / "out", capsys.readouterr().err,
+                           f"{place} raised ValueError: bad value ...")
+
+    def test_forward_raises(self, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The model's forward raising names the training step it happened in."""
+        path = spec(project, """
+            [callbacks.nan]
+            type = "TerminateOnNaN"
+            trigger = { every = "1 step" }
+            """, task="failing_task")
+        assert main(["train", path, "--run-dir", "out"]) == 1
+        self._check_failed(project / "out", capsys.readouterr().err,
+                           "the training step after step 2 (epoch 0) raised RuntimeError: "
+                           "mat1 and mat2 shapes cannot be multiplied")
