@@ -167,18 +167,23 @@ def _plural(n: int, word: str) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from schedtrain.spec.metrics import metric_problems, static_producers
+
     failed = False
     for path in args.specs:
         try:
             spec = load_spec(path, imports=args.do_import)
             if args.do_import:
                 spec.callback_classes()
+            problems, notes = metric_problems(spec, *static_producers(spec))
+            if problems:
+                raise ScheduleError(problems)
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
             failed = True
             continue
-        for note in spec.warnings:
+        for note in (*spec.warnings, *notes):
             print(f"warning: {path}: {note}", file=sys.stderr)
         for target in spec.unimported:
             print(f"note: {path}: custom trigger {target!r} was not imported; --import "
@@ -186,7 +191,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"{path}: ok: {_plural(len(spec.callbacks), 'callback')}, "
               f"{_plural(len(spec.triggers), 'named trigger')}, "
               f"{_plural(len(spec.events), 'custom event')}, "
-              f"{_plural(len(spec.warnings), 'warning')}")
+              f"{_plural(len(spec.warnings) + len(notes), 'warning')}")
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 

@@ -122,13 +122,12 @@ def draw_png(plan: Plan) -> Any:
     total = max(plan.shape.total_steps, 1)
     fig, ax = plt.subplots(figsize=(10, 0.55 * len(names) + 1.6))
     for lane, name in enumerate(reversed(names)):
-        for cond, color, style in ((False, "tab:blue", "solid"),
-                                   (True, "tab:orange", "dotted")):
+        for cond, color in ((False, "tab:blue"), (True, "tab:orange")):
             mine = [f for f in plan.log.of(name) if f.conditional == cond]
             ticks = [f.step for f in mine if f.event not in _MARKED]
             if ticks:
                 ax.vlines(ticks, lane - 0.35, lane + 0.35, color=color, linewidth=1.2,
-                          linestyles=style)
+                          linestyles="dotted" if cond else "solid")
             for event, marker in _MARKED.items():
                 steps = [f.step for f in mine if f.event == event]
                 if steps:

@@ -21,6 +21,7 @@ import torch
 from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
 from schedtrain.spec import Spec
+from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
 from schedtrain.training.checkpoint import newest_valid
 
 if TYPE_CHECKING:
@@ -130,6 +131,10 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
     seed_everything(run.seed)  # before the task builds its model
     task = load_task(spec, run.task)
     bindings = build_callbacks(spec)
+    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in bindings.values()))
+    problems, _ = metric_problems(spec, produced)
+    if problems:  # it would train and never save or stop on it: refuse before training
+        raise SpecError(problems)
     trainer = Trainer(
         task.model, task.optimizer, task.train_data, task.loss_fn, task.step_fn,
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,

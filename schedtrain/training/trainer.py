@@ -25,6 +25,7 @@ from schedtrain.firings import Firing, FiringLog
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule import Schedule
+from schedtrain.spec.metrics import TRAINER_METRICS
 from schedtrain.training.batches import to_device
 from schedtrain.training.binding import bind, check_order
 from schedtrain.training.checkpoint import checkpoint_name
@@ -42,8 +43,6 @@ from schedtrain.triggers.protocol import Predicate
 __all__ = ["Trainer"]
 
 _log = structlog.get_logger("schedtrain.training")
-#: Metrics the trainer itself produces.
-TRAINER_METRICS = ("train/loss",)
 
 
 class Trainer:
