@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Final, NoReturn
+from typing import IO, Any, Final, NoReturn
 
 from schedtrain.errors import (
     Preempted,
@@ -262,8 +262,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return EXIT_PREEMPTED
     if trainer.rank != 0:  # the chief reports for every rank
         return EXIT_OK
-    if trainer.stop_reason:
-        print(trainer.stop_reason)
+    print(_ending(trainer))
     ts = trainer.clock.now()
     shown = [f"{n}={mv.value:.4g}" for n in trainer.metrics.names()
              if n.startswith("val/") and (mv := trainer.metrics.latest(n)) is not None]
@@ -271,6 +270,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
           + (f"; {', '.join(shown)}" if shown else "")
           + (f"; run directory {trainer.run_dir}" if trainer.run_dir else ""))
     return EXIT_OK
+
+
+def _ending(trainer: Any) -> str:
+    """Why the run ended: who stopped it and why, or the limit it reached."""
+    ts = trainer.clock.now()
+    reason: str | None = trainer.stop_reason
+    if trainer.stopped_early:
+        place = getattr(trainer, "stop_place", None)
+        if reason and reason.startswith("stopped by"):
+            return reason
+        return (f"stopped by {place}" if place else f"stopped at epoch {ts.epoch} (step "
+                f"{ts.step})") + f": {reason or 'StopTraining was raised'}"
+    if trainer.max_steps is not None and ts.step >= trainer.max_steps:
+        return f"finished: reached max_steps = {trainer.max_steps} at epoch {ts.epoch}"
+    if trainer.max_epochs is not None:
+        return f"finished: reached max_epochs = {trainer.max_epochs} at step {ts.step}"
+    return f"finished at epoch {ts.epoch} (step {ts.step})"
 
 
 _COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "train": _cmd_train}

@@ -408,15 +408,17 @@ class TestTrain:
             calls.append((spec.path, run_dir, resume))
             clock = types.SimpleNamespace(now=lambda: Timestamp(step=30, epoch=3, seconds=1.0))
             return types.SimpleNamespace(clock=clock, metrics=Metrics(), run_dir="runs/x",
-                                         stop_reason=None, rank=0)
+                                         stop_reason=None, stopped_early=False, rank=0,
+                                         max_epochs=3, max_steps=None)
 
         fake = types.ModuleType("schedtrain.training")
         fake.train_from_spec = train_from_spec  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, "schedtrain.training", fake)
         assert main(["train", RESNET, "--run-dir", "runs/x", "--resume", "auto"]) == 0
         assert calls == [(RESNET, "runs/x", "auto")]
-        assert capsys.readouterr().out.strip() == (
-            "trained 3 epochs, 30 steps in 1.0 s; val/accuracy=0.97; run directory runs/x")
+        assert capsys.readouterr().out.strip().splitlines() == [
+            "finished: reached max_epochs = 3 at step 30",
+            "trained 3 epochs, 30 steps in 1.0 s; val/accuracy=0.97; run directory runs/x"]
 
     def test_training_failure_is_exit_1(self, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -281,3 +281,77 @@ class TestMetricsNobodyProduces:
         monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(project)])
         monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
         assert main(["check", "--import", path]) == 0, capsys.readouterr().err
+
+
+STOPPER = '''
+
+class Stopper(Callback):
+    def _trigger(self):
+        raise StopTraining("enough for today")
+'''
+
+
+class TestWhyItStopped:
+    """``train`` prints one line saying why the run ended."""
+
+    def _train(self, project: Path, body: str, capsys: pytest.CaptureFixture[str],
+               **kw: str) -> str:
+        assert main(["train", spec(project, body, **kw), "--run-dir", "out"]) == 0
+        return capsys.readouterr().out.splitlines()[0]
+
+    def test_plateau(self, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """EarlyStopping on a plateau trigger names the metric and the patience."""
+        line = self._train(project, VALIDATE + """
+            [callbacks.stop]
+            type = "EarlyStopping"
+            trigger = { all = [{ every = "1 epoch" }, "flat"] }
+            [triggers.flat]
+            plateau = "val/loss"
+            patience = 1
+            min_delta = 100.0
+            """, capsys)
+        assert re.fullmatch(r"stopped by stop at epoch 2 \(step 8\): val/loss did not improve "
+                            r"for 1 checks \(last [0-9.e+-]+\)", line), line
+
+    def test_patience(self, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """EarlyStopping counting its own checks says how many and the best value."""
+        line = self._train(project, VALIDATE + """
+            [callbacks.stop]
+            type = "EarlyStopping"
+            patience = 1
+            min_delta = 100.0
+            trigger = { every = "1 epoch" }
+            """, capsys)
+        assert re.fullmatch(r"stopped by stop at epoch 2 \(step 8\): val/loss did not improve "
+                            r"for 1 checks \(best [0-9.e+-]+\)", line), line
+
+    def test_stop_training_raised(self, project: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+        """A callback raising StopTraining is named with the event and the clock."""
+        with (project / f"{(project / 'module_name').read_text()}.py").open("a") as f:
+            f.write("from schedtrain import StopTraining\n" + STOPPER)
+        line = self._train(project, """
+            [callbacks.enough]
+            type = "MODULE:Stopper"
+            trigger = { every = "6 steps" }
+            """, capsys)
+        assert line == ("stopped by callback 'enough' at step_end (step 6, epoch 1): "
+                        "enough for today")
+
+    @pytest.mark.parametrize(("limit", "expected"), [
+        ("max_epochs = 2", "finished: reached max_epochs = 2 at step 8"),
+        ("max_steps = 6", "finished: reached max_steps = 6 at epoch 1")])
+    def test_limits(self, project: Path, capsys: pytest.CaptureFixture[str], limit: str,
+                    expected: str) -> None:
+        """A run that reaches its limit says which."""
+        module = (project / "module_name").read_text()
+        line = self._train(project, f"""
+            [run]
+            task = "{module}:make_task"
+            device = "cpu"
+            {limit}
+            [callbacks.nan]
+            type = "TerminateOnNaN"
+            trigger = {{ every = "1 epoch" }}
+            """, capsys)
+        assert line == expected

@@ -143,10 +143,9 @@ class Dispatcher:
                 cb.trigger()
             else:
                 self._trigger_reduced(name, cb)
-        except Exception as exc:
-            if not isinstance(exc, StopTraining):
-                locate_failure(exc, f"callback {name!r} at {event} (step {ts.step}, "
-                                    f"epoch {ts.epoch})")
+        except Exception as exc:  # StopTraining too: the stop line says who stopped
+            locate_failure(exc, f"callback {name!r} at {event} (step {ts.step}, "
+                                f"epoch {ts.epoch})")
             raise
         finally:
             self._depth -= 1

@@ -9,7 +9,7 @@ from typing import Any
 
 import structlog
 
-from schedtrain.errors import Preempted, StopTraining, locate_failure
+from schedtrain.errors import Preempted, StopTraining, failure_place, locate_failure
 from schedtrain.training.preempt import handle_signals
 
 __all__ = ["fit_run"]
@@ -60,6 +60,7 @@ def fit_run(trainer: Any) -> None:
                 trainer._loop.run()
     except StopTraining as exc:
         outcome, trainer.stopped_early, trainer.stop_reason = "stopped", True, str(exc)
+        trainer.stop_place = failure_place(exc)  # a callback that raised it
         _log.info("stop_training", step=trainer.clock.step, epoch=trainer.clock.epoch,
                   reason=str(exc))
         trainer.dispatch.write_pending("stopped")

@@ -176,6 +176,8 @@ class Trainer:
         self._resume_phase: str | None = None
         self.stopped_early = False
         self.stop_reason: str | None = None
+        #: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)
+        self.stop_place: str | None = None
 
     # -- wiring --------------------------------------------------------------------------------
     def _epoch_len(self) -> int | None:
