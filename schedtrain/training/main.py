@@ -20,6 +20,7 @@ import torch
 
 from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
+from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec
 from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
 from schedtrain.training.checkpoint import newest_valid
@@ -141,7 +142,9 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         max_epochs=run.max_epochs, max_steps=run.max_steps, device=run.device,
         precision=run.precision, grad_accum=run.grad_accum, grad_clip=run.grad_clip,
         seed=run.seed, run_dir=out_dir, overwrite=overwrite, strategy=run.strategy,
-        shard_data=run.shard_data, reduce=dict(run.reduce))
+        shard_data=run.shard_data, reduce=dict(run.reduce),
+        sinks=build_sinks(run.sinks, run.sink_every, out_dir),
+        log_events="jsonl" in run.sinks)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:

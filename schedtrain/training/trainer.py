@@ -84,6 +84,7 @@ class Trainer:
             validation) a ``DistributedSampler``.
         reduce: metric name -> ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``:
             how values put on several processes are combined.
+        log_events: write ``RUN_DIR/events.jsonl`` (every scalar and firing).
     """
 
     def __init__(
@@ -115,6 +116,7 @@ class Trainer:
         strategy: str = "auto",
         shard_data: bool = True,
         reduce: Mapping[str, str] | None = None,
+        log_events: bool = True,
     ) -> None:
         self.options = Options.check(loss_fn=loss_fn, step_fn=step_fn, max_epochs=max_epochs,
                                      max_steps=max_steps, precision=precision,
@@ -150,7 +152,8 @@ class Trainer:
         chief = self.comm is None or self.comm.is_chief
         if not chief:  # the chief alone writes the run directory and the logs
             self.directory = None
-        self._events = JsonlWriter(self.directory.events) if self.directory else None
+        self._events = (JsonlWriter(self.directory.events)
+                        if self.directory and log_events else None)
         self.metrics = MetricStore(self.clock.now, [w for w in (self._events,) if w]
                                    + (list(sinks) if chief else []))
         self._losses = LossKeeper()
