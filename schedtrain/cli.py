@@ -26,7 +26,7 @@ from schedtrain.errors import (
 )
 from schedtrain.metric_stream import MetricStreamError
 from schedtrain.planning import PlanError
-from schedtrain.spec import load_spec
+from schedtrain.spec import Spec, load_spec
 
 __all__ = ["main"]
 
@@ -178,6 +178,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             problems, notes = metric_problems(spec, *static_producers(spec))
             if problems:
                 raise ScheduleError(problems)
+            spec, shape_notes = _derived_clock(spec, args.do_import)
+            notes += shape_notes
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
@@ -198,12 +200,32 @@ def _cmd_check(args: argparse.Namespace) -> int:
 # -- plan -------------------------------------------------------------------------------
 
 
+def _derived_clock(spec: Spec, do_import: bool) -> tuple[Spec, list[str]]:
+    """``[clock]``'s missing keys from ``[run]`` (and, with ``--import``, the steps per
+    epoch counted from the task's data), with a warning for each disagreement."""
+    from schedtrain.spec.shape import derive_clock
+
+    counted = None
+    if do_import and spec.run is not None and spec.run.task:
+        try:
+            from schedtrain.training.main import count_steps_per_epoch
+        except ImportError as exc:
+            raise UsageError(f"--import counts the task's batches with schedtrain.training "
+                             f"(and torch), which cannot be imported: {exc}") from None
+        counted = count_steps_per_epoch(spec)
+    return derive_clock(spec, counted)
+
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain import plan_render
     from schedtrain.metric_stream import read_metrics
     from schedtrain.planning import plan_spec
 
     spec = load_spec(args.spec, imports=args.do_import)
+    spec, notes = _derived_clock(spec, args.do_import)
+    for note in notes:
+        print(f"warning: {args.spec}: {note}", file=sys.stderr)
     metrics = read_metrics(args.metrics) if args.metrics else None
     plan = plan_spec(spec, metrics, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
     if plan.truncated:

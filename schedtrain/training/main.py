@@ -28,7 +28,7 @@ from schedtrain.training.checkpoint import newest_valid
 if TYPE_CHECKING:
     from schedtrain.training.trainer import Trainer
 
-__all__ = ["Task", "load_task", "train_from_spec"]
+__all__ = ["Task", "count_steps_per_epoch", "load_task", "train_from_spec"]
 
 _log = structlog.get_logger("schedtrain.training")
 
@@ -80,6 +80,24 @@ def load_task(spec: Any, target: str) -> Task:
         raise TypeError(f"task factory {target!r} must return a schedtrain.training.Task, "
                         f"got {type(task).__name__}")
     return task
+
+
+def count_steps_per_epoch(spec: Spec) -> int | None:
+    """Optimizer steps per epoch of ``spec``'s task: its training data's length over
+    ``[run] grad_accum`` (``None`` without a task, or data without a length). This builds
+    the task (seeded as ``train`` seeds it)."""
+    from schedtrain.training.state import seed_everything
+
+    run = spec.run
+    if run is None or not run.task:
+        return None
+    seed_everything(run.seed)
+    task = load_task(spec, run.task)
+    try:
+        n = len(task.train_data)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return -(-n // run.grad_accum)
 
 
 def build_callbacks(spec: Spec) -> dict[str, Any]:
