@@ -11,7 +11,8 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn
 
@@ -21,6 +22,7 @@ from schedtrain.errors import (
     RunDirError,
     RunEnded,
     ScheduleError,
+    ScheduleWarning,
     failure_place,
     traceback_file,
 )
@@ -261,7 +263,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"be imported: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     try:
-        trainer = train_from_spec(spec, args.run_dir, args.resume, overwrite=args.overwrite)
+        with warnings.catch_warnings():
+            # A schedule's warnings as the user's lines, not as Python's (file:line).
+            warnings.showwarning = _warning_printer(args.spec)
+            trainer = train_from_spec(spec, args.run_dir, args.resume,
+                                      overwrite=args.overwrite)
     except RunEnded as exc:
         if args.resume != "auto":
             print(f"error: {exc}", file=sys.stderr)
@@ -292,6 +298,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
           + (f"; {', '.join(shown)}" if shown else "")
           + (f"; run directory {trainer.run_dir}" if trainer.run_dir else ""))
     return EXIT_OK
+
+
+def _warning_printer(path: str) -> Callable[..., None]:
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        if issubclass(category, ScheduleWarning):
+            print(f"warning: {path}: {message}", file=sys.stderr)
+        else:
+            print(f"warning: {category.__name__}: {message}", file=sys.stderr)
+    return show
 
 
 def _ending(trainer: Any) -> str:

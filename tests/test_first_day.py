@@ -575,3 +575,21 @@ class TestBatchContract:
         assert isinstance(moved["b"], pair) and moved["b"].y["c"].is_meta
         assert moved["d"]["e"].is_meta
         assert not batch["a"][0].is_meta  # the original is left alone
+
+
+def test_train_prints_schedule_warnings_as_lines(project: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A schedule warning during ``train`` is one ``warning: SPEC: ...`` line, not a
+    Python warning pointing into the library."""
+    path = spec(project, """
+        [callbacks.save]
+        type = "ModelSaver"
+        trigger = { any = [{ every = "1 epoch" }, "never"] }
+        [triggers.never]
+        all = [{ every = "2 steps" }, { on = "train_start" }]
+        """)
+    assert main(["train", path, "--run-dir", "out"]) == 0
+    err = capsys.readouterr().err
+    warned = [x for x in err.splitlines() if x.startswith("warning: ")]
+    assert warned and all(x.startswith(f"warning: {path}: ") for x in warned), err
+    assert "schedtrain/" not in err and "Warning:" not in err
