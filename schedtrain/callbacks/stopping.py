@@ -20,7 +20,9 @@ class EarlyStopping(Callback):
     """Stop training.
 
     Without ``patience`` it stops as soon as it fires: give it a trigger such as
-    ``plateau("val/loss", patience=3)`` (its default trigger when none is given).
+    ``plateau("val/loss", patience=3)`` (its default trigger when none is given); a spec
+    whose trigger for it has no metric part is refused, as it would stop at its first
+    firing.
     With ``patience`` it counts itself: each time it fires it reads ``monitor``
     and stops after ``patience`` firings without a new best (default trigger:
     every epoch).
