@@ -11,14 +11,24 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Final, NoReturn
+from typing import IO, Any, Final, NoReturn
 
-from schedtrain.errors import Preempted, Problem, RunDirError, RunEnded, ScheduleError
+from schedtrain.errors import (
+    Preempted,
+    Problem,
+    RunDirError,
+    RunEnded,
+    ScheduleError,
+    ScheduleWarning,
+    failure_place,
+    traceback_file,
+)
 from schedtrain.metric_stream import MetricStreamError
 from schedtrain.planning import PlanError
-from schedtrain.spec import load_spec
+from schedtrain.spec import Spec, load_spec
 
 __all__ = ["main"]
 
@@ -159,18 +169,25 @@ def _plural(n: int, word: str) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from schedtrain.spec.metrics import metric_problems, static_producers
+
     failed = False
     for path in args.specs:
         try:
             spec = load_spec(path, imports=args.do_import)
             if args.do_import:
                 spec.callback_classes()
+            problems, notes = metric_problems(spec, *static_producers(spec))
+            if problems:
+                raise ScheduleError(problems)
+            spec, shape_notes = _derived_clock(spec, args.do_import)
+            notes += shape_notes
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
             failed = True
             continue
-        for note in spec.warnings:
+        for note in (*spec.warnings, *notes):
             print(f"warning: {path}: {note}", file=sys.stderr)
         for target in spec.unimported:
             print(f"note: {path}: custom trigger {target!r} was not imported; --import "
@@ -178,11 +195,28 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"{path}: ok: {_plural(len(spec.callbacks), 'callback')}, "
               f"{_plural(len(spec.triggers), 'named trigger')}, "
               f"{_plural(len(spec.events), 'custom event')}, "
-              f"{_plural(len(spec.warnings), 'warning')}")
+              f"{_plural(len(spec.warnings) + len(notes), 'warning')}")
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
 # -- plan -------------------------------------------------------------------------------
+
+
+def _derived_clock(spec: Spec, do_import: bool) -> tuple[Spec, list[str]]:
+    """``[clock]``'s missing keys from ``[run]`` (and, with ``--import``, the steps per
+    epoch counted from the task's data), with a warning for each disagreement."""
+    from schedtrain.spec.shape import derive_clock
+
+    counted = None
+    if do_import and spec.run is not None and spec.run.task:
+        try:
+            from schedtrain.training.main import count_steps_per_epoch
+        except ImportError as exc:
+            raise UsageError(f"--import counts the task's batches with schedtrain.training "
+                             f"(and torch), which cannot be imported: {exc}") from None
+        counted = count_steps_per_epoch(spec)
+    return derive_clock(spec, counted)
+
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -191,6 +225,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain.planning import plan_spec
 
     spec = load_spec(args.spec, imports=args.do_import)
+    spec, notes = _derived_clock(spec, args.do_import)
+    for note in notes:
+        print(f"warning: {args.spec}: {note}", file=sys.stderr)
     metrics = read_metrics(args.metrics) if args.metrics else None
     plan = plan_spec(spec, metrics, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
     if plan.truncated:
@@ -228,7 +265,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"be imported: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     try:
-        trainer = train_from_spec(spec, args.run_dir, args.resume, overwrite=args.overwrite)
+        with warnings.catch_warnings():
+            # A schedule's warnings as the user's lines, not as Python's (file:line).
+            warnings.showwarning = _warning_printer(args.spec)
+            trainer = train_from_spec(spec, args.run_dir, args.resume,
+                                      overwrite=args.overwrite)
     except RunEnded as exc:
         if args.resume != "auto":
             print(f"error: {exc}", file=sys.stderr)
@@ -251,8 +292,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return EXIT_PREEMPTED
     if trainer.rank != 0:  # the chief reports for every rank
         return EXIT_OK
-    if trainer.stop_reason:
-        print(trainer.stop_reason)
+    print(_ending(trainer))
     ts = trainer.clock.now()
     shown = [f"{n}={mv.value:.4g}" for n in trainer.metrics.names()
              if n.startswith("val/") and (mv := trainer.metrics.latest(n)) is not None]
@@ -260,6 +300,32 @@ def _cmd_train(args: argparse.Namespace) -> int:
           + (f"; {', '.join(shown)}" if shown else "")
           + (f"; run directory {trainer.run_dir}" if trainer.run_dir else ""))
     return EXIT_OK
+
+
+def _warning_printer(path: str) -> Callable[..., None]:
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        if issubclass(category, ScheduleWarning):
+            print(f"warning: {path}: {message}", file=sys.stderr)
+        else:
+            print(f"warning: {category.__name__}: {message}", file=sys.stderr)
+    return show
+
+
+def _ending(trainer: Any) -> str:
+    """Why the run ended: who stopped it and why, or the limit it reached."""
+    ts = trainer.clock.now()
+    reason: str | None = trainer.stop_reason
+    if trainer.stopped_early:
+        place = getattr(trainer, "stop_place", None)
+        if reason and reason.startswith("stopped by"):
+            return reason
+        return (f"stopped by {place}" if place else f"stopped at epoch {ts.epoch} (step "
+                f"{ts.step})") + f": {reason or 'StopTraining was raised'}"
+    if trainer.max_steps is not None and ts.step >= trainer.max_steps:
+        return f"finished: reached max_steps = {trainer.max_steps} at epoch {ts.epoch}"
+    if trainer.max_epochs is not None:
+        return f"finished: reached max_epochs = {trainer.max_epochs} at step {ts.step}"
+    return f"finished at epoch {ts.epoch} (step {ts.step})"
 
 
 _COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "train": _cmd_train}
@@ -296,8 +362,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.traceback:
             traceback.print_exc()
         rank = os.environ.get("RANK") if os.environ.get("WORLD_SIZE", "1") != "1" else None
-        where = f" on rank {rank}" if rank is not None else ""
-        print(f"error{where}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if not args.traceback:
-            print("(run with --traceback for details)", file=sys.stderr)
+        print(_failure_line(exc, rank, args.traceback), file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _failure_line(exc: BaseException, rank: str | None, shown: bool) -> str:
+    """One line for a failure: where in the run it was raised, what, and where the
+    full traceback is."""
+    where = f" on rank {rank}" if rank is not None else ""
+    text = str(exc).strip().splitlines()
+    what = type(exc).__name__ + (f": {text[0]}" if text else "") + (" ..." if len(text) > 1
+                                                                      else "")
+    place = failure_place(exc)
+    saved = traceback_file(exc)
+    line = f"error{where}: " + (f"{place} raised {what}" if place else what)
+    if saved is not None:
+        line += f"; traceback in {saved}"
+    elif not shown:
+        line += " (run with --traceback for details)"
+    return line

@@ -7,6 +7,7 @@ they are raised; nothing downstream parses their text.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -25,6 +26,9 @@ __all__ = [
     "StopTraining",
     "describe",
     "did_you_mean",
+    "failure_place",
+    "locate_failure",
+    "traceback_file",
 ]
 
 
@@ -131,6 +135,40 @@ class Preempted(Exception):
                  else "no checkpoint (the trainer has no run_dir)")
         super().__init__(f"preempted by {signal} after step {step}: {where}")
         self.signal, self.step, self.checkpoint = signal, step, checkpoint
+
+
+_PLACE = "schedtrain_place"
+
+
+def locate_failure(exc: BaseException, place: str) -> None:
+    """Say where in the run ``exc`` was raised (``"callback 'x' at step_end, step 12,
+    epoch 1"``), once: the innermost place wins. Added as a note to its traceback."""
+    if getattr(exc, _PLACE, None) is not None:
+        return
+    # An exception class with __slots__ takes no attribute: the note still says it.
+    with contextlib.suppress(AttributeError):
+        setattr(exc, _PLACE, place)
+    exc.add_note(f"schedtrain: raised in {place}")
+
+
+def failure_place(exc: BaseException) -> str | None:
+    """Where ``locate_failure`` placed ``exc``, if it did."""
+    place = getattr(exc, _PLACE, None)
+    return place if isinstance(place, str) else None
+
+
+_TRACEBACK = "schedtrain_traceback_file"
+
+
+def traceback_file(exc: BaseException, path: Path | None = None) -> Path | None:
+    """The file ``exc``'s traceback was saved to; with ``path``, record it first."""
+    if path is not None:
+        try:
+            setattr(exc, _TRACEBACK, path)
+        except AttributeError:
+            return None
+    saved = getattr(exc, _TRACEBACK, None)
+    return saved if isinstance(saved, Path) else None
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from schedtrain.firings import Firing
 from schedtrain.planning import Plan
 
-__all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "render_json", "render_png",
-           "render_table"]
+__all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "draw_png", "render_json",
+           "render_png", "render_table"]
 
 #: Columns of the text timeline; the run is binned into this many, whatever its length.
 TIMELINE_WIDTH: Final = 64
@@ -100,7 +100,17 @@ def render_table(plan: Plan, first: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_png(plan: Plan, out: str) -> None:
+#: Lifecycle events drawn as markers: at step 0 or at the run's end a tick sits on the
+#: plot's frame and would not be seen.
+_MARKED: Final = {"train_start": ">", "train_end": "<", "epoch_start": "^"}
+
+
+def draw_png(plan: Plan) -> Any:
+    """The timeline as a matplotlib ``Figure`` (``render_png`` saves it).
+
+    Raises:
+        PngUnavailable: matplotlib is not installed.
+    """
     try:
         import matplotlib
 
@@ -112,29 +122,47 @@ def render_png(plan: Plan, out: str) -> None:
     total = max(plan.shape.total_steps, 1)
     fig, ax = plt.subplots(figsize=(10, 0.55 * len(names) + 1.6))
     for lane, name in enumerate(reversed(names)):
-        mine = plan.log.of(name)
-        sure = [f.step for f in mine if not f.conditional]
-        cond = [f.step for f in mine if f.conditional]
-        if sure:
-            ax.vlines(sure, lane - 0.35, lane + 0.35, color="tab:blue", linewidth=1.2)
-        if cond:
-            ax.vlines(cond, lane - 0.35, lane + 0.35, color="tab:orange", linewidth=1.2,
-                      linestyles="dotted")
+        for cond, color in ((False, "tab:blue"), (True, "tab:orange")):
+            mine = [f for f in plan.log.of(name) if f.conditional == cond]
+            ticks = [f.step for f in mine if f.event not in _MARKED]
+            if ticks:
+                ax.vlines(ticks, lane - 0.35, lane + 0.35, color=color, linewidth=1.2,
+                          linestyles="dotted" if cond else "solid")
+            for event, marker in _MARKED.items():
+                steps = [f.step for f in mine if f.event == event]
+                if steps:
+                    ax.plot(steps, [lane] * len(steps), linestyle="none", marker=marker,
+                            color=color, markersize=7, label=event)
     epochs = plan.shape.ended_epochs
     stride = max(1, math.ceil(epochs / 50))  # at most ~50 boundary lines stay readable
     for e in range(stride, epochs + 1, stride):
         ax.axvline(plan.shape.start(e), color="0.8", linewidth=0.6, zorder=0)
     ax.set_yticks(range(len(names)), list(reversed(names)))
-    ax.set_xlim(0, total * 1.01)
+    ax.set_xlim(-total * 0.02, total * 1.02)  # room for markers at step 0 and at the end
     ax.set_ylim(-0.7, len(names) - 0.3)
-    ax.set_xlabel(f"optimizer steps (grey lines: every {stride} epoch{'' if stride == 1 else 's'})")
+    ax.set_xlabel(f"optimizer steps (grey lines: every {stride} epoch{'' if stride == 1 else 's'}"
+                  "; > train_start, < train_end, ^ epoch_start)")
     title = f"schedtrain plan: {Path(plan.spec.path or 'spec').name}"
     if any(f.conditional for f in plan.log):
         title += "  (dotted orange: conditional)"
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def render_png(plan: Plan, out: str) -> None:
+    """Write the timeline to ``out`` as a PNG.
+
+    Raises:
+        PngUnavailable: matplotlib is not installed.
+    """
+    fig = draw_png(plan)  # imports matplotlib, or says how to install it
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(out, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 class PngUnavailable(Exception):

@@ -71,9 +71,12 @@ def _shape(spec: Spec, epochs: int | None, steps_per_epoch: int | None) -> RunSh
         missing.append("epochs")
     if steps_per_epoch is None and clock.steps_per_epoch is None and not clock.epoch_lengths:
         missing.append("steps_per_epoch")
+    hint = ""
+    if "steps_per_epoch" in missing and spec.run is not None and spec.run.task:
+        hint = "; or --import to count the steps per epoch from [run] task's data"
     raise PlanError(
         f"{spec.path}: plan needs the run's length: set {' and '.join(missing)} in [clock] "
-        f"or pass {' and '.join('--' + m.replace('_', '-') for m in missing)}")
+        f"or pass {' and '.join('--' + m.replace('_', '-') for m in missing)}{hint}")
 
 
 def plan_spec(

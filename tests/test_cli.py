@@ -313,6 +313,43 @@ class TestPlan:
         assert main(["plan", RESNET, "--format", "png", "--out", str(out)]) == 0
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    def test_png_shows_lifecycle_firings(self, tmp_path: Path) -> None:
+        """``train_start`` (step 0) and ``train_end`` firings are plotted inside the axes,
+        on their callback's lane, not hidden on the frame."""
+        pytest.importorskip("matplotlib")
+        from schedtrain import plan_render
+        from schedtrain.planning import plan_spec
+
+        path = write(tmp_path, """
+            [clock]
+            epochs = 3
+            steps_per_epoch = 7
+            [callbacks.setup]
+            trigger = { on = "train_start" }
+            [callbacks.both]
+            trigger = { any = [{ on = "train_start" }, { on = "train_end" }, "pair"] }
+            [triggers.pair]
+            every = "2 steps"
+            """)
+        plan = plan_spec(load_spec(path))
+        fig = plan_render.draw_png(plan)
+        ax = fig.axes[0]
+        lo, hi = ax.get_xlim()
+        lanes = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+        plotted: dict[float, set[float]] = {}
+        for line in ax.get_lines():
+            if line.get_marker() in ("None", "", None):  # grey epoch lines, in axes units
+                continue
+            for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+                plotted.setdefault(float(y), set()).add(float(x))
+        expected = {name: {float(f.step) for f in plan.log.of(name)
+                           if f.event in ("train_start", "train_end")}
+                    for name in ("setup", "both")}
+        assert expected["setup"] == {0.0}
+        for name, steps in expected.items():
+            assert steps <= plotted[lanes[name]]
+            assert all(lo < s < hi for s in steps)
+
     def test_png_without_matplotlib(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
         """Without matplotlib, png exits 1 with the install hint."""
@@ -371,15 +408,17 @@ class TestTrain:
             calls.append((spec.path, run_dir, resume))
             clock = types.SimpleNamespace(now=lambda: Timestamp(step=30, epoch=3, seconds=1.0))
             return types.SimpleNamespace(clock=clock, metrics=Metrics(), run_dir="runs/x",
-                                         stop_reason=None, rank=0)
+                                         stop_reason=None, stopped_early=False, rank=0,
+                                         max_epochs=3, max_steps=None)
 
         fake = types.ModuleType("schedtrain.training")
         fake.train_from_spec = train_from_spec  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, "schedtrain.training", fake)
         assert main(["train", RESNET, "--run-dir", "runs/x", "--resume", "auto"]) == 0
         assert calls == [(RESNET, "runs/x", "auto")]
-        assert capsys.readouterr().out.strip() == (
-            "trained 3 epochs, 30 steps in 1.0 s; val/accuracy=0.97; run directory runs/x")
+        assert capsys.readouterr().out.strip().splitlines() == [
+            "finished: reached max_epochs = 3 at step 30",
+            "trained 3 epochs, 30 steps in 1.0 s; val/accuracy=0.97; run directory runs/x"]
 
     def test_training_failure_is_exit_1(self, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -168,7 +168,8 @@ trigger = { every = "1 step" }
     result = torchrun(spec, tmp_path / "run", timeout=60)
     assert result.returncode != 0
     assert time.monotonic() - start < 45
-    assert "error on rank 1: RuntimeError: deliberate failure on rank 1" in result.stderr
+    assert ("error on rank 1: callback 'fail' at step_end (step 5, epoch 0) raised "
+            "RuntimeError: deliberate failure on rank 1") in result.stderr
 
 
 SLOW = """

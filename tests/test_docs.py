@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 
 
 def _blocks(path: Path) -> list[str]:
@@ -42,3 +42,14 @@ def test_pages_have_blocks() -> None:
     """The pages that teach the API show code (so the test above covers something)."""
     for page in ("README.md", "docs/testing.md", "docs/triggers.md", "docs/toml.md"):
         assert _blocks(ROOT / page), page
+
+
+def test_builtins_importable_from_callbacks() -> None:
+    """Every built-in callback type of the registry is exported by ``schedtrain.callbacks``
+    (the docs import them from there) and is the class TOML resolves."""
+    import schedtrain.callbacks
+    from schedtrain.registry import BUILTINS, resolve
+
+    for name in BUILTINS:
+        assert name in schedtrain.callbacks.__all__, name
+        assert getattr(schedtrain.callbacks, name) is resolve(name)

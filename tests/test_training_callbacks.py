@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -267,11 +269,50 @@ class TestBuiltins:
         third = rest.partition("epoch 3")[2]
         assert "4/8" in third  # the firing at step 20, 4 steps into the third epoch
 
-    def test_progress_bar_quiet_without_a_terminal(self,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-        """By default nothing is drawn when stderr is not a terminal (logs, CI)."""
-        _classification(callbacks=[InferenceRunner(), ProgressBar()], max_epochs=2).fit()
-        assert "epoch" not in capsys.readouterr().err
+    @staticmethod
+    def _progress_lines(stream: io.StringIO) -> list[tuple[int, int, int, str]]:
+        """``(epoch, step in epoch, step, values)`` of each plain progress line."""
+        text = stream.getvalue()
+        assert "\r" not in text and "\x1b" not in text  # no bar redraws, no escapes
+        found = []
+        for line in text.splitlines():
+            m = re.fullmatch(r"epoch (\d+) step (\d+)/8 \(\d+%\)  \[step (\d+)\](.*)", line)
+            assert m is not None, line
+            found.append((int(m[1]), int(m[2]), int(m[3]), m[4]))
+        return found
+
+    def test_progress_lines_without_a_terminal(self) -> None:
+        """On a stream that is not a terminal (a pipe, a log), plain lines replace the bar:
+        one per firing, in order, each epoch ending with its validation metrics."""
+        stream = io.StringIO()
+        _classification(callbacks=[InferenceRunner(), ProgressBar(stream=stream)],
+                        max_epochs=3).fit()
+        lines = self._progress_lines(stream)
+        steps = [step for _, _, step, _ in lines]
+        assert steps == sorted(steps) and 20 in steps  # the 20-step firing is there
+        for epoch in (1, 2, 3):
+            last = [x for x in lines if x[0] == epoch][-1]
+            assert last[1:3] == (8, 8 * epoch)
+            assert "val/accuracy=" in last[3]
+        for epoch, in_epoch, step, _ in lines:
+            assert step == 8 * (epoch - 1) + in_epoch
+
+    def test_progress_lines_on_a_dumb_terminal(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A terminal with ``TERM=dumb`` cannot redraw a bar: plain lines too; any other
+        terminal gets the bar."""
+
+        class Tty(io.StringIO):
+            def isatty(self) -> bool:
+                return True
+
+        monkeypatch.setenv("TERM", "dumb")
+        stream = Tty()
+        _classification(callbacks=[ProgressBar(stream=stream)], max_epochs=2).fit()
+        assert [x[:3] for x in self._progress_lines(stream)] == [(1, 8, 8), (2, 8, 16)]
+        monkeypatch.setenv("TERM", "xterm-256color")
+        stream = Tty()
+        _classification(callbacks=[ProgressBar(stream=stream)], max_epochs=2).fit()
+        assert "\r" in stream.getvalue()  # tqdm's redraws
 
 
 class TestMonitors:

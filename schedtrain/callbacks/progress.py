@@ -4,11 +4,15 @@ It never forces a device sync: it shows only values already brought to the
 host (by a flush or a callback that read them), and redraws only when fired
 (default: every 20 steps and at each epoch end) and when it closes an epoch's
 bar, after the epoch-end flush, so the epoch's validation metrics are shown.
+Where a bar cannot be drawn (the stream is not a terminal: a pipe, a log file, CI;
+or ``TERM=dumb``) it prints one plain line at each of those moments instead.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import os
+import sys
+from typing import Any, ClassVar, TextIO
 
 from tqdm.auto import tqdm
 
@@ -21,42 +25,84 @@ __all__ = ["ProgressBar"]
 class ProgressBar(Callback):
     """Show training progress per epoch (only on the chief process).
 
+    On a terminal a tqdm bar per epoch; elsewhere (a pipe or log file, ``TERM=dumb``)
+    a plain line each time it fires, such as
+    ``epoch 2 step 30/45 (67%)  train/loss=0.312  val/loss=0.298``.
+
     Args:
         names: the scalars to show (default: every scalar).
         leave: keep each epoch's finished bar on screen.
-        tty_only: draw only when stderr is a terminal, so logs and CI output stay free
-            of bar redraws (``False``: draw anyway).
+        tty_only: draw the bar only on a terminal, plain lines elsewhere (``False``:
+            always the bar).
+        stream: where to write (default: ``sys.stderr`` when the run starts).
     """
 
     default_trigger: ClassVar[Trigger] = any_of(every("20 steps"), every("1 epoch"))
 
     def __init__(self, names: list[str] | None = None, leave: bool = True,
-                 tty_only: bool = True) -> None:
+                 tty_only: bool = True, stream: TextIO | None = None) -> None:
         self.names = names
         self.leave = leave
         self.tty_only = tty_only
+        self.stream = stream
         self._bar: Any = None
         self._shown = 0
+        self._lines: bool | None = None  # plain lines instead of a bar; decided at start
+        self._last_line = ""
+        self._epoch = self._done = 0
+
+    def _before_train(self) -> None:
+        out = self.stream or sys.stderr
+        self._lines = self.tty_only and not can_draw(out)
 
     def _before_epoch(self) -> None:
         if not self.is_chief:
             return
         self._close()
+        self._epoch = self.now.epoch + 1  # 1-based, as the bar's title says it
+        if self._lines:
+            return
         self._bar = tqdm(total=self.trainer.steps_in_epoch, leave=self.leave,
                          desc=f"epoch {self.now.epoch + 1}", unit="step", dynamic_ncols=True,
-                         disable=None if self.tty_only else False)  # None: off unless a TTY
+                         file=self.stream or sys.stderr, disable=False)
         self._shown = self.now.step_in_epoch
         if self._shown:
             self._bar.update(self._shown)
 
     def _trigger(self) -> None:
+        if self._lines:
+            done = self.now.step_in_epoch
+            # An epoch's last step is printed once, when the epoch closes: with the
+            # values its end computes.
+            if self.is_chief and done != self.trainer.steps_in_epoch:
+                self._print_line(done)
+            return
         self._advance()
         self._show_scalars()
 
+    def _scalars(self) -> dict[str, float]:
+        scalars = self.metrics.materialized()
+        if self.names is not None:
+            scalars = {n: v for n, v in scalars.items() if n in self.names}
+        return scalars
+
+    def _print_line(self, done: int) -> None:
+        now, total = self.now, self.trainer.steps_in_epoch
+        where = f"epoch {self._epoch} step {done}"
+        if total:
+            where += f"/{total} ({100 * done // total}%)"
+        values = "  ".join(f"{n}={v:.4g}" for n, v in self._scalars().items())
+        line = f"{where}  [step {now.step}]" + (f"  {values}" if values else "")
+        if line != self._last_line:
+            print(line, file=self.stream or sys.stderr, flush=True)
+            self._last_line = line
+
     def _after_epoch(self) -> None:
         self._advance()  # the epoch's last steps, whatever the trigger
+        self._done = self.now.step_in_epoch
 
     def _after_train(self) -> None:
+        self._done = self.now.step_in_epoch  # also where max_steps cut an epoch
         self._close()
 
     def _advance(self) -> None:
@@ -69,11 +115,8 @@ class ProgressBar(Callback):
     def _show_scalars(self) -> None:
         if self._bar is None:
             return
-        scalars = self.metrics.materialized()
-        if self.names is not None:
-            scalars = {n: v for n, v in scalars.items() if n in self.names}
         self._bar.set_postfix(
-            {"step": self.now.step, **{n: f"{v:.4g}" for n, v in scalars.items()}},
+            {"step": self.now.step, **{n: f"{v:.4g}" for n, v in self._scalars().items()}},
             refresh=True)
 
     def _close(self) -> None:
@@ -83,3 +126,16 @@ class ProgressBar(Callback):
             self._show_scalars()
             self._bar.close()
             self._bar = None
+        elif self._lines and self.is_chief and self.now.step:
+            # The epoch's last line, with what its end computed; the clock may already
+            # be in the next epoch.
+            self._print_line(self._done)
+
+
+def can_draw(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal that redraws a bar: a TTY and ``TERM`` not ``dumb``."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # closed or file-like without isatty
+        return False
+    return tty and os.environ.get("TERM", "") != "dumb"

@@ -9,6 +9,7 @@ import torch
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.triggers import Trigger, every, plateau
+from schedtrain.triggers.metric import Plateau
 
 __all__ = ["EarlyStopping", "TerminateOnNaN"]
 
@@ -19,7 +20,9 @@ class EarlyStopping(Callback):
     """Stop training.
 
     Without ``patience`` it stops as soon as it fires: give it a trigger such as
-    ``plateau("val/loss", patience=3)`` (its default trigger when none is given).
+    ``plateau("val/loss", patience=3)`` (its default trigger when none is given); a spec
+    whose trigger for it has no metric part is refused, as it would stop at its first
+    firing.
     With ``patience`` it counts itself: each time it fires it reads ``monitor``
     and stops after ``patience`` firings without a new best (default trigger:
     every epoch).
@@ -51,8 +54,7 @@ class EarlyStopping(Callback):
         where = f"at epoch {self.now.epoch} (step {self.now.step})"
         if self.patience is None:
             _log.info("early_stopping", callback=self.name, step=self.now.step)
-            self.trainer.request_stop(f"stopped by {self.name} {where}: its trigger fired "
-                                      f"({self.monitor} stopped improving)")
+            self.trainer.request_stop(f"stopped by {self.name} {where}: {self._why()}")
             return
         got = self.metrics.latest(self.monitor)
         if got is None:
@@ -68,6 +70,22 @@ class EarlyStopping(Callback):
             self.trainer.request_stop(f"stopped by {self.name} {where}: {self.monitor} did "
                                       f"not improve for {self.patience} checks "
                                       f"(best {self.best:.4g})")
+
+    def _why(self) -> str:
+        """Why its trigger fired, from the metric parts of that trigger."""
+        schedule = getattr(self.trainer, "schedule", None)
+        entry = next((e for e in getattr(schedule, "entries", ()) if e.callback is self), None)
+        todo = [entry.trigger] if entry is not None else []
+        while todo:
+            t = todo.pop()
+            if isinstance(t, Plateau):
+                got = self.metrics.latest(t.metric)
+                last = f" (last {got.value:.4g})" if got is not None else ""
+                return f"{t.metric} did not improve for {t.patience} checks{last}"
+            todo.extend(t.children())
+        if entry is not None:
+            return f"its trigger {entry.trigger!r} fired"
+        return "its trigger fired"
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "wait": self.wait}
@@ -96,8 +114,8 @@ class TerminateOnNaN(Callback):
             self.triggered_at = self.now.step
             _log.warning("nan_loss", callback=self.name, step=self.now.step)
             value = float(loss.float().mean())
-            self.trainer.request_stop(f"stopped by {self.name} at step {self.now.step}: the "
-                                      f"loss is {value}")
+            self.trainer.request_stop(f"stopped by {self.name} at epoch {self.now.epoch} "
+                                      f"(step {self.now.step}): the training loss is {value}")
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -29,14 +29,14 @@ from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_name
 from schedtrain.spec.model import ClockSpec, RunSpec
 from schedtrain.spec.problems import Problems, Rel
-from schedtrain.time import MAX_COUNT
+from schedtrain.time import MAX_COUNT, Time, Unit
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["Document", "parse_toml", "read_document"]
+__all__ = ["SINKS", "Document", "parse_toml", "read_document", "sink_period_problem"]
 
 _TASK_RE: Final = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _DEVICE_RE: Final = re.compile(r"auto|cpu|cuda|mps|cuda:(?P<index>[0-9]{1,4})")
@@ -245,6 +245,51 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
         if op not in REDUCE_OPS:
             problems.expect(("run", "reduce", name),
                             " or ".join(repr(x) for x in REDUCE_OPS), op)
+    _check_sinks(run, problems)
+
+
+#: ``[run] sinks`` values.
+SINKS: Final = ("jsonl", "console", "tensorboard")
+
+
+def _check_sinks(run: RunSpec, problems: Problems) -> None:
+    seen: set[str] = set()
+    for i, sink in enumerate(run.sinks):
+        if sink not in SINKS:
+            problems.add(("run", "sinks", i), f"unknown sink {sink!r}{did_you_mean(sink, SINKS)}"
+                         f"; expected {', '.join(repr(x) for x in SINKS)}",
+                         expected=" or ".join(repr(x) for x in SINKS), found=sink)
+        elif sink in seen:
+            problems.add(("run", "sinks", i), f"sink {sink!r} is listed twice",
+                         expected="each sink once", found=sink)
+        seen.add(sink)
+    for sink, period in run.sink_every.items():
+        where = ("run", "sink_every", sink)
+        if sink == "jsonl":
+            problems.add(where, "events.jsonl keeps every value (resume and `plan --metrics` "
+                                "read it); give a cadence to 'console' or 'tensorboard'",
+                         expected="'console' or 'tensorboard'", found=sink)
+        elif sink not in run.sinks:
+            problems.add(where, f"{sink!r} is not in run.sinks ({list(run.sinks)}); add it "
+                                f"there{did_you_mean(sink, SINKS)}",
+                         expected="a sink listed in run.sinks", found=sink)
+        message = sink_period_problem(period)
+        if message is not None:
+            problems.add(where, message, expected="a period such as '1 epoch' or "
+                                                  "'100 steps'", found=period)
+
+
+def sink_period_problem(period: str) -> str | None:
+    """Why ``period`` cannot be a sink's cadence, or ``None``: scalars carry their step
+    and epoch, so a whole number of steps or epochs."""
+    try:
+        t = Time.parse(period)
+    except (ValueError, TypeError) as exc:
+        return f"expected a period such as '1 epoch' or '100 steps', found {period!r} ({exc})"
+    if t.unit not in (Unit.STEP, Unit.EPOCH) or not (isinstance(t.value, int) and t.value >= 1):
+        return (f"expected a whole number >= 1 of steps or epochs (values are stamped with "
+                f"those), found {period!r}")
+    return None
 
 
 def _check_events(events: tuple[str, ...], problems: Problems) -> None:

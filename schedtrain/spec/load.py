@@ -17,6 +17,7 @@ from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
 from schedtrain.spec.callbacks import read_callback
 from schedtrain.spec.document import parse_toml, read_document
+from schedtrain.spec.metrics import check_early_stopping
 from schedtrain.spec.model import CallbackSpec, Spec
 from schedtrain.spec.problems import Problems
 from schedtrain.spec.triggers import TriggerReader
@@ -70,8 +71,12 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
         stem = Path(file).stem if file and not file.startswith("<") else "schedule"
         run = attrs.evolve(run, run_dir=f"runs/{stem}")
     named = {n: loc.trigger for n, loc in reader.done.items() if loc is not None}
-    return Spec(callbacks, named, doc.clock, run, doc.events, file, analysis.notes, analysis,
+    spec = Spec(callbacks, named, doc.clock, run, doc.events, file, analysis.notes, analysis,
                 located)
+    stops = check_early_stopping(spec)
+    if stops:
+        raise SpecError(stops)
+    return spec
 
 
 def load_spec(path: str | Path, *, imports: bool = False) -> Spec:

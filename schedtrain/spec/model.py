@@ -93,6 +93,10 @@ class RunSpec:
         shard_data: on several processes, shard a plain ``DataLoader`` across ranks.
         reduce: metric name -> how it is combined across ranks (``"mean"`` by default,
             ``"sum"``, ``"max"``, ``"min"``).
+        sinks: where scalars go: ``"jsonl"`` (``RUN_DIR/events.jsonl``), ``"console"``
+            (a line per report on stdout), ``"tensorboard"`` (``RUN_DIR/tensorboard``).
+        sink_every: sink name -> at most one report per this period (``"1 epoch"``,
+            ``"100 steps"``); a sink not named reports every value.
     """
 
     task: str | None = None
@@ -107,6 +111,8 @@ class RunSpec:
     strategy: str = "auto"
     shard_data: bool = True
     reduce: Mapping[str, str] = attrs.field(factory=dict)
+    sinks: tuple[str, ...] = ("jsonl",)
+    sink_every: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen

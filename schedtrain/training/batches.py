@@ -5,8 +5,9 @@ Counting rule (documented in docs/training.md):
 * samples: the length of the first dimension of the batch's first tensor
   (a tensor; the first item of a tuple/list; the first value of a mapping),
   or the batch's ``num_samples`` attribute / key when it has one;
-* tokens: the batch's ``num_tokens`` attribute or key (an int), else its
-  ``"tokens"`` key (an int, or a tensor whose element count is used), else 0.
+* tokens: the batch's ``num_tokens`` attribute or key (an int or a one-element
+  tensor, such as ``attention_mask.sum()``), else its ``"tokens"`` key (an int, or a
+  tensor of token ids whose element count is used), else 0.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def count_batch(batch: Any) -> tuple[int, int]:
         t = _first_tensor(batch)
         samples = int(t.shape[0]) if t is not None and t.ndim > 0 else 0
     tokens = _get(batch, "num_tokens")
-    if tokens is None:
-        tokens = _get(batch, "tokens") if isinstance(batch, Mapping) else None
+    if tokens is not None:  # a count, also as a tensor (reading it syncs)
+        return samples, int(tokens)
+    tokens = _get(batch, "tokens") if isinstance(batch, Mapping) else None
     return samples, (_count(tokens) if tokens is not None else 0)
 
 
@@ -66,7 +68,11 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, Mapping):
-        return type(batch)({k: to_device(v, device) for k, v in batch.items()})  # type: ignore[call-arg]
+        values = {k: to_device(v, device) for k, v in batch.items()}
+        try:
+            return type(batch)(values)  # type: ignore[call-arg]
+        except TypeError:  # a mapping type not built from a dict (defaultdict...): a dict
+            return values
     if isinstance(batch, tuple):
         moved = [to_device(v, device) for v in batch]
         return type(batch)(*moved) if hasattr(batch, "_fields") else tuple(moved)

@@ -20,7 +20,7 @@ import structlog
 
 from schedtrain.callbacks.base import PER_EVENT_HOOKS, Callback, overrides
 from schedtrain.distributed.comm import Comm
-from schedtrain.errors import StopTraining
+from schedtrain.errors import StopTraining, locate_failure
 from schedtrain.firings import Firing
 from schedtrain.monitors.store import MetricStore
 from schedtrain.schedule import HookGate
@@ -143,6 +143,10 @@ class Dispatcher:
                 cb.trigger()
             else:
                 self._trigger_reduced(name, cb)
+        except Exception as exc:  # StopTraining too: the stop line says who stopped
+            locate_failure(exc, f"callback {name!r} at {event} (step {ts.step}, "
+                                f"epoch {ts.epoch})")
+            raise
         finally:
             self._depth -= 1
 
@@ -199,7 +203,11 @@ class Dispatcher:
         """Call ``hook`` on every callback that overrides it and whose gate is open."""
         for cb, gate in self.hooks[hook]:
             if gate is None or gate(now):
-                getattr(cb, hook.lstrip("_"))(*args)
+                try:
+                    getattr(cb, hook.lstrip("_"))(*args)
+                except Exception as exc:
+                    _place_hook(exc, cb, hook, now)
+                    raise
 
     def before_step(self, now: Timestamp, step: int, batch: Any) -> dict[str, Any]:
         """``before_step`` hooks; remembers who ran, and collects the fetches they ask for."""
@@ -208,7 +216,11 @@ class Dispatcher:
         for cb, gate in self.hooks["_before_step"]:
             if gate is None or gate(now):
                 self._stepped.append(cb)
-                asked = cb.before_step(step, batch)
+                try:
+                    asked = cb.before_step(step, batch)
+                except Exception as exc:
+                    _place_hook(exc, cb, "_before_step", now)
+                    raise
                 if asked:
                     fetches.update(asked)
         return fetches
@@ -220,4 +232,14 @@ class Dispatcher:
         for cb, gate in self.hooks["_after_step"]:
             paired = overrides(cb, "_before_step")
             if (cb in stepped) if paired else (gate is None or gate(now)):
-                cb.after_step(step, outputs)
+                try:
+                    cb.after_step(step, outputs)
+                except Exception as exc:
+                    _place_hook(exc, cb, "_after_step", now)
+                    raise
+
+
+def _place_hook(exc: Exception, cb: Callback, hook: str, now: Timestamp) -> None:
+    if not isinstance(exc, StopTraining):
+        locate_failure(exc, f"callback {cb.name or type(cb).__name__!r} in its "
+                            f"{hook.lstrip('_')} hook (step {now.step}, epoch {now.epoch})")

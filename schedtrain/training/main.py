@@ -20,13 +20,15 @@ import torch
 
 from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
+from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec
+from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
 from schedtrain.training.checkpoint import newest_valid
 
 if TYPE_CHECKING:
     from schedtrain.training.trainer import Trainer
 
-__all__ = ["Task", "load_task", "train_from_spec"]
+__all__ = ["Task", "count_steps_per_epoch", "load_task", "train_from_spec"]
 
 _log = structlog.get_logger("schedtrain.training")
 
@@ -80,6 +82,24 @@ def load_task(spec: Any, target: str) -> Task:
     return task
 
 
+def count_steps_per_epoch(spec: Spec) -> int | None:
+    """Optimizer steps per epoch of ``spec``'s task: its training data's length over
+    ``[run] grad_accum`` (``None`` without a task, or data without a length). This builds
+    the task (seeded as ``train`` seeds it)."""
+    from schedtrain.training.state import seed_everything
+
+    run = spec.run
+    if run is None or not run.task:
+        return None
+    seed_everything(run.seed)
+    task = load_task(spec, run.task)
+    try:
+        n = len(task.train_data)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return -(-n // run.grad_accum)
+
+
 def build_callbacks(spec: Spec) -> dict[str, Any]:
     """Instantiate every typed callback of ``spec``; every problem is listed."""
     problems: list[Problem] = [
@@ -130,13 +150,19 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
     seed_everything(run.seed)  # before the task builds its model
     task = load_task(spec, run.task)
     bindings = build_callbacks(spec)
+    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in bindings.values()))
+    problems, _ = metric_problems(spec, produced)
+    if problems:  # it would train and never save or stop on it: refuse before training
+        raise SpecError(problems)
     trainer = Trainer(
         task.model, task.optimizer, task.train_data, task.loss_fn, task.step_fn,
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
         max_epochs=run.max_epochs, max_steps=run.max_steps, device=run.device,
         precision=run.precision, grad_accum=run.grad_accum, grad_clip=run.grad_clip,
         seed=run.seed, run_dir=out_dir, overwrite=overwrite, strategy=run.strategy,
-        shard_data=run.shard_data, reduce=dict(run.reduce))
+        shard_data=run.shard_data, reduce=dict(run.reduce),
+        sinks=build_sinks(run.sinks, run.sink_every, out_dir),
+        log_events="jsonl" in run.sinks)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:

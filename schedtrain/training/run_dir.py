@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import IO, Any, Final
 
-from schedtrain.errors import RunDirError, RunEnded
+from schedtrain.errors import RunDirError, RunEnded, traceback_file
 from schedtrain.training.checkpoint import list_checkpoints, remove_leftovers, write_atomic
 
 __all__ = ["RunDirError", "RunDirectory"]
@@ -144,9 +144,10 @@ class RunDirectory:
 
     def save_traceback(self, exc: BaseException) -> None:
         """Keep a failed run's traceback in ``RUN_DIR/traceback.txt``."""
+        path = self.path / "traceback.txt"
         with contextlib.suppress(OSError):
-            (self.path / "traceback.txt").write_text(
-                "".join(traceback.format_exception(exc)), encoding="utf-8")
+            path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+            traceback_file(exc, path)
 
     def clear(self) -> None:
         """Remove what runs write here (``--overwrite``); other files are left alone."""

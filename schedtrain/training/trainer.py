@@ -25,6 +25,7 @@ from schedtrain.firings import Firing, FiringLog
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule import Schedule
+from schedtrain.spec.metrics import TRAINER_METRICS
 from schedtrain.training.batches import to_device
 from schedtrain.training.binding import bind, check_order
 from schedtrain.training.checkpoint import checkpoint_name
@@ -43,8 +44,6 @@ from schedtrain.triggers.protocol import Predicate
 __all__ = ["Trainer"]
 
 _log = structlog.get_logger("schedtrain.training")
-#: Metrics the trainer itself produces.
-TRAINER_METRICS = ("train/loss",)
 
 
 class Trainer:
@@ -86,6 +85,7 @@ class Trainer:
             validation) a ``DistributedSampler``.
         reduce: metric name -> ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``:
             how values put on several processes are combined.
+        log_events: write ``RUN_DIR/events.jsonl`` (every scalar and firing).
     """
 
     def __init__(
@@ -117,6 +117,7 @@ class Trainer:
         strategy: str = "auto",
         shard_data: bool = True,
         reduce: Mapping[str, str] | None = None,
+        log_events: bool = True,
     ) -> None:
         self.options = Options.check(loss_fn=loss_fn, step_fn=step_fn, max_epochs=max_epochs,
                                      max_steps=max_steps, precision=precision,
@@ -152,7 +153,8 @@ class Trainer:
         chief = self.comm is None or self.comm.is_chief
         if not chief:  # the chief alone writes the run directory and the logs
             self.directory = None
-        self._events = JsonlWriter(self.directory.events) if self.directory else None
+        self._events = (JsonlWriter(self.directory.events)
+                        if self.directory and log_events else None)
         self.metrics = MetricStore(self.clock.now, [w for w in (self._events,) if w]
                                    + (list(sinks) if chief else []))
         self._losses = LossKeeper()
@@ -178,6 +180,8 @@ class Trainer:
         self._resume_phase: str | None = None
         self.stopped_early = False
         self.stop_reason: str | None = None
+        #: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)
+        self.stop_place: str | None = None
 
     # -- wiring --------------------------------------------------------------------------------
     def _epoch_len(self) -> int | None:
