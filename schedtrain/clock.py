@@ -169,6 +169,14 @@ class LoopClock(Clock):
         self.step_in_epoch += k
         self.step, self.batch, self.sample, self.token = step, batch, sample, token
 
+    def amend(self, *, sample: int, token: int, time: int) -> None:
+        """Correct the counters and time of the step the clock holds (on several processes,
+        a step recorded with the last agreed counters, agreed on later), as read by
+        ``time_source()``."""
+        self.sample, self.token = sample, token
+        self.time_ns = t = self._base_ns + (time - self._t0)
+        self._last = (sample, token, t)
+
     def end_epoch(self) -> None:
         """An epoch completed."""
         self.epoch += 1

@@ -138,6 +138,34 @@ def test_samples_are_global(reference: tuple[Path, Path]) -> None:
     assert all(f[3] == f[2] * 32 for f in rank_firings(run_dir.parent, 0))
 
 
+def test_counters_are_global_at_epoch_ends_after_steps_where_nothing_could_fire(
+        tmp_path: Path) -> None:
+    """An epoch's last step that is a check step (16) with nothing due there is recorded
+    with the last agreed counters; the epoch's end agrees again and corrects them."""
+    spec = tmp_path / "ends.toml"
+    spec.write_text("""\
+[run]
+task = "jobs.ddp:make_task"
+max_epochs = 3
+seed = 1
+
+[callbacks.tick]
+type = "jobs.ddp:RankMetric"
+trigger = { every = "5 steps" }
+
+[callbacks.ends]
+type = "jobs.ddp:DumpFirings"
+trigger = { any = [{ every = "1 epoch" }, { on = "train_end" }] }
+""")
+    result = torchrun(spec, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    firings = rank_firings(tmp_path, 0)
+    assert [f[2] for f in firings if f[0] == "ends" and f[1] == "epoch_end"] == [8, 16, 24]
+    assert all(f[3] == f[2] * 32 for f in firings), firings  # 2 ranks x 16 samples a step
+    rows = [r for r in events(tmp_path / "run") if r["kind"] == "firing"]
+    assert all(r["sample"] == r["step"] * 32 for r in rows), rows
+
+
 def test_a_stop_on_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, """
 [callbacks.stop]

@@ -101,8 +101,14 @@ def build(run_dir: str | Path, extra: Sequence[Any] = (), shell_hook: Any = None
                    max_epochs=EPOCHS, run_dir=run_dir, seed=0, **kw)
 
 
-if __name__ == "__main__":
-    trainer = build(sys.argv[1] if len(sys.argv) > 1 else "runs/tensorpack_resnet")
+def main(run_dir: str | Path = "runs/tensorpack_resnet") -> Trainer:
+    """Train with the seed's list and print the two validation errors."""
+    trainer = build(run_dir)
     trainer.fit()
     print(f"val-error-top1 {trainer.metrics.value('val-error-top1'):.4f}, "
           f"val-error-top5 {trainer.metrics.value('val-error-top5'):.4f}")
+    return trainer
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:2])

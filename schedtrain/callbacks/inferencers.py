@@ -129,14 +129,16 @@ class ClassificationError:
 
     Args:
         k: how many top scores count as a hit.
-        name: the metric name (tensorpack: ``val-error-top1``, ``val-error-top5``).
+        name: the metric name (default ``val-error-topK``, as tensorpack names them).
     """
 
     needs_loss = False
 
-    def __init__(self, k: int = 1, name: str = "val-error-top1") -> None:
+    def __init__(self, k: int = 1, name: str | None = None) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"`k` must be a whole number >= 1, got {k!r}")
+        if name is None:
+            name = f"val-error-top{k}"
         if not isinstance(name, str) or not name:
             raise ValueError(f"`name` must be a metric name, got {name!r}")
         self.k, self.name = k, name

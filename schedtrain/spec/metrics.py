@@ -27,7 +27,25 @@ TRAINER_METRICS: Final = ("train/loss",)
 
 def _inference(args: Mapping[str, Any]) -> tuple[str, ...]:
     prefix = args.get("prefix", "val")
-    return tuple(f"{prefix}/{m}" for m in ("loss", "accuracy", "error"))
+    inferencers = args.get("inferencers")
+    if not inferencers:
+        return tuple(f"{prefix}/{m}" for m in ("loss", "accuracy", "error"))
+    names: list[str] = []
+    for table in inferencers:  # validated by the registry before this runs
+        kind = table.get("type")
+        if kind == "ScalarStats":
+            prefix = table.get("prefix", "val")
+            names += [f"{prefix}/{n}" for n in table.get("names", ["loss"])]
+        elif kind == "ClassificationError":
+            names.append(table.get("name", f"val-error-top{table.get('k', 1)}"))
+        else:
+            names.append(table["name"])
+    return tuple(names)
+
+
+def _averages(args: Mapping[str, Any]) -> tuple[str, ...]:
+    suffix = args.get("suffix", "_ema")
+    return tuple(f"{m}{suffix}" for m in args.get("metrics", ["train/loss"]))
 
 
 def _nothing(_args: Mapping[str, Any]) -> tuple[str, ...]:
@@ -41,6 +59,12 @@ BUILTIN_PRODUCES: Final[Mapping[str, Callable[[Mapping[str, Any]], tuple[str, ..
     "ModelSaver": _nothing, "MinSaver": _nothing, "MaxSaver": _nothing,
     "ScheduledHyperParamSetter": _nothing, "EarlyStopping": _nothing,
     "TerminateOnNaN": _nothing, "ProgressBar": _nothing,
+    "HumanHyperParamSetter": _nothing, "SendStat": _nothing, "InjectShell": _nothing,
+    "MovingAverageSummary": _averages, "LRScheduler": _nothing, "TopKSaver": _nothing,
+    "PrintProgress": _nothing, "PrintMetrics": _nothing,
+    "GradientAccumulationScheduler": _nothing,
+    # GPUUtilizationTracker and LearningRateMonitor name their metrics after the devices
+    # and param groups found at run time: treated as possibly producing anything.
 }
 
 

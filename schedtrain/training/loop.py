@@ -224,6 +224,9 @@ class Loop:
             if comm is not None and step > agreed:  # the epoch's last steps
                 sample, token, prev_sample, prev_token, prev_time, time = \
                     self._agree_counts(sample, token, prev_time, time)
+                if clock.step == step and time is not None:
+                    # held with the last agreed counters (nothing could fire then)
+                    clock.amend(sample=sample, token=token, time=time)
         finally:  # the clock holds every completed step, however the loop ends
             catch_up(step, batch=batches, sample=sample, token=token, prev_sample=prev_sample,
                      prev_token=prev_token, prev_time=prev_time, time=time)
