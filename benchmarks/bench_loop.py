@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import gc
 import logging
 import os
 import random
@@ -263,6 +264,9 @@ def _child(name: str, steps: int) -> None:
     # Import Ignite and Lightning only for their own variants.
     fn = _variants(frameworks=name.startswith(("ignite", "lightning")))[name]
     fn(10)
+    # The warm-up's garbage would otherwise be collected inside the measured run, by
+    # chance in the longer one only, and counted as a cost per step.
+    gc.collect()
     subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True,
                    stdout=subprocess.DEVNULL)
     fn(steps)

@@ -31,6 +31,7 @@ from schedtrain.training.steps import PlainStep, Step, make_step
 __all__ = ["Loop"]
 
 _END: Final = object()
+_PAIR: Final = (tuple, list)
 
 
 class Loop:
@@ -173,12 +174,18 @@ class Loop:
     # -- steps ---------------------------------------------------------------------------------
     def _steps(self, it: Iterator[Any]) -> bool:
         """The steps of one epoch; ``False`` when ``max_steps`` ended it early."""
-        clock, table, dispatch, guard = self.clock, self.table, self.dispatch, self.guard
-        step_obj, losses, exact = self.step, self.losses.losses, self.exact
+        clock, guard, step_obj, losses = self.clock, self.guard, self.step, self.losses.losses
         run_step = step_obj.run  # a bound method, looked up once
         max_steps = self.max_steps
-        before = dispatch.hooks["_before_step"]
-        fetching = isinstance(step_obj, Step)
+        before = self.dispatch.hooks["_before_step"]
+        # A plain step's body runs inline for the common batch (a tuple or list whose
+        # inputs are a tensor): one Python call a step costs about 2,400 instructions,
+        # half a percent of a small model's step (docs/performance.md); any other batch
+        # goes through `PlainStep.run`, the strategy's definition.
+        plain = step_obj if type(step_obj) is PlainStep else None
+        model, loss_fn, opt = ((plain.model, plain.loss_fn, plain.optimizer)
+                               if plain is not None else (None, None, None))
+        pair, tensor = _PAIR, torch.Tensor
         step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
         prev_sample, prev_token = sample, token
         time: int | None = None
@@ -190,10 +197,16 @@ class Loop:
         try:
             for first in it:
                 if before:
-                    fetches = dispatch.before_step(clock.now(), step + 1, first)
-                    if fetching:
-                        step_obj.fetches = fetches  # type: ignore[union-attr]
-                loss, outputs, n, n_samples, n_tokens = run_step(first, it)
+                    self._before_step(step + 1, first)
+                if (plain is not None and type(first) in pair and len(first) == 2
+                        and type(inputs := first[0]) is tensor and (shape := inputs.shape)):
+                    graph = loss_fn(model(inputs), first[1])  # type: ignore[misc]
+                    graph.backward()
+                    opt.step()  # type: ignore[union-attr]
+                    opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+                    loss, outputs, n, n_samples, n_tokens = graph.data, None, 1, shape[0], 0
+                else:
+                    loss, outputs, n, n_samples, n_tokens = run_step(first, it)
                 losses.append(loss)
                 prev_sample, prev_token = sample, token
                 step += 1
@@ -206,31 +219,57 @@ class Loop:
                         catch_up(step, batch=batches, sample=sample, token=token,
                                  prev_sample=prev_sample, prev_token=prev_token,
                                  prev_time=prev_time, time=time)
-                    elif exact or step >= table.step_due or step >= max_steps:
-                        sample, token, prev_sample, prev_token, prev_time, time = \
-                            self._agree_counts(sample, token, prev_time, time)
-                        agreed = step
-                        catch_up(step, batch=batches, sample=sample, token=token,
-                                 prev_sample=prev_sample, prev_token=prev_token,
-                                 prev_time=prev_time, time=time)
-                    else:  # nothing can fire: the clock keeps the last agreed counters
-                        catch_up(step, batch=batches, sample=clock.sample, token=clock.token,
-                                 prev_sample=clock.sample, prev_token=clock.token,
-                                 prev_time=prev_time, time=time)
+                    else:
+                        (sample, token, prev_sample, prev_token, prev_time, time), agreed = \
+                            self._catch_up_ranks(step, batches, (sample, token, prev_sample,
+                                                                 prev_token, prev_time, time),
+                                                 agreed)
                     self._step_end(step, loss, outputs, first)
                     if step >= max_steps:
                         return self._exhausted(it)
                     guard.set_limit(self._limit(step, len(losses)))
             if comm is not None and step > agreed:  # the epoch's last steps
                 sample, token, prev_sample, prev_token, prev_time, time = \
-                    self._agree_counts(sample, token, prev_time, time)
-                if clock.step == step and time is not None:
-                    # held with the last agreed counters (nothing could fire then)
-                    clock.amend(sample=sample, token=token, time=time)
+                    self._agree_epoch_end(step, sample, token, prev_time, time)
         finally:  # the clock holds every completed step, however the loop ends
             catch_up(step, batch=batches, sample=sample, token=token, prev_sample=prev_sample,
                      prev_token=prev_token, prev_time=prev_time, time=time)
         return True
+
+    def _before_step(self, step: int, batch: Any) -> None:
+        """``before_step`` hooks; what they fetch goes to a ``Step`` strategy."""
+        fetches = self.dispatch.before_step(self.clock.now(), step, batch)
+        if isinstance(self.step, Step):
+            self.step.fetches = fetches
+
+    def _catch_up_ranks(self, step: int, batches: int,
+                        counts: tuple[int, int, int, int, int | None, int | None],
+                        agreed: int) -> tuple[tuple[int, int, int, int, int | None, int | None],
+                                              int]:
+        """The slow path's catch-up on several processes: where something may fire, the
+        counters are agreed first (``agreed`` becomes ``step``); elsewhere the clock keeps
+        the last agreed counters. Returns the loop's counters and ``agreed``."""
+        clock = self.clock
+        sample, token, _, _, prev_time, time = counts
+        if self.exact or step >= self.table.step_due or step >= self.max_steps:
+            counts = self._agree_counts(sample, token, prev_time, time)
+            clock.catch_up(step, batch=batches, sample=counts[0], token=counts[1],
+                           prev_sample=counts[2], prev_token=counts[3], prev_time=counts[4],
+                           time=counts[5])
+            return counts, step
+        clock.catch_up(step, batch=batches, sample=clock.sample, token=clock.token,
+                       prev_sample=clock.sample, prev_token=clock.token, prev_time=prev_time,
+                       time=time)
+        return counts, agreed
+
+    def _agree_epoch_end(self, step: int, sample: int, token: int, prev_time: int | None,
+                         time: int | None) -> tuple[int, int, int, int, int | None, int | None]:
+        """Agree on the counters of an epoch's last steps (not agreed at their step ends);
+        a step the clock already holds, with the last agreed counters, is corrected."""
+        counts = self._agree_counts(sample, token, prev_time, time)
+        if self.clock.step == step and counts[5] is not None:
+            self.clock.amend(sample=counts[0], token=counts[1], time=counts[5])
+        return counts
 
     def _step_end(self, step: int, loss: Any, outputs: Any, batch: Any) -> None:
         """The slow path once the clock has caught up: fold the kept losses, per-step

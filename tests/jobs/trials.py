@@ -72,14 +72,28 @@ def env(workers: int) -> dict[str, str]:
             "CRASH_JOB_WORKERS": str(workers), "OMP_NUM_THREADS": "1"}
 
 
+def _log_lines(run_dir: Path) -> int:
+    try:
+        return (run_dir / "events.jsonl").read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
 def train(spec: Path, run_dir: Path, *, workers: int = 0, kill_after: float | None = None,
-          sig: int = signal.SIGKILL, resume: bool = True) -> subprocess.CompletedProcess[str]:
-    """One `schedtrain train` process; sent ``sig`` after ``kill_after`` seconds if alive."""
+          sig: int = signal.SIGKILL, resume: bool = True,
+          after_start: bool = False) -> subprocess.CompletedProcess[str]:
+    """One `schedtrain train` process; sent ``sig`` after ``kill_after`` seconds if alive
+    (with ``after_start``: seconds after it logged its first new line, so the signal lands
+    while it trains, not while it starts)."""
     cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
     if resume:
         cmd += ["--resume", "auto"]
     proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=env(workers),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if after_start and kill_after is not None:
+        start = _log_lines(run_dir)
+        while proc.poll() is None and _log_lines(run_dir) <= start:
+            time.sleep(0.005)
     try:
         out, err = proc.communicate(timeout=kill_after)
     except subprocess.TimeoutExpired:
@@ -109,11 +123,12 @@ def leftovers(run_dir: Path) -> list[Path]:
 
 
 def run_to_end(spec: Path, run_dir: Path, delays: list[float], *, workers: int = 0,
-               sig: int = signal.SIGKILL) -> list[int]:
+               sig: int = signal.SIGKILL, after_start: bool = False) -> list[int]:
     """Start, interrupt after each delay, resume; then run to the end. The exit codes."""
     codes = []
     for delay in delays:
-        result = train(spec, run_dir, workers=workers, kill_after=delay, sig=sig)
+        result = train(spec, run_dir, workers=workers, kill_after=delay, sig=sig,
+                       after_start=after_start)
         codes.append(result.returncode)
         if result.returncode == 0:
             return codes
@@ -166,6 +181,9 @@ def main() -> None:
     parser.add_argument("--spec", help="another spec to train (default: the crash job); "
                                        "e.g. specs/digits.toml, run from the repository root")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--after-start", action="store_true",
+                        help="count each delay from the attempt's first new log line, so "
+                             "signals land during training (for TERM/INT: preemption)")
     args = parser.parse_args()
     sig = getattr(signal, f"SIG{args.signal}")
     rng = random.Random(args.seed)
@@ -184,7 +202,7 @@ def main() -> None:
         delays = sorted(rng.uniform(0.5, whole) for _ in range(args.kills))
         delays = [b - a for a, b in zip([0.0, *delays], delays, strict=False)]
         codes = run_to_end(spec, run_dir, [max(d, 0.3) for d in delays], workers=args.workers,
-                           sig=sig)
+                           sig=sig, after_start=args.after_start)
         problems = compare(reference, run_dir)
         failed += bool(problems)
         print(f"trial {trial}: exits {codes}: {'; '.join(problems) or 'exact'}", flush=True)
