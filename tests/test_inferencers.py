@@ -120,6 +120,22 @@ class TestInferenceRunner:
         acc, err = trainer.metrics.value("val/accuracy"), trainer.metrics.value("val/error")
         assert acc + err == pytest.approx(1.0)
 
+    def test_default_puts_no_accuracy_for_a_regression(self) -> None:
+        """Outputs that are not class scores (a regression) get val/loss, and no
+        accuracy or error at all rather than a misleading 0."""
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(64, 4, generator=g)
+        data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16)
+        model = torch.nn.Linear(4, 1)
+        runner = InferenceRunner()
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.05), data,
+                          torch.nn.functional.mse_loss, val_data=data, callbacks=[runner],
+                          max_epochs=2)
+        trainer.fit()
+        assert len(trainer.metrics.history("val/loss")) == 2
+        assert trainer.metrics.history("val/accuracy") == []
+        assert trainer.metrics.history("val/error") == []
+
     def test_inferencers_produce_their_names(self) -> None:
         """Objects and TOML tables mix; every name is put each pass and declared."""
         runner = InferenceRunner(inferencers=[

@@ -20,9 +20,10 @@ __all__ = ["InferenceRunner"]
 
 
 class _Accuracy:
-    """The default's ``val/accuracy`` and ``val/error``: top-1, when the outputs are
-    ``(N, classes)`` scores and the targets class indexes (otherwise no sample counts as
-    correct, as before inferencers existed)."""
+    """The default's ``val/accuracy`` and ``val/error``: top-1, over the batches whose
+    outputs are ``(N, classes)`` scores and targets class indexes; not put at all when no
+    batch is (a regression or a language model's unflattened logits), rather than a
+    misleading 0."""
 
     needs_loss = False
 
@@ -36,10 +37,10 @@ class _Accuracy:
 
     def update(self, batch: EvalBatch) -> None:
         out, targets = batch.outputs, batch.targets
-        if (isinstance(out, torch.Tensor) and out.ndim == 2
+        if (isinstance(out, torch.Tensor) and out.ndim == 2 and targets.ndim == 1
                 and not targets.is_floating_point()):
             self._correct += (out.argmax(dim=1) == targets).sum()
-        self._n += batch.size
+            self._n += batch.size
 
     def result(self) -> dict[str, torch.Tensor | float]:
         if self._n == 0:
