@@ -24,6 +24,17 @@ __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
 _NAME_RE = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
 
 
+def _save_folder(cb: Callback, folder: str | None, default: str) -> Path:
+    """Where a saver writes: its ``folder``, else ``RUN_DIR/default``."""
+    if folder is not None:
+        return Path(folder)
+    if cb.trainer.run_dir is None:
+        kind = type(cb).__name__
+        raise ValueError(f"callback {cb.name!r} ({kind}): the trainer has no run_dir; give "
+                         f"Trainer(run_dir=...) or {kind}(folder=...)")
+    return cb.trainer.run_dir / default
+
+
 class ModelSaver(Callback):
     """Save a resumable checkpoint when fired (default: every epoch), keeping the last ``keep``.
 
@@ -48,12 +59,7 @@ class ModelSaver(Callback):
         self.folder = folder
 
     def _dir(self) -> Path:
-        if self.folder is not None:
-            return Path(self.folder)
-        if self.trainer.run_dir is None:
-            raise ValueError(f"callback {self.name!r} (ModelSaver): the trainer has no "
-                             "run_dir; give Trainer(run_dir=...) or ModelSaver(folder=...)")
-        return self.trainer.run_dir / "checkpoints"
+        return _save_folder(self, self.folder, "checkpoints")
 
     def _setup(self) -> None:
         self._dir()  # fail at start, not at the first save
@@ -120,14 +126,7 @@ class _BestSaver(Callback):
         if not better:
             return
         self.best = got.value  # on every rank: they save together, the chief writes
-        if self.folder is not None:
-            folder = Path(self.folder)
-        elif self.trainer.run_dir is not None:
-            folder = self.trainer.run_dir / "best"
-        else:
-            raise ValueError(f"callback {self.name!r}: the trainer has no run_dir; give "
-                             "Trainer(run_dir=...) or folder=...")
-        self.trainer.save_checkpoint(folder / self.filename)
+        self.trainer.save_checkpoint(_save_folder(self, self.folder, "best") / self.filename)
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best}
@@ -193,12 +192,7 @@ class TopKSaver(Callback):
         self.best: list[list[Any]] = []
 
     def _dir(self) -> Path:
-        if self.folder is not None:
-            return Path(self.folder)
-        if self.trainer.run_dir is None:
-            raise ValueError(f"callback {self.name!r} (TopKSaver): the trainer has no run_dir; "
-                             "give Trainer(run_dir=...) or TopKSaver(folder=...)")
-        return self.trainer.run_dir / "best"
+        return _save_folder(self, self.folder, "best")
 
     def _setup(self) -> None:
         self._dir()
