@@ -31,6 +31,8 @@ class MovingAverageSummary(Callback):
         suffix: appended to each metric's name for its average.
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = every("1 step")
 
     def __init__(self, metrics: Sequence[str] = ("train/loss",), decay: float = 0.95,

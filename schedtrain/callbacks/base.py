@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from schedtrain.monitors.store import MetricStore
     from schedtrain.time import Timestamp
 
-__all__ = ["PER_EVENT_HOOKS", "Callback", "Fetches", "StepOutputs", "overrides"]
+__all__ = ["PER_EVENT_HOOKS", "Callback", "Fetches", "StepOutputs", "overrides",
+           "stops_alone"]
 
 Fetches = Mapping[str, Callable[[], Any]]
 """What a ``before_step`` hook asks the step for: name -> a function evaluated right after
@@ -83,6 +84,13 @@ class Callback:
     default_trigger: ClassVar[Trigger] = every("1 epoch")
     produces: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
+    #: Whether it may ask to stop (``request_stop``, ``StopTraining``) from what can
+    #: differ between ranks: its own state, a rank's loss or data. On several processes
+    #: the ranks agree on a stop flag after an event where such a callback ran. ``False``
+    #: on one that never stops, or stops only from what every rank shares (the clock,
+    #: reduced metrics); a subclass that overrides ``_trigger`` or a hook without
+    #: restating it counts as ``True`` (``stops_alone``).
+    may_stop_alone: ClassVar[bool] = True
 
     trainer: TrainingContext
     name: str | None = None
@@ -236,6 +244,25 @@ class Callback:
 #: Hooks the trainer calls only on callbacks that override them (see ``overrides``).
 PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", "_after_backward",
                    "_before_optimizer_step", "_after_step", "_trigger_step", "_trigger_epoch")
+#: Where a callback can ask to stop: its trigger and its per-event hooks.
+_STOP_PLACES = ("_trigger", "trigger", *PER_EVENT_HOOKS,
+                *(h.lstrip("_") for h in PER_EVENT_HOOKS))
+
+
+def stops_alone(callback: object) -> bool:
+    """``callback.may_stop_alone`` as its most derived class that says it, or that
+    overrides ``_trigger`` or a hook, has it (``True`` for a plain object)."""
+    if not isinstance(callback, Callback):
+        return True
+    for klass in type(callback).__mro__:
+        if klass is Callback:
+            break
+        own = vars(klass)
+        if "may_stop_alone" in own:
+            return bool(own["may_stop_alone"])
+        if any(m in own for m in _STOP_PLACES):
+            return True
+    return True
 
 
 def overrides(callback: object, hook: str) -> bool:

@@ -49,6 +49,8 @@ class GPUUtilizationTracker(Callback):
     records the host figures.
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = every("100 steps")
 
     def __init__(self) -> None:

@@ -66,6 +66,8 @@ class HumanHyperParamSetter(Callback):
             the trainer has none).
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 
     def __init__(self, param: str = "lr", file: str = "hyper.txt") -> None:

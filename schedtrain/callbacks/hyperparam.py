@@ -16,7 +16,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.triggers import Trigger, any_of, at, every, on
@@ -41,6 +41,8 @@ class ScheduledHyperParamSetter(Callback):
             or ``"cosine"``.
         step_based: points are steps rather than epochs.
     """
+
+    may_stop_alone: ClassVar[bool] = False
 
     def __init__(self, param: str, schedule: Sequence[Sequence[float]],
                  interp: str | None = "step", step_based: bool = False) -> None:

@@ -68,6 +68,8 @@ class InferenceRunner(Callback):
             "name": "val-error-top5"}``; ``produces`` lists their metric names.
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = every("1 epoch")
     produces: tuple[str, ...] = ("val/loss", "val/accuracy", "val/error")
 

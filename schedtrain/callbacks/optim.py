@@ -34,6 +34,8 @@ class LearningRateMonitor(Callback):
         momentum: also log the momentum.
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = every("1 step")
 
     def __init__(self, momentum: bool = True) -> None:
@@ -89,6 +91,8 @@ class LRScheduler(Callback):
         monitor: a metric passed to ``step`` (``ReduceLROnPlateau``); the default trigger
             becomes every epoch.
     """
+
+    may_stop_alone: ClassVar[bool] = False
 
     default_trigger: ClassVar[Trigger] = every("1 step")
 
@@ -212,6 +216,8 @@ class GradientAccumulationScheduler(Callback):
     Args:
         schedule: epoch -> micro-batches per step (TOML: ``schedule = {0 = 1, 4 = 2}``).
     """
+
+    may_stop_alone: ClassVar[bool] = False
 
     default_trigger: ClassVar[Trigger] = every("1 epoch")
     #: the trainer keeps a step strategy that can change its accumulation

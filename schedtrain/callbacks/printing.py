@@ -18,6 +18,8 @@ __all__ = ["PrintMetrics", "PrintProgress"]
 
 
 class _Printer(Callback):
+    may_stop_alone: ClassVar[bool] = False
+
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
 
@@ -43,6 +45,8 @@ class PrintProgress(_Printer):
     Args:
         stream: where to print (default: standard output).
     """
+
+    may_stop_alone: ClassVar[bool] = False
 
     default_trigger: ClassVar[Trigger] = every("100 steps")
 
@@ -81,6 +85,8 @@ class PrintMetrics(_Printer):
         names: the metrics to print (default: all).
         stream: where to print (default: standard output).
     """
+
+    may_stop_alone: ClassVar[bool] = False
 
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 

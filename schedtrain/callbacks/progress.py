@@ -37,6 +37,8 @@ class ProgressBar(Callback):
         stream: where to write (default: ``sys.stderr`` when the run starts).
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = any_of(every("20 steps"), every("1 epoch"))
 
     def __init__(self, names: list[str] | None = None, leave: bool = True,

@@ -49,6 +49,8 @@ class ModelSaver(Callback):
         folder: where to write them (default: ``RUN_DIR/checkpoints``).
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 
     def __init__(self, keep: int | None = 3, folder: str | None = None) -> None:
@@ -106,6 +108,7 @@ def _remove(path: Path) -> None:
 
 
 class _BestSaver(Callback):
+    may_stop_alone: ClassVar[bool] = False
     mode = "min"
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 
@@ -144,11 +147,15 @@ class MinSaver(_BestSaver):
         folder: default ``RUN_DIR/best``.
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     mode = "min"
 
 
 class MaxSaver(_BestSaver):
     """Save a checkpoint to ``RUN_DIR/best/`` whenever ``monitor`` reaches a new maximum."""
+
+    may_stop_alone: ClassVar[bool] = False
 
     mode = "max"
 
@@ -175,6 +182,8 @@ class TopKSaver(Callback):
         save_last: also write ``last.pt`` at every firing.
         folder: default ``RUN_DIR/best``.
     """
+
+    may_stop_alone: ClassVar[bool] = False
 
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 

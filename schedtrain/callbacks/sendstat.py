@@ -40,6 +40,8 @@ class SendStat(Callback):
         timeout: seconds the command may run before it is killed.
     """
 
+    may_stop_alone: ClassVar[bool] = False
+
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 
     def __init__(self, command: Sequence[str], metrics: Sequence[str] = (),

@@ -34,6 +34,9 @@ class EarlyStopping(Callback):
         min_delta: the smallest change that counts as an improvement.
     """
 
+    #: stops only from what every rank shares (reduced metrics, its firing)
+    may_stop_alone: ClassVar[bool] = False
+
     def __init__(self, monitor: str = "val/loss", patience: int | None = None,
                  mode: Literal["min", "max"] = "min", min_delta: float = 0.0) -> None:
         if mode not in ("min", "max"):

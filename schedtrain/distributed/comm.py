@@ -3,14 +3,15 @@
 The clock, and every trigger on steps and epochs, agree across ranks by construction:
 every rank counts the same steps. What can differ (samples and tokens, wall time,
 metrics, a request to stop, a preemption signal) is agreed here, only at the points
-where something can fire:
+where something can fire. Every agreement is one all-gather of a few floats
+(``agree``), so one call carries sums, the chief's values and flags together:
 
-* ``sync_counts``: one all-reduce of three integers (this rank's samples and tokens
-  since the last agreement, and the chief's training time) at a step where a trigger is
-  due; sample and token counters become global sums, time the chief's.
+* at a step where a trigger is due, the loop agrees on this rank's samples and tokens
+  since the last agreement (summed: the counters are global), the chief's training time
+  and each rank's mean loss since it was last published (``train/loss`` is their mean);
 * ``reduce_floats``: metric values put by a firing callback, reduced (mean, sum, max,
-  min) before any later trigger sees them.
-* ``any``: a stop requested on one rank stops every rank.
+  min) before any later trigger sees them, with the ranks' stop flags;
+* ``first_flagged``/``any``: a stop requested on one rank stops every rank.
 * ``post_preempt``/``preempt_target``: a signal on one rank sets a key in the process
   group's store (not a collective); every rank reads it at its slow-path steps and all
   stop at the same step.
@@ -22,6 +23,7 @@ synchronises the device.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -33,8 +35,8 @@ import torch.distributed as dist
 from schedtrain.errors import RunDirError, RunEnded
 from schedtrain.spec.document import REDUCE_OPS
 
-__all__ = ["REDUCE_OPS", "Comm", "World", "check_reduce", "multi_process_env",
-           "reraise_on_all"]
+__all__ = ["REDUCE_OPS", "Comm", "World", "check_reduce", "first_flagged",
+           "multi_process_env", "reduce_column", "reraise_on_all"]
 
 _PREEMPT_KEY: Final = "schedtrain/preempt"
 
@@ -117,44 +119,34 @@ class Comm:
             dist.destroy_process_group()
 
     # -- agreements --------------------------------------------------------------------------
-    def _all_reduce(self, values: Sequence[float | int], op: Any,
-                    dtype: torch.dtype) -> list[Any]:
-        t = torch.tensor(list(values), dtype=dtype)
-        dist.all_reduce(t, op=op, group=self.group)
-        return list(t.tolist())
+    def agree(self, values: Sequence[float]) -> list[list[float]]:
+        """Every rank's ``values``, on every rank (row ``r`` is rank ``r``'s): one
+        all-gather of a small float64 tensor, the single collective an agreement costs.
+        Gathering rather than reducing lets one call carry sums, the chief's values,
+        maxima, minima and flags together."""
+        mine = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        rows = [torch.empty_like(mine) for _ in range(self.size)]
+        dist.all_gather(rows, mine, group=self.group)
+        return [list(r.tolist()) for r in rows]
 
-    def sync_counts(self, samples: int, tokens: int, time_ns: int) -> tuple[int, int, int]:
-        """Global samples and tokens since the last agreement, and the chief's time."""
-        s, t, chief_time = self._all_reduce(
-            (samples, tokens, time_ns if self.is_chief else 0), dist.ReduceOp.SUM,
-            torch.int64)
-        return int(s), int(t), int(chief_time)
+    def first_flagged(self, flag: bool) -> int | None:
+        """The lowest rank on which ``flag`` is true (``None``: on none)."""
+        return first_flagged(self.agree((float(flag),)), 0)
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank."""
-        return bool(self._all_reduce((int(flag),), dist.ReduceOp.MAX, torch.int64)[0])
+        return self.first_flagged(flag) is not None
 
-    def reduce_floats(self, values: Sequence[float | None],
-                      ops: Sequence[str]) -> list[float | None]:
+    def reduce_floats(self, values: Sequence[float | None], ops: Sequence[str],
+                      flag: bool = False) -> tuple[list[float | None], int | None]:
         """Each value reduced across ranks by its op over the ranks that have one
-        (``None``: not put on this rank; ``None`` back when no rank put it)."""
+        (``None``: not put on this rank; ``None`` back when no rank put it), and the
+        lowest rank whose ``flag`` is set, in one collective."""
         n = len(values)
-        present = [0.0 if v is None else 1.0 for v in values]
-        summed = self._all_reduce([0.0 if v is None else float(v) for v in values] + present,
-                                  dist.ReduceOp.SUM, torch.float64)
-        out: list[float | None] = [None if summed[n + i] == 0 else summed[i] / summed[n + i]
-                                   if op == "mean" else summed[i]
-                                   for i, op in enumerate(ops)]
-        for op, red in (("max", dist.ReduceOp.MAX), ("min", dist.ReduceOp.MIN)):
-            idx = [i for i, o in enumerate(ops) if o == op]
-            if idx:
-                fill = -float("inf") if op == "max" else float("inf")
-                mine = [values[i] for i in idx]
-                got = self._all_reduce([fill if v is None else float(v) for v in mine], red,
-                                       torch.float64)
-                for i, v in zip(idx, got, strict=True):
-                    out[i] = None if summed[n + i] == 0 else float(v)
-        return out
+        rows = self.agree([0.0 if v is None else float(v) for v in values]
+                          + [0.0 if v is None else 1.0 for v in values] + [float(flag)])
+        return [reduce_column(rows, i, n + i, op) for i, op in enumerate(ops)], \
+            first_flagged(rows, 2 * n)
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's ``obj`` on the chief (``None`` elsewhere)."""
@@ -168,10 +160,10 @@ class Comm:
         dist.all_gather_object(got, obj, group=self.group)
         return got
 
-    def broadcast(self, obj: Any) -> Any:
-        """The chief's ``obj`` on every rank."""
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Rank ``src``'s ``obj`` (the chief's by default) on every rank."""
         box = [obj]
-        dist.broadcast_object_list(box, src=0, group=self.group)
+        dist.broadcast_object_list(box, src=src, group=self.group)
         return box[0]
 
     def mean_tensor(self, value: torch.Tensor) -> torch.Tensor:
@@ -194,6 +186,25 @@ class Comm:
         if not self._store.check([_PREEMPT_KEY]):
             return None
         return _preempt_value(self._store.get(_PREEMPT_KEY))
+
+
+def reduce_column(rows: Sequence[Sequence[float]], value: int, present: int,
+                  op: str) -> float | None:
+    """Column ``value`` of gathered rows reduced by ``op`` over the rows whose column
+    ``present`` is set (``None`` when none is)."""
+    got = [row[value] for row in rows if row[present]]
+    if not got:
+        return None
+    if op == "mean":
+        return math.fsum(got) / len(got)
+    if op == "sum":
+        return math.fsum(got)
+    return max(got) if op == "max" else min(got)
+
+
+def first_flagged(rows: Sequence[Sequence[float]], column: int) -> int | None:
+    """The lowest rank whose row has ``column`` set (``None``: none has)."""
+    return next((r for r, row in enumerate(rows) if row[column]), None)
 
 
 def _preempt_value(raw: bytes | str) -> tuple[int, str]:

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import structlog
 
-from schedtrain.callbacks.base import PER_EVENT_HOOKS, Callback, overrides
+from schedtrain.callbacks.base import PER_EVENT_HOOKS, Callback, overrides, stops_alone
 from schedtrain.distributed.comm import Comm
 from schedtrain.errors import StopTraining, locate_failure
 from schedtrain.firings import Firing
@@ -83,12 +83,21 @@ class Dispatcher:
         self.comm: Comm | None = None
         #: metric name -> "mean", "sum", "max" or "min" across ranks (default "mean")
         self.reduce_ops: dict[str, str] = {}
+        # On several processes a stop flag is agreed after an event only where a callback
+        # that may stop alone ran (or has hooks), and the last reduction did not carry it.
+        self._alone = {n: stops_alone(cb) for n, cb in callbacks.items()}
+        self._hooks_alone = any(stops_alone(cb) for hooked in self.hooks.values()
+                                for cb, _ in hooked)
+        self._alone_ran = self._flags_fresh = False
+        self._flagged: int | None = None
 
     # -- events ------------------------------------------------------------------------------
     def fire(self, event: str, payload: Mapping[str, Any] | None = None) -> tuple[str, ...]:
         """Evaluate ``event`` now and run the callbacks that fire; their names, in order."""
         outer = self.payload
         self.payload = dict(payload or {})
+        if self._depth == 0:
+            self._alone_ran = self._flags_fresh = False
         try:
             names = self.table.fire(event, self._runner(event))
         finally:
@@ -105,13 +114,22 @@ class Dispatcher:
         return names
 
     def agreed_stop(self) -> str | None:
-        """On several processes: a stop requested on any rank, with its reason, on all."""
+        """On several processes: a stop requested on any rank, with its reason, on all.
+
+        No collective when every callback that ran stops only from what all ranks share
+        (``may_stop_alone`` false: they asked alike), or when the last metric reduction,
+        after the last callback ran, carried the ranks' stop flags."""
         comm = self.comm
         assert comm is not None
-        if not comm.any(self.stop_reason is not None):
+        if self._flags_fresh:
+            rank = self._flagged
+        elif self._alone_ran or self._hooks_alone:
+            rank = comm.first_flagged(self.stop_reason is not None)
+        else:
+            return self.stop_reason
+        if rank is None:
             return None
-        reasons = comm.all_gather(self.stop_reason)
-        rank, reason = next((r, x) for r, x in enumerate(reasons) if x is not None)
+        reason = comm.broadcast(self.stop_reason, src=rank)
         self.stop_reason = reason if rank == comm.rank else f"{reason} (on rank {rank})"
         return self.stop_reason
 
@@ -138,6 +156,8 @@ class Dispatcher:
                        epoch=ts.epoch)
         self._depth += 1
         cb = self.callbacks[name]
+        if self._alone[name]:
+            self._alone_ran = True
         try:
             if self.comm is None:
                 cb.trigger()
@@ -158,9 +178,12 @@ class Dispatcher:
         outer, metrics.recorder = metrics.recorder, []
         try:
             cb.trigger()
-            put = metrics.recorder
+        except StopTraining as exc:  # one rank's: the ranks agree on it after the event
+            self.request_stop(str(exc) or f"{name} raised StopTraining")
+            self._alone_ran = True
         finally:
-            metrics.recorder = outer
+            put, metrics.recorder = metrics.recorder, outer
+        self._flags_fresh = False  # it may have asked to stop after the last reduction
         if outer is not None:
             outer.extend(put)
         produces = tuple(cb.produces)
@@ -176,7 +199,9 @@ class Dispatcher:
         last = {r.name: r for r in put}
         values = [None if (r := last.get(n)) is None else float(r.value) for n in produces]
         ops = [self.reduce_ops.get(n, "mean") for n in produces]
-        for n, value in zip(produces, comm.reduce_floats(values, ops), strict=True):
+        reduced, self._flagged = comm.reduce_floats(values, ops, self.stop_reason is not None)
+        self._flags_fresh = True
+        for n, value in zip(produces, reduced, strict=True):
             if value is None:
                 continue
             if n in last:

@@ -20,7 +20,7 @@ import torch
 
 from schedtrain.callbacks.base import StepOutputs
 from schedtrain.clock import LoopClock
-from schedtrain.distributed.comm import Comm
+from schedtrain.distributed.comm import Comm, first_flagged, reduce_column
 from schedtrain.table import TriggerTable
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
@@ -77,6 +77,8 @@ class Loop:
         #: the agreed (step, signal) of a preemption on several processes
         self._preempt_at: tuple[int, str] | None = None
         self._synced_time: int | None = None  # the chief's time at the last agreement
+        #: whether the last agreement found a rank with a pending signal
+        self._signalled = False
         #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
         self.epoch_open = False
         self.resume_inside_epoch = False
@@ -149,9 +151,9 @@ class Loop:
             dispatch.fire("epoch_end")
             dispatch.metrics.flush()
             if self.comm is not None:
-                # Epoch ends are common to every rank: agree on a signal seen anywhere.
-                if self.comm.any(self.guard.requested is not None or
-                                 self.comm.preempt_target() is not None):
+                # Epoch ends are common to every rank: the epoch's last agreement carried
+                # whether a rank had a signal (a later one is seen at the next check).
+                if self._signalled:
                     self._on_preempt(self._agreed_signal())
             elif self.guard.requested is not None:
                 self._on_preempt(self.guard.requested)
@@ -252,7 +254,7 @@ class Loop:
         clock = self.clock
         sample, token, _, _, prev_time, time = counts
         if self.exact or step >= self.table.step_due or step >= self.max_steps:
-            counts = self._agree_counts(sample, token, prev_time, time)
+            counts = self._agree_counts(step, sample, token, prev_time, time)
             clock.catch_up(step, batch=batches, sample=counts[0], token=counts[1],
                            prev_sample=counts[2], prev_token=counts[3], prev_time=counts[4],
                            time=counts[5])
@@ -266,7 +268,9 @@ class Loop:
                          time: int | None) -> tuple[int, int, int, int, int | None, int | None]:
         """Agree on the counters of an epoch's last steps (not agreed at their step ends);
         a step the clock already holds, with the last agreed counters, is corrected."""
-        counts = self._agree_counts(sample, token, prev_time, time)
+        counts = self._agree_counts(step, sample, token, prev_time, time,
+                                    posted=self.comm is not None
+                                    and self.comm.preempt_target() is not None)
         if self.clock.step == step and counts[5] is not None:
             self.clock.amend(sample=counts[0], token=counts[1], time=counts[5])
         return counts
@@ -295,18 +299,30 @@ class Loop:
         elif self.guard.requested is not None:
             self._on_preempt(self.guard.requested)
 
-    def _agree_counts(self, sample: int, token: int, prev_time: int | None,
-                      time: int | None) -> tuple[int, int, int, int, int | None, int | None]:
-        """On several processes, where something may fire: samples and tokens since the
-        last agreement summed over ranks, time made the chief's (one all-reduce of three
-        integers). Returns the counters and the time readings of this and the previous
-        agreement, for the clock."""
-        comm, clock = self.comm, self.clock
+    def _agree_counts(self, step: int, sample: int, token: int, prev_time: int | None,
+                      time: int | None, *, posted: bool = False
+                      ) -> tuple[int, int, int, int, int | None, int | None]:
+        """On several processes, where something may fire, one collective: samples and
+        tokens since the last agreement summed over ranks, time made the chief's, (losses
+        on the CPU) the ranks' mean loss for ``train/loss``, and whether a rank has a
+        signal pending (or saw one ``posted``). Returns the counters and the time readings
+        of this and the previous agreement, for the clock."""
+        comm, clock, losses = self.comm, self.clock, self.losses
         assert comm is not None and time is not None
         prev_sample, prev_token = clock.sample, clock.token
-        ds, dt, chief = comm.sync_counts(sample - prev_sample, token - prev_token,
-                                         clock.elapsed(time))
+        elapsed = clock.elapsed(time) if comm.is_chief else 0
+        loss = losses.host_mean(step)
+        rows = comm.agree((sample - prev_sample, token - prev_token,
+                           elapsed >> 32, elapsed & 0xFFFFFFFF,  # each exact in a float64
+                           0.0 if loss is None else loss, float(loss is not None),
+                           float(posted or self.guard.requested is not None)))
+        self._signalled = first_flagged(rows, 6) is not None
+        ds = sum(int(r[0]) for r in rows)
+        dt = sum(int(r[1]) for r in rows)
+        mean = reduce_column(rows, 4, 5, "mean")
+        losses.agreed = None if mean is None else (step, mean)
         if not comm.is_chief:
+            chief = (int(rows[0][2]) << 32) | int(rows[0][3])
             prev_time, time = self._synced_time, clock.reading(chief)
             self._synced_time = time
         return prev_sample + ds, prev_token + dt, prev_sample, prev_token, prev_time, time

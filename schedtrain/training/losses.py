@@ -33,6 +33,8 @@ class LossKeeper:
         self.since = 0
         #: on several processes, the mean over ranks (applied to ``train/loss``)
         self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+        #: on several processes, (step, the ranks' mean loss) agreed at that step
+        self.agreed: tuple[int, float] | None = None
 
     @property
     def last(self) -> torch.Tensor | None:
@@ -50,13 +52,40 @@ class LossKeeper:
         self._sum = total if self._sum is None else self._sum + total
         losses.clear()
 
+    def host_mean(self, step: int) -> float | None:
+        """The mean loss over steps ``since + 1 .. step`` as a number, computed as
+        ``publish`` would, when the losses are on the CPU (``None`` on a device, where
+        reading it would synchronise, or with no step since the last publication).
+        Nothing is folded: the sums' grouping stays that of a run that never asks."""
+        n = step - self.since
+        losses = self.losses
+        if n <= 0 or (not losses and self._sum is None):
+            return None
+        latest = losses[-1] if losses else self._sum
+        assert latest is not None
+        if latest.device.type != "cpu":
+            return None
+        total = self._sum
+        if losses:
+            dtype = torch.promote_types(losses[-1].dtype, torch.float32)
+            folded = torch.stack(losses).sum(dtype=dtype)
+            total = folded if total is None else total + folded
+        assert total is not None
+        return float(total / n)
+
     def publish(self, metrics: MetricStore, step: int) -> None:
-        """Put the mean loss over steps ``since + 1 .. step`` as ``train/loss``."""
+        """Put the mean loss over steps ``since + 1 .. step`` as ``train/loss`` (on
+        several processes, the ranks' mean: ``agreed`` when the step's agreement carried
+        it, else reduced on the device)."""
         self.fold()
         n = step - self.since
         if n > 0 and self._sum is not None:
-            mean = self._sum / n
-            metrics.put("train/loss", mean if self.reduce is None else self.reduce(mean))
+            agreed = self.agreed
+            if agreed is not None and agreed[0] == step:
+                metrics.put("train/loss", agreed[1])
+            else:
+                mean = self._sum / n
+                metrics.put("train/loss", mean if self.reduce is None else self.reduce(mean))
         self._sum = None
         self.since = step
 

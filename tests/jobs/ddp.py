@@ -99,3 +99,64 @@ class DumpWeights(Callback):
             size = dist.get_world_size() if dist.is_initialized() else 1
             out = self.trainer.run_dir.parent / f"weights-{size}.pt"
             torch.save({"model": model, "optimizer": optim}, out)
+
+
+class Quiet(Callback):
+    """Does nothing, and says it never stops alone: its firings need no stop flag."""
+
+    may_stop_alone = False
+
+    def _trigger(self) -> None:
+        pass
+
+
+class MayStop(Callback):
+    """Does nothing, but could ask to stop from this rank's state (the default)."""
+
+    def _trigger(self) -> None:
+        pass
+
+
+_COLLECTIVES = ("all_gather", "all_reduce", "broadcast", "broadcast_object_list",
+                "all_gather_object", "gather_object", "barrier", "reduce", "gather",
+                "scatter", "all_to_all", "reduce_scatter", "all_gather_into_tensor")
+
+
+class CountCollectives(Callback):
+    """Counts the collectives called through ``torch.distributed`` (DDP's own gradient
+    all-reduce runs in C++, outside it) from setup on; at its firing writes the count to
+    ``RUN_DIR/../collectives-rankN.json``."""
+
+    may_stop_alone = False
+
+    def _setup(self) -> None:
+        import torch.distributed as dist
+
+        self.count = 0
+        for name in _COLLECTIVES:
+            original = getattr(dist, name, None)
+            if original is not None:
+                setattr(dist, name, self._counted(original))
+
+    def _counted(self, original: object) -> object:
+        def call(*args: object, **kwargs: object) -> object:
+            self.count += 1
+            return original(*args, **kwargs)  # type: ignore[operator]
+        return call
+
+    def _trigger(self) -> None:
+        import json
+
+        assert self.trainer.run_dir is not None
+        out = self.trainer.run_dir.parent / f"collectives-rank{self.rank}.json"
+        out.write_text(json.dumps(self.count))
+
+
+class RaiseStopOnRank(StopOnRank):
+    """Raises ``StopTraining`` on one rank only, instead of asking."""
+
+    def _trigger(self) -> None:
+        from schedtrain.errors import StopTraining
+
+        if self.rank == self.stop_rank and self.now.step >= self.stop_step:
+            raise StopTraining(f"rank {self.rank} raised at step {self.now.step}")
