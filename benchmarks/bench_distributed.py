@@ -88,7 +88,7 @@ def with_schedtrain(n_callbacks: int) -> Callable[[int, list[Any]], Callable[[],
     from schedtrain.callbacks import Callback
 
     class Nothing(Callback):
-        pass
+        may_stop_alone = False  # it never stops: no stop flag after its firings
 
     def build(steps: int, data: list[Any]) -> Callable[[], None]:
         from schedtrain.training import Trainer
@@ -103,12 +103,38 @@ def with_schedtrain(n_callbacks: int) -> Callable[[int, list[Any]], Callable[[],
     return build
 
 
+def count_collectives(run: Callable[[], None]) -> int:
+    """Run once, counting the collectives called through ``torch.distributed`` (DDP's
+    gradient all-reduce runs in C++, outside it: not counted)."""
+    names = ("all_gather", "all_reduce", "broadcast", "broadcast_object_list",
+             "all_gather_object", "gather_object", "barrier")
+    originals = {n: getattr(dist, n) for n in names}
+    count = 0
+
+    def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal count
+            count += 1
+            return fn(*args, **kwargs)
+        return call
+
+    try:
+        for n, fn in originals.items():
+            setattr(dist, n, counted(fn))
+        run()
+    finally:
+        for n, fn in originals.items():
+            setattr(dist, n, fn)
+    return count
+
+
 def worker(steps: int, repeats: int) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     data = _data(rank)
     variants: dict[str, Callable[[int, list[Any]], Callable[[], None]]] = {
         BARE: bare, ST100: with_schedtrain(100), ST0: with_schedtrain(0), CONTROL: bare}
+    collectives, due = count_collectives(variants[ST100](steps, data)), steps // 100
     times: dict[str, list[float]] = {name: [] for name in variants}
     order = list(variants)
     shuffle = random.Random(0)  # the same order on every rank
@@ -124,6 +150,8 @@ def worker(steps: int, repeats: int) -> None:
             times[name].append(float(took))
     if rank == 0:
         _report(times, steps, repeats)
+        print(f"\nschedtrain's own collectives in one run of {ST100!r}: {collectives} "
+              f"(steps where a trigger is due: {due}; the rest set up and end the run)")
     dist.destroy_process_group()
 
 
