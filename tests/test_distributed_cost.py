@@ -10,6 +10,7 @@ stop flag after an event only where a callback that may stop alone ran.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,35 @@ def test_stop_training_raised_on_one_rank_stops_both_at_that_step(tmp_path: Path
     assert "rank 1 raised at step 6 (on rank 1)" in result.stdout
 
 
+def test_stop_training_raised_by_a_hook_on_one_rank_stops_both_at_the_next_event(
+        tmp_path: Path) -> None:
+    extra = ('[callbacks.stop]\ntype = "jobs.ddp:RaiseStopInHookOnRank"\nrank = 1\n'
+             'step = 5\ntrigger = { on = "train_end" }\n')
+    folder = tmp_path / "run"
+    folder.mkdir()
+    spec = folder / "stop.toml"
+    spec.write_text(SPEC.format(epochs=EPOCHS, every=2, extra=extra))
+    result = torchrun(spec, folder / "run", timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = json.loads((folder / "run" / "run.json").read_text())
+    assert (status["status"], status["step"]) == ("stopped", 6)  # tick's next firing
+    assert "rank 1's hook raised at step 5 (on rank 1)" in result.stdout
+
+
+@pytest.mark.parametrize(("values", "op", "expected"), [
+    ([1.0, 3.0], "mean", 2.0), ([1.0, 3.0], "sum", 4.0), ([1.0, 3.0], "max", 3.0),
+    ([1.0, 3.0], "min", 1.0), ([math.inf, -math.inf], "mean", math.nan),
+    ([math.inf, 1.0], "sum", math.inf), ([math.nan, 1.0], "max", math.nan),
+    ([1.0, math.nan], "min", math.nan), ([1e16, 1.0, -1e16], "sum", 1.0)])
+def test_a_reduction_is_exact_and_a_nan_on_any_rank_is_seen(
+        values: list[float], op: str, expected: float) -> None:
+    from schedtrain.distributed.comm import reduce_column
+
+    got = reduce_column([[v, 1.0] for v in values] + [[123.0, 0.0]], 0, 1, op)
+    assert got is not None
+    assert got == expected or (math.isnan(got) and math.isnan(expected))
+
+
 class _Base(Callback):
     pass
 
@@ -127,9 +157,26 @@ class _Inherits(_Declared):
     pass
 
 
+class _Resumes(_Declared):
+    def load_state_dict(self, state: dict[str, object]) -> None:  # may stop from it
+        pass
+
+
+class _SetsUp(_Declared):
+    def _setup(self) -> None:
+        pass
+
+
+def _instance(alone: bool) -> Callback:
+    cb = _Base()
+    cb.may_stop_alone = alone  # type: ignore[misc]
+    return cb
+
+
 @pytest.mark.parametrize(("callback", "alone"), [
     (_Base(), True), (_Declared(), False), (_Overrides(), True), (_Restates(), False),
-    (_Inherits(), False), (object(), True)])
+    (_Inherits(), False), (_Resumes(), True), (_SetsUp(), True), (_instance(False), False),
+    (object(), True)])
 def test_may_stop_alone_is_the_most_derived_class_that_says_it_or_overrides(
         callback: object, alone: bool) -> None:
     assert stops_alone(callback) is alone

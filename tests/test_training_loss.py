@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from training_helpers import Noop, tiny_model
 
 from schedtrain import Schedule, every
@@ -107,3 +109,37 @@ class TestTrainLoss:
         resumed.fit()
         (step, value), = full.metrics.history("train/loss")
         assert resumed.metrics.history("train/loss") == [(step, pytest.approx(value, rel=1e-6))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(losses=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=200),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float64]),
+       published=st.integers(0, 199))
+def test_the_number_agreed_across_ranks_is_the_mean_publish_would_put(
+        losses: list[float], dtype: torch.dtype, published: int) -> None:
+    """On several processes each rank sends ``host_mean`` in the step's agreement; it must
+    be exactly what ``publish`` computes, folded or not, so one process and many (and a
+    resumed run, which may take the other path) put the same ``train/loss``."""
+    from schedtrain.training.losses import FOLD, LossKeeper
+
+    class Put:
+        """Keeps what is put, as it is put (the store may narrow it when it flushes)."""
+
+        def __init__(self) -> None:
+            self.values: list[Any] = []
+
+        def put(self, name: str, value: Any) -> None:
+            self.values.append(value)
+
+    keeper, split = LossKeeper(), min(published, len(losses) - 1)
+    for step, value in enumerate(losses, 1):
+        keeper.losses.append(torch.tensor(value, dtype=dtype))
+        if len(keeper.losses) >= FOLD:
+            keeper.fold()
+        if step == split:
+            keeper.publish(Put(), step)  # type: ignore[arg-type]
+    expected = keeper.host_mean(len(losses))
+    put = Put()
+    keeper.publish(put, len(losses))  # type: ignore[arg-type]
+    assert expected is not None and len(put.values) == 1
+    assert float(put.values[0]) == expected

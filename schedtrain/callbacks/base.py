@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from schedtrain.monitors.store import MetricStore
     from schedtrain.time import Timestamp
 
-__all__ = ["PER_EVENT_HOOKS", "Callback", "Fetches", "StepOutputs", "overrides",
-           "stops_alone"]
+__all__ = ["PER_EVENT_HOOKS", "STOP_PLACES_BEYOND_TRIGGER", "Callback", "Fetches",
+           "StepOutputs", "overrides", "stops_alone"]
 
 Fetches = Mapping[str, Callable[[], Any]]
 """What a ``before_step`` hook asks the step for: name -> a function evaluated right after
@@ -88,8 +88,9 @@ class Callback:
     #: differ between ranks: its own state, a rank's loss or data. On several processes
     #: the ranks agree on a stop flag after an event where such a callback ran. ``False``
     #: on one that never stops, or stops only from what every rank shares (the clock,
-    #: reduced metrics); a subclass that overrides ``_trigger`` or a hook without
-    #: restating it counts as ``True`` (``stops_alone``).
+    #: reduced metrics); a subclass that overrides ``_trigger``, a hook, ``_setup``,
+    #: ``_before_train`` or ``load_state_dict`` without restating it counts as ``True``
+    #: (``stops_alone``).
     may_stop_alone: ClassVar[bool] = True
 
     trainer: TrainingContext
@@ -244,16 +245,21 @@ class Callback:
 #: Hooks the trainer calls only on callbacks that override them (see ``overrides``).
 PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", "_after_backward",
                    "_before_optimizer_step", "_after_step", "_trigger_step", "_trigger_epoch")
-#: Where a callback can ask to stop: its trigger and its per-event hooks.
-_STOP_PLACES = ("_trigger", "trigger", *PER_EVENT_HOOKS,
-                *(h.lstrip("_") for h in PER_EVENT_HOOKS))
+#: Where a callback can ask to stop besides its trigger: its hooks, setup and resume.
+STOP_PLACES_BEYOND_TRIGGER = (*PER_EVENT_HOOKS, "_setup", "_before_train",
+                              "load_state_dict")
+_STOP_PLACES = ("_trigger", "trigger", *STOP_PLACES_BEYOND_TRIGGER,
+                *(h.lstrip("_") for h in STOP_PLACES_BEYOND_TRIGGER))
 
 
 def stops_alone(callback: object) -> bool:
-    """``callback.may_stop_alone`` as its most derived class that says it, or that
-    overrides ``_trigger`` or a hook, has it (``True`` for a plain object)."""
+    """``callback.may_stop_alone`` as set on the instance, else as its most derived
+    class that says it, or that overrides ``_trigger``, a hook, ``_setup``,
+    ``_before_train`` or ``load_state_dict``, has it (``True`` for a plain object)."""
     if not isinstance(callback, Callback):
         return True
+    if "may_stop_alone" in vars(callback):
+        return bool(vars(callback)["may_stop_alone"])
     for klass in type(callback).__mro__:
         if klass is Callback:
             break

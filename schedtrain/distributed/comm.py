@@ -166,6 +166,12 @@ class Comm:
         dist.broadcast_object_list(box, src=src, group=self.group)
         return box[0]
 
+    def mean_number(self, value: float) -> float:
+        """``value``'s mean over ranks, by the arithmetic of every agreement."""
+        mean = reduce_column(self.agree((value, 1.0)), 0, 1, "mean")
+        assert mean is not None
+        return mean
+
     def mean_tensor(self, value: torch.Tensor) -> torch.Tensor:
         """``value``'s mean over ranks, on its device (NCCL: no host synchronisation)."""
         out = value.detach().clone()
@@ -195,10 +201,12 @@ def reduce_column(rows: Sequence[Sequence[float]], value: int, present: int,
     got = [row[value] for row in rows if row[present]]
     if not got:
         return None
-    if op == "mean":
-        return math.fsum(got) / len(got)
-    if op == "sum":
-        return math.fsum(got)
+    if any(math.isnan(v) for v in got):
+        return math.nan  # a NaN on any rank is seen on all, whatever the op
+    if op in ("mean", "sum"):
+        # fsum is exact (and the same on every rank) but refuses inf + -inf
+        total = math.fsum(got) if all(map(math.isfinite, got)) else sum(got)
+        return total / len(got) if op == "mean" else total
     return max(got) if op == "max" else min(got)
 
 

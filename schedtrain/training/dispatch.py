@@ -18,7 +18,13 @@ from typing import Any, Final
 
 import structlog
 
-from schedtrain.callbacks.base import PER_EVENT_HOOKS, Callback, overrides, stops_alone
+from schedtrain.callbacks.base import (
+    PER_EVENT_HOOKS,
+    STOP_PLACES_BEYOND_TRIGGER,
+    Callback,
+    overrides,
+    stops_alone,
+)
 from schedtrain.distributed.comm import Comm
 from schedtrain.errors import StopTraining, locate_failure
 from schedtrain.firings import Firing
@@ -84,10 +90,12 @@ class Dispatcher:
         #: metric name -> "mean", "sum", "max" or "min" across ranks (default "mean")
         self.reduce_ops: dict[str, str] = {}
         # On several processes a stop flag is agreed after an event only where a callback
-        # that may stop alone ran (or has hooks), and the last reduction did not carry it.
+        # that may stop alone ran (or could have asked outside its trigger), and the last
+        # reduction did not carry it. Decided from the classes: the same on every rank.
         self._alone = {n: stops_alone(cb) for n, cb in callbacks.items()}
-        self._hooks_alone = any(stops_alone(cb) for hooked in self.hooks.values()
-                                for cb, _ in hooked)
+        self._hooks_alone = any(
+            self._alone[n] and any(overrides(cb, h) for h in STOP_PLACES_BEYOND_TRIGGER)
+            for n, cb in callbacks.items())
         self._alone_ran = self._flags_fresh = False
         self._flagged: int | None = None
 
@@ -180,7 +188,6 @@ class Dispatcher:
             cb.trigger()
         except StopTraining as exc:  # one rank's: the ranks agree on it after the event
             self.request_stop(str(exc) or f"{name} raised StopTraining")
-            self._alone_ran = True
         finally:
             put, metrics.recorder = metrics.recorder, outer
         self._flags_fresh = False  # it may have asked to stop after the last reduction
@@ -231,8 +238,17 @@ class Dispatcher:
                 try:
                     getattr(cb, hook.lstrip("_"))(*args)
                 except Exception as exc:
-                    _place_hook(exc, cb, hook, now)
-                    raise
+                    if not self._stop_asked(exc, cb):
+                        _place_hook(exc, cb, hook, now)
+                        raise
+
+    def _stop_asked(self, exc: Exception, cb: Callback) -> bool:
+        """On several processes, ``StopTraining`` raised by a hook on one rank becomes
+        that rank's stop request, agreed at the next event where a callback runs."""
+        if not isinstance(exc, StopTraining) or self.comm is None:
+            return False
+        self.request_stop(str(exc) or f"{cb.name or type(cb).__name__} raised StopTraining")
+        return True
 
     def before_step(self, now: Timestamp, step: int, batch: Any) -> dict[str, Any]:
         """``before_step`` hooks; remembers who ran, and collects the fetches they ask for."""
@@ -244,8 +260,9 @@ class Dispatcher:
                 try:
                     asked = cb.before_step(step, batch)
                 except Exception as exc:
-                    _place_hook(exc, cb, "_before_step", now)
-                    raise
+                    if not self._stop_asked(exc, cb):
+                        _place_hook(exc, cb, "_before_step", now)
+                        raise
                 if asked:
                     fetches.update(asked)
         return fetches
@@ -260,8 +277,9 @@ class Dispatcher:
                 try:
                     cb.after_step(step, outputs)
                 except Exception as exc:
-                    _place_hook(exc, cb, "_after_step", now)
-                    raise
+                    if not self._stop_asked(exc, cb):
+                        _place_hook(exc, cb, "_after_step", now)
+                        raise
 
 
 def _place_hook(exc: Exception, cb: Callback, hook: str, now: Timestamp) -> None:

@@ -35,6 +35,9 @@ class LossKeeper:
         self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
         #: on several processes, (step, the ranks' mean loss) agreed at that step
         self.agreed: tuple[int, float] | None = None
+        #: on several processes, the mean over ranks of a loss on the CPU, by the same
+        #: arithmetic as ``agreed`` (a resumed run publishes what the first one did)
+        self.reduce_number: Callable[[float], float] | None = None
 
     @property
     def last(self) -> torch.Tensor | None:
@@ -76,13 +79,17 @@ class LossKeeper:
     def publish(self, metrics: MetricStore, step: int) -> None:
         """Put the mean loss over steps ``since + 1 .. step`` as ``train/loss`` (on
         several processes, the ranks' mean: ``agreed`` when the step's agreement carried
-        it, else reduced on the device)."""
+        it, else reduced on its own, on the host for a loss on the CPU)."""
+        agreed = self.agreed if self.agreed is not None and self.agreed[0] == step else None
+        host = (self.host_mean(step) if self.reduce_number is not None and agreed is None
+                else None)
         self.fold()
         n = step - self.since
         if n > 0 and self._sum is not None:
-            agreed = self.agreed
-            if agreed is not None and agreed[0] == step:
+            if agreed is not None:
                 metrics.put("train/loss", agreed[1])
+            elif host is not None and self.reduce_number is not None:
+                metrics.put("train/loss", self.reduce_number(host))
             else:
                 mean = self._sum / n
                 metrics.put("train/loss", mean if self.reduce is None else self.reduce(mean))

@@ -167,6 +167,7 @@ class Trainer:
         self.dispatch.comm, self.dispatch.reduce_ops = self.comm, dict(reduce or {})
         if self.comm is not None:
             self._losses.reduce = self.comm.mean_tensor
+            self._losses.reduce_number = self.comm.mean_number
         self.steps_in_epoch: int | None = self._epoch_len()
         self._guard = Guard()
         self._loop = self._make_loop()

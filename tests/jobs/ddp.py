@@ -160,3 +160,13 @@ class RaiseStopOnRank(StopOnRank):
 
         if self.rank == self.stop_rank and self.now.step >= self.stop_step:
             raise StopTraining(f"rank {self.rank} raised at step {self.now.step}")
+
+
+class RaiseStopInHookOnRank(StopOnRank):
+    """Raises ``StopTraining`` from its ``after_step`` hook on one rank only."""
+
+    def _after_step(self, step: int, outputs: object) -> None:  # type: ignore[override]
+        from schedtrain.errors import StopTraining
+
+        if self.rank == self.stop_rank and step == self.stop_step:
+            raise StopTraining(f"rank {self.rank}'s hook raised at step {step}")
