@@ -73,7 +73,7 @@ def torchrun(spec: Path, run_dir: Path, *args: str, kill_at_line: int | None = N
            "--nproc-per-node", str(nproc), "-m", "schedtrain", "train", str(spec),
            "--run-dir", str(run_dir), *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows its stacks
     proc = subprocess.Popen(cmd, cwd=spec.parent, env=env, text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if kill_at_line is not None:

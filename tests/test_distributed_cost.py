@@ -2,7 +2,7 @@
 
 The rule (docs/distributed.md): no collective on a step where no trigger is due; one
 at a step where one is (the counters, the chief's time, the loss and pending signals in
-one all-gather), one at an epoch's end not already agreed at its last step; then one per
+one collective), one at an epoch's end not already agreed at its last step; then one per
 firing of a callback that produces metrics, which also carries the stop flags; and a
 stop flag after an event only where a callback that may stop alone ran.
 """

@@ -3,7 +3,7 @@
 The clock, and every trigger on steps and epochs, agree across ranks by construction:
 every rank counts the same steps. What can differ (samples and tokens, wall time,
 metrics, a request to stop, a preemption signal) is agreed here, only at the points
-where something can fire. Every agreement is one all-gather of a few floats
+where something can fire. Every agreement is one collective of a few floats per rank
 (``agree``), so one call carries sums, the chief's values and flags together:
 
 * at a step where a trigger is due, the loop agrees on this rank's samples and tokens
@@ -121,13 +121,16 @@ class Comm:
     # -- agreements --------------------------------------------------------------------------
     def agree(self, values: Sequence[float]) -> list[list[float]]:
         """Every rank's ``values``, on every rank (row ``r`` is rank ``r``'s): one
-        all-gather of a small float64 tensor, the single collective an agreement costs.
-        Gathering rather than reducing lets one call carry sums, the chief's values,
-        maxima, minima and flags together."""
-        mine = torch.tensor([float(v) for v in values], dtype=torch.float64)
-        rows = [torch.empty_like(mine) for _ in range(self.size)]
-        dist.all_gather(rows, mine, group=self.group)
-        return [list(r.tolist()) for r in rows]
+        collective on a small float64 matrix, the single one an agreement costs. Having
+        every row lets one call carry sums, the chief's values, maxima, minima and flags
+        together. Each rank fills its own row of zeros and the matrix is summed: adding
+        zeros is exact, so this is an all-gather done by an all-reduce (the collective
+        these agreements used before; with ``all_gather`` a rank aborted at exit in one
+        CI run, not reproduced since)."""
+        rows = torch.zeros(self.size, len(values), dtype=torch.float64)
+        rows[self.rank] = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        dist.all_reduce(rows, group=self.group)
+        return [list(r) for r in rows.tolist()]
 
     def first_flagged(self, flag: bool) -> int | None:
         """The lowest rank on which ``flag`` is true (``None``: on none)."""
