@@ -1,7 +1,5 @@
 """``python -m schedtrain``: the command line."""
 
-import sys
+from schedtrain.entry import run
 
-from schedtrain.cli import main
-
-sys.exit(main())
+run()

@@ -124,9 +124,7 @@ class Comm:
         collective on a small float64 matrix, the single one an agreement costs. Having
         every row lets one call carry sums, the chief's values, maxima, minima and flags
         together. Each rank fills its own row of zeros and the matrix is summed: adding
-        zeros is exact, so this is an all-gather done by an all-reduce (the collective
-        these agreements used before; with ``all_gather`` a rank aborted at exit in one
-        CI run, not reproduced since)."""
+        zeros is exact, so this is an all-gather done by an all-reduce."""
         rows = torch.zeros(self.size, len(values), dtype=torch.float64)
         rows[self.rank] = torch.tensor([float(v) for v in values], dtype=torch.float64)
         dist.all_reduce(rows, group=self.group)
