@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -42,13 +43,19 @@ trigger = {{ on = "train_end" }}
 """
 
 
-def collectives(folder: Path, every: int, extra: str = "") -> int:
-    """The collectives each rank called in a 2-rank run (the same on both)."""
+def train(folder: Path, every: int, extra: str = "") -> subprocess.CompletedProcess[str]:
+    """A 2-rank run of ``SPEC`` in ``folder / "run"``, which must succeed."""
     folder.mkdir(parents=True)
     spec = folder / "cost.toml"
     spec.write_text(SPEC.format(epochs=EPOCHS, every=every, extra=extra))
-    result = torchrun(spec, folder / "run")
+    result = torchrun(spec, folder / "run", timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def collectives(folder: Path, every: int, extra: str = "") -> int:
+    """The collectives each rank called in a 2-rank run (the same on both)."""
+    train(folder, every, extra)
     counts = [json.loads((folder / f"collectives-rank{r}.json").read_text()) for r in (0, 1)]
     assert counts[0] == counts[1]
     return int(counts[0])
@@ -90,13 +97,8 @@ def test_a_callback_that_may_stop_alone_adds_one_stop_flag_per_event(
 def test_stop_training_raised_on_one_rank_stops_both_at_that_step(tmp_path: Path) -> None:
     extra = ('[callbacks.stop]\ntype = "jobs.ddp:RaiseStopOnRank"\nrank = 1\nstep = 6\n'
              'trigger = { every = "3 steps" }\n')
-    folder = tmp_path / "run"
-    folder.mkdir()
-    spec = folder / "stop.toml"
-    spec.write_text(SPEC.format(epochs=EPOCHS, every=2, extra=extra))
-    result = torchrun(spec, folder / "run", timeout=60)
-    assert result.returncode == 0, result.stderr[-3000:]
-    status = json.loads((folder / "run" / "run.json").read_text())
+    result = train(tmp_path / "run", 2, extra)
+    status = json.loads((tmp_path / "run" / "run" / "run.json").read_text())
     assert (status["status"], status["step"]) == ("stopped", 6)
     assert "rank 1 raised at step 6 (on rank 1)" in result.stdout
 
@@ -105,13 +107,8 @@ def test_stop_training_raised_by_a_hook_on_one_rank_stops_both_at_the_next_event
         tmp_path: Path) -> None:
     extra = ('[callbacks.stop]\ntype = "jobs.ddp:RaiseStopInHookOnRank"\nrank = 1\n'
              'step = 5\ntrigger = { on = "train_end" }\n')
-    folder = tmp_path / "run"
-    folder.mkdir()
-    spec = folder / "stop.toml"
-    spec.write_text(SPEC.format(epochs=EPOCHS, every=2, extra=extra))
-    result = torchrun(spec, folder / "run", timeout=60)
-    assert result.returncode == 0, result.stderr[-3000:]
-    status = json.loads((folder / "run" / "run.json").read_text())
+    result = train(tmp_path / "run", 2, extra)
+    status = json.loads((tmp_path / "run" / "run" / "run.json").read_text())
     assert (status["status"], status["step"]) == ("stopped", 6)  # tick's next firing
     assert "rank 1's hook raised at step 5 (on rank 1)" in result.stdout
 

@@ -155,12 +155,6 @@ class Comm:
         dist.gather_object(obj, got, dst=0, group=self.group)
         return got
 
-    def all_gather(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, on every rank."""
-        got: list[Any] = [None] * self.size
-        dist.all_gather_object(got, obj, group=self.group)
-        return got
-
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         """Rank ``src``'s ``obj`` (the chief's by default) on every rank."""
         box = [obj]

@@ -50,10 +50,17 @@ class LossKeeper:
         if not losses:
             return
         self._last = losses[-1]
+        self._sum = self._folded()
+        losses.clear()
+
+    def _folded(self) -> torch.Tensor | None:
+        """The running sum with the kept losses added (what ``fold`` keeps)."""
+        losses = self.losses
+        if not losses:
+            return self._sum
         dtype = torch.promote_types(losses[-1].dtype, torch.float32)  # no half-precision sums
         total = torch.stack(losses).sum(dtype=dtype)
-        self._sum = total if self._sum is None else self._sum + total
-        losses.clear()
+        return total if self._sum is None else self._sum + total
 
     def host_mean(self, step: int) -> float | None:
         """The mean loss over steps ``since + 1 .. step`` as a number, computed as
@@ -61,18 +68,10 @@ class LossKeeper:
         reading it would synchronise, or with no step since the last publication).
         Nothing is folded: the sums' grouping stays that of a run that never asks."""
         n = step - self.since
-        losses = self.losses
-        if n <= 0 or (not losses and self._sum is None):
+        latest = self.losses[-1] if self.losses else self._sum
+        if n <= 0 or latest is None or latest.device.type != "cpu":
             return None
-        latest = losses[-1] if losses else self._sum
-        assert latest is not None
-        if latest.device.type != "cpu":
-            return None
-        total = self._sum
-        if losses:
-            dtype = torch.promote_types(losses[-1].dtype, torch.float32)
-            folded = torch.stack(losses).sum(dtype=dtype)
-            total = folded if total is None else total + folded
+        total = self._folded()
         assert total is not None
         return float(total / n)
 
