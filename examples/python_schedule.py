@@ -12,11 +12,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from schedtrain import Scheduled, at, every, improved, on, window
-from schedtrain.callbacks import Callback
+from schedtrain.callbacks import Callback, PeriodicTrigger
 from schedtrain.callbacks.inference import InferenceRunner
 from schedtrain.callbacks.stopping import TerminateOnNaN
 from schedtrain.training import Trainer
-from schedtrain.triggers.tensorpack import PeriodicTrigger
 
 
 class WeightNorm(Callback):

@@ -10,7 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
+from schedtrain import compat as _compat
+
 __version__ = "0.1.0"
+
+_compat.install()  # moved import paths keep working, with a warning (schedtrain.compat)
 
 #: Public name -> the module that defines it.
 _EXPORTS: Final = {
@@ -18,9 +22,9 @@ _EXPORTS: Final = {
     "ScheduleError": "schedtrain.errors", "ScheduleWarning": "schedtrain.errors",
     "SpecError": "schedtrain.errors", "StopTraining": "schedtrain.errors",
     "Schedule": "schedtrain.schedule", "Scheduled": "schedtrain.schedule",
-    "Firing": "schedtrain.firings", "FiringLog": "schedtrain.firings",
-    "SimClock": "schedtrain.simclock", "next_firing": "schedtrain.simulation",
-    "simulate": "schedtrain.simulation", "TriggerTable": "schedtrain.table",
+    "Firing": "schedtrain.schedule", "FiringLog": "schedtrain.schedule",
+    "SimClock": "schedtrain.simulation", "next_firing": "schedtrain.simulation",
+    "simulate": "schedtrain.simulation", "TriggerTable": "schedtrain.schedule",
     "Time": "schedtrain.time", "Timestamp": "schedtrain.time", "Unit": "schedtrain.time",
     "Trigger": "schedtrain.triggers", "all_of": "schedtrain.triggers",
     "any_of": "schedtrain.triggers", "at": "schedtrain.triggers",
@@ -58,14 +62,14 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load on first 
     from schedtrain.errors import ScheduleWarning as ScheduleWarning
     from schedtrain.errors import SpecError as SpecError
     from schedtrain.errors import StopTraining as StopTraining
-    from schedtrain.firings import Firing as Firing
-    from schedtrain.firings import FiringLog as FiringLog
+    from schedtrain.schedule import Firing as Firing
+    from schedtrain.schedule import FiringLog as FiringLog
     from schedtrain.schedule import Schedule as Schedule
     from schedtrain.schedule import Scheduled as Scheduled
-    from schedtrain.simclock import SimClock as SimClock
+    from schedtrain.schedule import TriggerTable as TriggerTable
+    from schedtrain.simulation import SimClock as SimClock
     from schedtrain.simulation import next_firing as next_firing
     from schedtrain.simulation import simulate as simulate
-    from schedtrain.table import TriggerTable as TriggerTable
     from schedtrain.time import Time as Time
     from schedtrain.time import Timestamp as Timestamp
     from schedtrain.time import Unit as Unit

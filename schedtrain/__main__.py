@@ -1,5 +1,5 @@
 """``python -m schedtrain``: the command line."""
 
-from schedtrain.entry import run
+from schedtrain.cli.entry import run
 
 run()

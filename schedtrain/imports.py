@@ -16,16 +16,29 @@ _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 IMPORT_PATH_RE: Final = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
 
 
-def import_class(target: str, base: type, what: str) -> type:
+def import_class(target: str, base: type | str, what: str) -> type:
     """Import ``"package.module:Class"`` and check it is a subclass of ``base``.
 
     Nothing from the module is called: a function, or a class of another kind, is
-    refused before any use.
+    refused before any use. ``base`` may itself be named ``"package.module:Class"``: the
+    torch-free core names ``Callback`` so, importing it only with the class it checks.
 
     Raises:
         ImportError: the module or the name cannot be imported.
         TypeError: the name is not a ``base`` subclass.
     """
+    obj = _import_object(target)
+    if isinstance(base, str):
+        base = _import_object(base)
+    assert isinstance(base, type)
+    if not isinstance(obj, type) or not issubclass(obj, base):
+        kind = f"class {obj.__name__}" if isinstance(obj, type) else type(obj).__name__
+        raise TypeError(f"{target!r} is not {what} (a subclass of {base.__module__}."
+                        f"{base.__qualname__}); it is the {kind}")
+    return obj
+
+
+def _import_object(target: str) -> Any:
     module_name, _, qualname = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -38,10 +51,6 @@ def import_class(target: str, base: type, what: str) -> type:
             names = [n for n in dir(obj) if not n.startswith("_")]
             raise ImportError(f"cannot import {target!r}: {module_name!r} has no attribute "
                               f"{part!r}{did_you_mean(part, names)}") from None
-    if not isinstance(obj, type) or not issubclass(obj, base):
-        kind = f"class {obj.__name__}" if isinstance(obj, type) else type(obj).__name__
-        raise TypeError(f"{target!r} is not {what} (a subclass of {base.__module__}."
-                        f"{base.__qualname__}); it is the {kind}")
     return obj
 
 

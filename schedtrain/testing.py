@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schedtrain.ranks_sim import simulate_ranks
-from schedtrain.simulation import (
+from schedtrain.simulation.ranks import simulate_ranks
+from schedtrain.simulation.simulate import (
     Firing,
     FiringLog,
     RunShape,

@@ -27,7 +27,7 @@ from training_helpers import tiny_model
 from schedtrain import LoopClock, Schedule, ScheduleError, Time, Unit, simulate
 from schedtrain.callbacks import Callback
 from schedtrain.cli import main
-from schedtrain.firings import FiringLog
+from schedtrain.schedule import FiringLog
 from schedtrain.spec import schedule_to_toml, toml_value
 from schedtrain.training import Trainer
 from schedtrain.triggers import (

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from schedtrain.cli import main
-from schedtrain.registry import BUILTINS, check_arguments, is_known, resolve
 from schedtrain.spec import load_spec
+from schedtrain.spec.registry import BUILTINS, check_arguments, is_known, resolve
 
 ROOT = Path(__file__).parent.parent
 SPECS = ROOT / "specs"
@@ -317,8 +317,8 @@ class TestPlan:
         """``train_start`` (step 0) and ``train_end`` firings are plotted inside the axes,
         on their callback's lane, not hidden on the frame."""
         pytest.importorskip("matplotlib")
-        from schedtrain import plan_render
         from schedtrain.planning import plan_spec
+        from schedtrain.planning import render as plan_render
 
         path = write(tmp_path, """
             [clock]

@@ -138,7 +138,8 @@ class TestProtocol:
         rest.load_state_dict(first.state_dict())
         assert whole.steps("x") == [1, 2, 3, 5, 10] == (head + rest.run()).steps("x")
 
-    @pytest.mark.parametrize("module", ["table.py", "dues.py", "simulation.py", "simclock.py"])
+    @pytest.mark.parametrize("module", ["schedule/table.py", "schedule/dues.py",
+                                        "simulation/simulate.py", "simulation/simclock.py"])
     def test_table_and_simulator_name_no_built_in_trigger(self, module: str) -> None:
         """No built-in trigger class appears in the table's or the simulator's code."""
         from schedtrain import triggers

@@ -48,7 +48,7 @@ def test_builtins_importable_from_callbacks() -> None:
     """Every built-in callback type of the registry is exported by ``schedtrain.callbacks``
     (the docs import them from there) and is the class TOML resolves."""
     import schedtrain.callbacks
-    from schedtrain.registry import BUILTINS, resolve
+    from schedtrain.spec.registry import BUILTINS, resolve
 
     for name in BUILTINS:
         assert name in schedtrain.callbacks.__all__, name

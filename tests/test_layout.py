@@ -12,7 +12,26 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "schedtrain"
 #: Packages where torch lives; everything else is the torch-free core.
 TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed")
+#: Torch-free modules inside a torch package, which the core may read.
+TORCH_FREE = ("schedtrain.distributed", "schedtrain.distributed.vocabulary")
 MAX_LINES = 400
+#: The layers, lowest first: a module imports only from its own layer or those below
+#: (lazy imports inside functions included). Each entry is module-name prefixes.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("schedtrain.time", "schedtrain.errors", "schedtrain.names",
+                    "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
+                    "schedtrain.compat", *TORCH_FREE)),
+    ("triggers", ("schedtrain.triggers",)),
+    ("schedule", ("schedtrain.schedule",)),
+    ("simulation", ("schedtrain.simulation",)),
+    ("spec", ("schedtrain.spec",)),
+    ("planning and testing", ("schedtrain.planning", "schedtrain.testing")),
+    ("monitors", ("schedtrain.monitors",)),
+    ("callbacks", ("schedtrain.callbacks",)),
+    ("distributed", ("schedtrain.distributed",)),
+    ("training", ("schedtrain.training",)),
+    ("command line and public face", ("schedtrain.cli", "schedtrain.__main__", "schedtrain")),
+)
 
 
 def _module_name(path: Path) -> str:
@@ -24,7 +43,7 @@ def _modules(*, core_only: bool) -> dict[str, Path]:
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).parts
-        if core_only and rel[0] in TORCH_PACKAGES:
+        if core_only and rel[0] in TORCH_PACKAGES and _module_name(path) not in TORCH_FREE:
             continue
         out[_module_name(path)] = path
     return out
@@ -106,16 +125,41 @@ class TestCore:
 
     def test_no_core_module_imports_the_torch_side_when_imported(self) -> None:
         """At import, the core never imports callbacks, training, monitors or distributed
-        (the CLI's `train` and `registry.resolve` import them when called)."""
+        (their torch-free modules aside; the CLI's `train` imports training when called)."""
         mods = _modules(core_only=True)
         torch_side = tuple(f"schedtrain.{p}" for p in TORCH_PACKAGES)
         found = {}
         for name, path in mods.items():
             for node in ast.parse(path.read_text()).body:  # module level only
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                        torch_side):
+                if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                        torch_side) and node.module not in TORCH_FREE):
                     found[name] = node.module
         assert found == {}
+
+
+def _layer(module: str) -> int:
+    for i, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/test_layout.py")
+
+
+class TestLayers:
+    """Each module imports only from its own layer or the layers below it."""
+
+    def test_every_module_has_a_layer(self) -> None:
+        """A new module or wing is placed in a layer (and so checked)."""
+        for name in _modules(core_only=False):
+            _layer(name)
+
+    def test_no_module_imports_a_layer_above_it(self) -> None:
+        """core (time ... planning) never imports the torch side, the torch side never the
+        command line, and within each the lower layers never the higher ones."""
+        mods = _modules(core_only=False)
+        upward = sorted(
+            f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
+            for m, targets in _graph(mods).items() for t in targets if _layer(t) > _layer(m))
+        assert upward == []
 
 
 class TestPackage:

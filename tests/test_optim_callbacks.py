@@ -147,7 +147,7 @@ class TestLRSchedulerFromToml:
         """A misspelt class is refused when the spec loads, at callbacks.lr.scheduler, and
         the names it knows are exactly those torch can build from TOML values."""
         from schedtrain.callbacks.optim import _NEED_OBJECTS
-        from schedtrain.registry import TORCH_SCHEDULERS
+        from schedtrain.spec.registry import TORCH_SCHEDULERS
 
         with pytest.raises(SpecError, match=r"callbacks\.lr\.scheduler: expected one of "
                                             r"ConstantLR, CosineAnnealingLR"):

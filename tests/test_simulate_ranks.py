@@ -15,8 +15,6 @@ from hypothesis import strategies as st
 
 import schedtrain.testing
 from schedtrain import Schedule, every, improved, on, plateau, when, window
-from schedtrain.ranks_sim import REDUCE_OPS
-from schedtrain.spec.document import REDUCE_OPS as SPEC_REDUCE_OPS
 from schedtrain.testing import fired_at, simulate, simulate_ranks
 
 #: epoch-stamped val/loss of two ranks: rank 0 alone improves at epochs 1, 2, 4;
@@ -256,9 +254,16 @@ class TestValidation:
                            r"got -1"):
             _log(s, world_size=2, samples_per_batch=-1)
 
-    def test_ops_match_the_spec(self) -> None:
-        """The ops are those ``[run] reduce`` accepts in a spec."""
-        assert REDUCE_OPS == SPEC_REDUCE_OPS
+    @pytest.mark.parametrize("op", ["mean", "sum", "max", "min"])
+    def test_a_nan_on_any_rank_is_seen_whatever_the_order(self, op: str) -> None:
+        """A NaN put on any rank is the reduced value, as in a real run's agreement, for
+        every op and wherever the NaN rank is (Python's ``max`` alone depends on it)."""
+        schedule = Schedule({"low": every("1 epoch") & when("val/loss != val/loss")})
+        nan = {"val/loss": [("1 epoch", float("nan"))]}
+        one = {"val/loss": [("1 epoch", 1.0)]}
+        for ranks in ([nan, one], [one, nan]):
+            log = _log(schedule, world_size=2, rank_metrics=ranks, reduce={"val/loss": op})
+            assert fired_at(log, "low", "epochs") == [1, 2, 3, 4]  # it stays the latest
 
 
 # -- property: the multi-rank run is the one-process run of the agreed clock and metrics --

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from schedtrain import Schedule, Timestamp, simulate
+from schedtrain.schedule import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
 from schedtrain.triggers import every
-from schedtrain.triggers.tensorpack import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
 
 
 class Saver:

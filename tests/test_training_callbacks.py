@@ -23,8 +23,8 @@ from schedtrain.callbacks.progress import ProgressBar
 from schedtrain.callbacks.saver import MaxSaver, MinSaver, ModelSaver
 from schedtrain.callbacks.stopping import EarlyStopping, TerminateOnNaN
 from schedtrain.monitors import MetricStore
+from schedtrain.schedule import EnableCallbackIf, PeriodicTrigger
 from schedtrain.training import Trainer
-from schedtrain.triggers.tensorpack import EnableCallbackIf, PeriodicTrigger
 
 mse = torch.nn.functional.mse_loss
 

@@ -12,8 +12,8 @@ from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, Scheduled, at, every, on, window
 from schedtrain.callbacks import Callback, InferenceRunner, StepOutputs
+from schedtrain.schedule import EnableCallbackIf
 from schedtrain.training import Trainer
-from schedtrain.triggers.tensorpack import EnableCallbackIf
 
 mse = torch.nn.functional.mse_loss
 

@@ -8,7 +8,9 @@ MinSaver, MaxSaver, TopKSaver), ``inference`` (InferenceRunner) and ``inferencer
 (EarlyStopping, TerminateOnNaN), ``progress`` (ProgressBar), ``printing`` (PrintProgress,
 PrintMetrics), ``averages`` (MovingAverageSummary), ``devicestats``
 (GPUUtilizationTracker, alias DeviceStatsMonitor), ``sendstat`` (SendStat) and ``shell``
-(InjectShell). All are importable from here.
+(InjectShell). All are importable from here, and so are tensorpack's scheduling wrappers
+(``PeriodicTrigger``, ``PeriodicCallback``, ``EnableCallbackIf``, from
+``schedtrain.schedule``), where tensorpack users look for them.
 """
 
 from schedtrain.callbacks.averages import MovingAverageSummary as MovingAverageSummary
@@ -39,11 +41,16 @@ from schedtrain.callbacks.sendstat import SendStat as SendStat
 from schedtrain.callbacks.shell import InjectShell as InjectShell
 from schedtrain.callbacks.stopping import EarlyStopping as EarlyStopping
 from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
+from schedtrain.schedule.tensorpack import EnableCallbackIf as EnableCallbackIf
+from schedtrain.schedule.tensorpack import PeriodicCallback as PeriodicCallback
+from schedtrain.schedule.tensorpack import PeriodicTrigger as PeriodicTrigger
 
 __all__ = ["Callback", "ClassificationError", "DeviceStatsMonitor", "EarlyStopping",
+           "EnableCallbackIf",
            "GPUUtilizationTracker", "GradientAccumulationScheduler", "HumanHyperParamSetter",
            "InferenceRunner", "Inferencer", "InjectShell", "LRScheduler",
            "LearningRateMonitor", "MaxSaver", "MinSaver", "ModelSaver",
-           "MovingAverageSummary", "PrintMetrics", "PrintProgress", "ProgressBar",
+           "MovingAverageSummary", "PeriodicCallback", "PeriodicTrigger", "PrintMetrics",
+           "PrintProgress", "ProgressBar",
            "ScalarStats", "ScheduledHyperParamSetter", "SendStat", "StepOutputs",
            "TerminateOnNaN", "TopKSaver", "TorchMetric"]

@@ -23,7 +23,6 @@ synchronises the device.
 from __future__ import annotations
 
 import datetime
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -32,8 +31,8 @@ import attrs
 import torch
 import torch.distributed as dist
 
+from schedtrain.distributed.vocabulary import REDUCE_OPS, first_flagged, reduce_column
 from schedtrain.errors import RunDirError, RunEnded
-from schedtrain.spec.document import REDUCE_OPS
 
 __all__ = ["REDUCE_OPS", "Comm", "World", "check_reduce", "first_flagged",
            "multi_process_env", "reduce_column", "reraise_on_all"]
@@ -187,27 +186,6 @@ class Comm:
         if not self._store.check([_PREEMPT_KEY]):
             return None
         return _preempt_value(self._store.get(_PREEMPT_KEY))
-
-
-def reduce_column(rows: Sequence[Sequence[float]], value: int, present: int,
-                  op: str) -> float | None:
-    """Column ``value`` of gathered rows reduced by ``op`` over the rows whose column
-    ``present`` is set (``None`` when none is)."""
-    got = [row[value] for row in rows if row[present]]
-    if not got:
-        return None
-    if any(math.isnan(v) for v in got):
-        return math.nan  # a NaN on any rank is seen on all, whatever the op
-    if op in ("mean", "sum"):
-        # fsum is exact (and the same on every rank) but refuses inf + -inf
-        total = math.fsum(got) if all(map(math.isfinite, got)) else sum(got)
-        return total / len(got) if op == "mean" else total
-    return max(got) if op == "max" else min(got)
-
-
-def first_flagged(rows: Sequence[Sequence[float]], column: int) -> int | None:
-    """The lowest rank whose row has ``column`` set (``None``: none has)."""
-    return next((r for r, row in enumerate(rows) if row[column]), None)
 
 
 def _preempt_value(raw: bytes | str) -> tuple[int, str]:

@@ -14,11 +14,9 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from schedtrain.distributed.comm import Comm
-from schedtrain.spec.document import RUN_STRATEGIES
+from schedtrain.distributed.vocabulary import STRATEGIES
 
 __all__ = ["STRATEGIES", "shard_loader", "wrap_model"]
-
-STRATEGIES: Final = RUN_STRATEGIES
 
 # DataLoader arguments carried over when it is rebuilt with a distributed sampler.
 _LOADER_ARGS: Final = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last",

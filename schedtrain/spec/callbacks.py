@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from schedtrain import registry
-from schedtrain.analysis import Located
 from schedtrain.errors import did_you_mean
+from schedtrain.schedule.analysis import Located
+from schedtrain.spec import registry
 from schedtrain.spec.problems import Problems
 from schedtrain.spec.triggers import TriggerReader
 

@@ -24,6 +24,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
+from schedtrain.distributed.vocabulary import REDUCE_OPS, STRATEGIES
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_name
@@ -219,8 +220,6 @@ def _check_clock(clock: ClockSpec, problems: Problems) -> None:
 
 
 #: ``[run] strategy`` and ``[run.reduce]`` values (kept here: the core imports no torch).
-RUN_STRATEGIES: Final = ("auto", "ddp", "fsdp")
-REDUCE_OPS: Final = ("mean", "sum", "max", "min")
 
 
 def _check_run(run: RunSpec, problems: Problems) -> None:
@@ -238,8 +237,8 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
         problems.expect(("run", "grad_clip"), "a finite number > 0", run.grad_clip)
     if not 0 <= run.seed <= MAX_COUNT:
         problems.expect(("run", "seed"), f"a whole number from 0 to {MAX_COUNT}", run.seed)
-    if run.strategy not in RUN_STRATEGIES:
-        problems.expect(("run", "strategy"), " or ".join(repr(x) for x in RUN_STRATEGIES),
+    if run.strategy not in STRATEGIES:
+        problems.expect(("run", "strategy"), " or ".join(repr(x) for x in STRATEGIES),
                         run.strategy)
     for name, op in run.reduce.items():
         if op not in REDUCE_OPS:

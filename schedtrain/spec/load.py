@@ -12,9 +12,9 @@ from pathlib import Path
 
 import attrs
 
-from schedtrain.analysis import analyze
 from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
+from schedtrain.schedule.analysis import analyze
 from schedtrain.spec.callbacks import read_callback
 from schedtrain.spec.document import parse_toml, read_document
 from schedtrain.spec.metrics import check_early_stopping

@@ -7,10 +7,10 @@ from typing import Any
 
 import attrs
 
-from schedtrain.analysis import Analysis, Located
 from schedtrain.errors import Problem, SpecError
-from schedtrain.schedule import Schedule, Scheduled
-from schedtrain.simclock import RunShape
+from schedtrain.schedule.analysis import Analysis, Located
+from schedtrain.schedule.schedule import Schedule, Scheduled
+from schedtrain.simulation.simclock import RunShape
 from schedtrain.triggers import Trigger
 
 __all__ = ["CallbackSpec", "ClockSpec", "RunSpec", "Spec"]
@@ -181,7 +181,7 @@ class Spec:
             SpecError: a class cannot be imported, is not a ``Callback`` subclass, or
                 its arguments do not fit its signature.
         """
-        from schedtrain import registry
+        from schedtrain.spec import registry
 
         problems: list[Problem] = []
         classes: dict[str, type] = {}

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schedtrain.analysis import Located, locate
 from schedtrain.errors import did_you_mean
 from schedtrain.names import is_name
+from schedtrain.schedule.analysis import Located, locate
 from schedtrain.spec.problems import Problems, Rel, key_path
 from schedtrain.spec.vocabulary import (
     COMPOSITE_KEYS,

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 
-from schedtrain.schedule import Schedule
+from schedtrain.schedule.schedule import Schedule
 from schedtrain.spec.model import ClockSpec, RunSpec, Spec
 from schedtrain.spec.vocabulary import TERMS, term_of
 from schedtrain.triggers import AllOf, AnyOf, Not, Trigger

@@ -16,7 +16,7 @@ import attrs
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.errors import ScheduleError, did_you_mean
-from schedtrain.schedule import Schedule, Scheduled
+from schedtrain.schedule.schedule import Schedule, Scheduled
 
 __all__ = ["FunctionCallback", "bind", "check_order"]
 

@@ -27,10 +27,10 @@ from schedtrain.callbacks.base import (
 )
 from schedtrain.distributed.comm import Comm
 from schedtrain.errors import StopTraining, locate_failure
-from schedtrain.firings import Firing
 from schedtrain.monitors.store import MetricStore
-from schedtrain.schedule import HookGate
-from schedtrain.table import TriggerTable
+from schedtrain.schedule.firings import Firing
+from schedtrain.schedule.schedule import HookGate
+from schedtrain.schedule.table import TriggerTable
 from schedtrain.time import Timestamp
 
 __all__ = ["DEFAULT_KEEP_FIRINGS", "Dispatcher"]

@@ -21,7 +21,7 @@ import torch
 from schedtrain.callbacks.base import StepOutputs
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.comm import Comm, first_flagged, reduce_column
-from schedtrain.table import TriggerTable
+from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
 from schedtrain.training.preempt import PREEMPT_CHECK, Guard

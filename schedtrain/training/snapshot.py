@@ -31,7 +31,7 @@ from schedtrain.clock import LoopClock
 from schedtrain.distributed.comm import Comm
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore
-from schedtrain.table import TriggerTable
+from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.checkpoint import is_finite, read_checkpoint, write_checkpoint
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.sharded import (

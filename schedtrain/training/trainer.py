@@ -21,10 +21,10 @@ from schedtrain.clock import LoopClock
 from schedtrain.distributed.comm import check_reduce, reraise_on_all
 from schedtrain.distributed.setup import prepare
 from schedtrain.errors import Preempted, RunDirError
-from schedtrain.firings import Firing, FiringLog
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
-from schedtrain.schedule import Schedule
+from schedtrain.schedule.firings import Firing, FiringLog
+from schedtrain.schedule.schedule import Schedule
 from schedtrain.spec.metrics import TRAINER_METRICS
 from schedtrain.training.batches import to_device
 from schedtrain.training.binding import bind, check_order

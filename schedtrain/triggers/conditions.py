@@ -23,8 +23,8 @@ from typing import Final
 
 import attrs
 
-from schedtrain.kleene import k_and, k_not, k_or
 from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.kleene import k_and, k_not, k_or
 from schedtrain.triggers.protocol import Point, Predicate
 
 __all__ = ["Condition", "When", "parse_condition", "when"]

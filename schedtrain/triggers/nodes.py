@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from schedtrain.kleene import k_and, k_not, k_or
 from schedtrain.time import Timestamp
+from schedtrain.triggers.kleene import k_and, k_not, k_or
 from schedtrain.triggers.protocol import ANY_TIME, NEVER, Due, Explanation, Node, Point
 
 __all__ = ["AllNode", "AnyNode", "NotNode", "and_bound"]

@@ -26,8 +26,8 @@ from schedtrain.errors import (
     failure_place,
     traceback_file,
 )
-from schedtrain.metric_stream import MetricStreamError
-from schedtrain.planning import PlanError
+from schedtrain.planning.plan import PlanError
+from schedtrain.simulation.metric_stream import MetricStreamError
 from schedtrain.spec import Spec, load_spec
 
 __all__ = ["main"]
@@ -220,9 +220,9 @@ def _derived_clock(spec: Spec, do_import: bool) -> tuple[Spec, list[str]]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from schedtrain import plan_render
-    from schedtrain.metric_stream import read_metrics
-    from schedtrain.planning import plan_spec
+    from schedtrain.planning import render as plan_render
+    from schedtrain.planning.plan import plan_spec
+    from schedtrain.simulation.metric_stream import read_metrics
 
     spec = load_spec(args.spec, imports=args.do_import)
     spec, notes = _derived_clock(spec, args.do_import)

@@ -2,7 +2,7 @@
 
 ``plan_spec(spec)`` is what ``schedtrain plan`` prints, as a value: the firings
 (a ``FiringLog``), the table (what is evaluated every step) and whether the list was
-cut at ``MAX_FIRINGS``. Rendering lives in ``schedtrain.plan_render``.
+cut at ``MAX_FIRINGS``. Rendering lives in ``schedtrain.planning.render``.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Final
 
 import attrs
 
-from schedtrain.firings import Firing, FiringLog
-from schedtrain.metric_stream import MetricRecord
-from schedtrain.simclock import RunShape
-from schedtrain.simulation import Simulation
+from schedtrain.schedule.firings import Firing, FiringLog
+from schedtrain.schedule.table import TriggerTable
+from schedtrain.simulation.metric_stream import MetricRecord
+from schedtrain.simulation.simclock import RunShape
+from schedtrain.simulation.simulate import Simulation
 from schedtrain.spec import Spec
-from schedtrain.table import TriggerTable
 
 __all__ = ["MAX_ALWAYS_STEPS", "MAX_FIRINGS", "Plan", "PlanError", "plan_spec"]
 

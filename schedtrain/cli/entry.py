@@ -30,6 +30,6 @@ def exit_process(code: int) -> NoReturn:
 
 def run() -> NoReturn:
     """The ``schedtrain`` command: ``cli.main`` with the process's arguments."""
-    from schedtrain.cli import main
+    from schedtrain.cli.main import main
 
     exit_process(main())

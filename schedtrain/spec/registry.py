@@ -288,9 +288,8 @@ def resolve(type_name: str) -> type:
         raise ValueError(
             f"unknown callback type {type_name!r}{did_you_mean(type_name, BUILTINS)}; "
             f"expected a built-in ({', '.join(BUILTINS)}) or 'package.module:Class'")
-    from schedtrain.callbacks.base import Callback  # torch: only when a class is imported
-
-    return import_class(target, Callback, "a callback class")
+    # Named, not imported: the Callback base (and torch) load only with a callback class.
+    return import_class(target, "schedtrain.callbacks.base:Callback", "a callback class")
 
 
 def check_arguments(cls: type, args: Mapping[str, Any]) -> list[tuple[str | None, str]]:

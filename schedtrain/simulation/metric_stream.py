@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schedtrain.simclock import PH_BATCH, PH_EPOCH_END, PH_STEP, TRAIN_START, Key, RunShape
+from schedtrain.simulation.simclock import (
+    PH_BATCH,
+    PH_EPOCH_END,
+    PH_STEP,
+    TRAIN_START,
+    Key,
+    RunShape,
+)
 from schedtrain.time import Time, Unit, as_time
 from schedtrain.triggers.protocol import MetricValue
 

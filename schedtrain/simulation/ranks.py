@@ -18,34 +18,19 @@ ranks' agreed ones:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from schedtrain.firings import FiringLog
-from schedtrain.metric_stream import MetricRecord, records
-from schedtrain.schedule import Schedule
-from schedtrain.simulation import simulate
-from schedtrain.table import TriggerTable
+from schedtrain.distributed.vocabulary import REDUCE_OPS, reduce_values
+from schedtrain.schedule.firings import FiringLog
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.schedule.table import TriggerTable
+from schedtrain.simulation.metric_stream import MetricRecord, records
+from schedtrain.simulation.simulate import simulate
 from schedtrain.time import Time
 from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["REDUCE_OPS", "simulate_ranks"]
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values, 0.0) / len(values)
-
-
-def _sum(values: Sequence[float]) -> float:
-    return sum(values, 0.0)
-
-
-#: How a metric's values on the ranks combine into the one value triggers see.
-_REDUCERS: Final[Mapping[str, Callable[[Sequence[float]], float]]] = {
-    "mean": _mean, "sum": _sum, "max": max, "min": min,
-}
-#: Reductions a metric can ask for (``[run] reduce`` in a spec); ``"mean"`` is the default.
-REDUCE_OPS: Final = tuple(_REDUCERS)
 
 
 def _whole(name: str, value: object, least: int) -> int:
@@ -72,7 +57,7 @@ def _check_reduce(reduce: Mapping[str, str]) -> None:
         raise ValueError(f"reduce must be a mapping of metric name -> one of "
                          f"{list(REDUCE_OPS)}, got {reduce!r}")
     for name, op in reduce.items():
-        if op not in _REDUCERS:
+        if op not in REDUCE_OPS:
             raise ValueError(f"reduce[{name!r}] must be one of {list(REDUCE_OPS)}, "
                              f"got {op!r}")
 
@@ -123,7 +108,7 @@ def _reduce_streams(
         k = seen[rec.name, rec.at]
         seen[rec.name, rec.at] += 1
         values = [r[rec.name][rec.at][k] for r in ranks]
-        out.append(MetricRecord(rec.at, rec.name, _REDUCERS[ops.get(rec.name, "mean")](values)))
+        out.append(MetricRecord(rec.at, rec.name, reduce_values(values, ops.get(rec.name, "mean"))))
     return out
 
 

@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 from typing import Any, Final
 
-from schedtrain.firings import Firing
-from schedtrain.planning import Plan
+from schedtrain.planning.plan import Plan
+from schedtrain.schedule.firings import Firing
 
 __all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "draw_png", "render_json",
            "render_png", "render_table"]

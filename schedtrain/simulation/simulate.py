@@ -15,10 +15,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from schedtrain.errors import ScheduleError
-from schedtrain.firings import Firing, FiringLog
-from schedtrain.metric_stream import StreamMetrics, records
-from schedtrain.schedule import Schedule
-from schedtrain.simclock import (
+from schedtrain.schedule.firings import Firing, FiringLog
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.schedule.table import TriggerTable
+from schedtrain.simulation.metric_stream import StreamMetrics, records
+from schedtrain.simulation.simclock import (
     PH_BATCH,
     PH_EPOCH_END,
     PH_EPOCH_START,
@@ -30,7 +31,6 @@ from schedtrain.simclock import (
     SimClock,
     ceil_div,
 )
-from schedtrain.table import TriggerTable
 from schedtrain.time import COUNTERS
 from schedtrain.triggers.protocol import Due, Predicate
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from schedtrain.schedule import Scheduled
+from schedtrain.schedule.schedule import Scheduled
 from schedtrain.time import Timestamp, Unit
 from schedtrain.triggers.base import Trigger, all_of, any_of
 from schedtrain.triggers.conditions import when

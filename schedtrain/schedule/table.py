@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 
 from schedtrain.clock import Clock, step_back
-from schedtrain.dues import DueBook
 from schedtrain.events import BOUNDED_EVENTS, EventSet
+from schedtrain.schedule.dues import DueBook
 from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import (

@@ -8,11 +8,11 @@ from typing import Any
 
 import attrs
 
-from schedtrain.analysis import Analysis, analyze, locate
 from schedtrain.errors import ScheduleError, ScheduleWarning
 from schedtrain.events import BUILTIN_EVENTS, check_event_name
 from schedtrain.names import NAME_RULE, is_name
-from schedtrain.table import TriggerTable
+from schedtrain.schedule.analysis import Analysis, analyze, locate
+from schedtrain.schedule.table import TriggerTable
 from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import Predicate
@@ -144,7 +144,7 @@ class Schedule:
         predicates: Mapping[str, Predicate] | None = None,
         produced_metrics: Collection[str] | None = None,
     ) -> Analysis:
-        """Run the static checks (see ``schedtrain.analysis``); nothing is raised."""
+        """Run the static checks (see ``schedtrain.schedule.analysis``); nothing is raised."""
         if predicates is None and produced_metrics is None and self.checked is not None:
             return self.checked
         located = [(e.default_name(), locate(e.trigger, f"callbacks.{e.default_name()}.trigger"))
