@@ -12,8 +12,7 @@ from training_helpers import Noop, UnevenData, tiny_model
 
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, ModelSaver
-from schedtrain.training import Trainer
-from schedtrain.training.checkpoint import (
+from schedtrain.checkpoints import (
     STATE_FILE,
     CheckpointError,
     file_digests,
@@ -24,6 +23,7 @@ from schedtrain.training.checkpoint import (
     replace_dir,
     write_checkpoint,
 )
+from schedtrain.training import Trainer
 
 mse = torch.nn.functional.mse_loss
 
@@ -193,8 +193,56 @@ class TestPruning:
             "step-00000007.pt", "step-00000008.pt"]
 
 
+    def test_a_saver_deletes_nothing_the_run_did_not_write(self, tmp_path: Path) -> None:
+        """Deleting through the trainer (what savers prune with) refuses any path this run
+        did not write, inside the run directory or outside it."""
+        outside = tmp_path / "victim.txt"
+        outside.write_text("keep me")
+        t = _trainer(tmp_path / "run", steps=3, keep=None)
+        t.fit()
+        foreign = tmp_path / "run" / "checkpoints" / "step-00000099.pt"
+        foreign.write_bytes(b"not ours")
+        assert not t.delete_checkpoint(outside)
+        assert not t.delete_checkpoint(foreign)
+        assert outside.read_text() == "keep me" and foreign.exists()
+        mine = t.written_checkpoints()[0]
+        assert t.delete_checkpoint(mine) and not mine.exists()
+
+
+def test_one_process_runs_never_import_dcp(tmp_path: Path) -> None:
+    """torch.distributed.checkpoint (over a second to import) is loaded only for sharded
+    checkpoints: a one-process run that saves and resumes never imports it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from training_helpers import tiny_model
+from schedtrain.callbacks import ModelSaver
+from schedtrain.checkpoints import list_checkpoints
+from schedtrain.training import Trainer
+run = {str(tmp_path / "run")!r}
+data = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(3)]
+def make(epochs):
+    m, opt = tiny_model()
+    return Trainer(m, opt, data,
+                   torch.nn.functional.mse_loss, callbacks=[ModelSaver()],
+                   max_epochs=epochs, run_dir=run, handle_signals=False)
+make(1).fit()
+t = make(2)
+t.resume(list_checkpoints(run + "/checkpoints")[0])
+t.fit()
+assert t.clock.epoch == 2
+print(sorted(m for m in sys.modules if m.startswith("torch.distributed.checkpoint")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def _sharded(folder: Path, name: str, step: int, shards: int = 2) -> Path:
-    """A sharded checkpoint directory as ``training.sharded`` builds one (shard files
+    """A sharded checkpoint directory as ``checkpoints.sharded`` builds one (shard files
     stand in for DCP's), moved into place with ``replace_dir``."""
     tmp = folder / f".{name}.tmp"
     tmp.mkdir(parents=True)

@@ -315,7 +315,7 @@ def test_fsdp_writes_sharded_checkpoint_directories(fsdp_reference: tuple[Path, 
                                                     tmp_path: Path) -> None:
     """Every rank's shard is in each directory; ModelSaver kept 2 of them; the best one
     is a directory too; each loads in plain PyTorch with its run state beside it."""
-    from schedtrain.training.checkpoint import read_checkpoint
+    from schedtrain.checkpoints import read_checkpoint
 
     _, run_dir = fsdp_reference
     kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
@@ -362,7 +362,7 @@ def test_fsdp_sigterm_writes_one_sharded_checkpoint_then_resumes_exactly(
     first = torchrun(spec, run_dir, kill_at_line=20, sig=signal.SIGTERM)
     assert first.returncode != 0
     assert first.stderr.count("preempted by SIGTERM") == 1, first.stderr[-3000:]
-    from schedtrain.training.checkpoint import read_checkpoint
+    from schedtrain.checkpoints import read_checkpoint
 
     preempted = [p for p in (run_dir / "checkpoints").iterdir()
                  if read_checkpoint(p)["phase"] == "preempt"]

@@ -11,7 +11,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "schedtrain"
 #: Packages where torch lives; everything else is the torch-free core.
-TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed")
+TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed", "checkpoints")
 #: Torch-free modules inside a torch package, which the core may read.
 TORCH_FREE = ("schedtrain.distributed", "schedtrain.distributed.vocabulary")
 MAX_LINES = 400
@@ -27,8 +27,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("spec", ("schedtrain.spec",)),
     ("planning and testing", ("schedtrain.planning", "schedtrain.testing")),
     ("monitors", ("schedtrain.monitors",)),
-    ("callbacks", ("schedtrain.callbacks",)),
     ("distributed", ("schedtrain.distributed",)),
+    ("checkpoints", ("schedtrain.checkpoints",)),
+    ("callbacks", ("schedtrain.callbacks",)),
     ("training", ("schedtrain.training",)),
     ("command line and public face", ("schedtrain.cli", "schedtrain.__main__", "schedtrain")),
 )
@@ -160,6 +161,58 @@ class TestLayers:
             f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
             for m, targets in _graph(mods).items() for t in targets if _layer(t) > _layer(m))
         assert upward == []
+
+
+#: What reads or writes checkpoint files: only ``schedtrain/checkpoints/`` may call these.
+CHECKPOINT_IO = ("torch.save", "torch.load", "shutil.rmtree", "os.remove", "os.unlink")
+#: Modules outside the checkpoint owner that delete files of their own (not checkpoints):
+#: the run directory's log, status and traceback, and InjectShell's trigger file.
+OWN_FILE_DELETERS = ("schedtrain.training.run_dir", "schedtrain.callbacks.shell")
+
+
+def _dotted(node: ast.expr) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+class TestCheckpointOwner:
+    """Only ``schedtrain.checkpoints`` opens, writes, lists or deletes checkpoint files."""
+
+    def _outside(self) -> dict[str, Path]:
+        return {n: p for n, p in _modules(core_only=False).items()
+                if not n.startswith("schedtrain.checkpoints")}
+
+    def test_no_other_module_saves_loads_or_removes_trees(self) -> None:
+        """``torch.save``/``torch.load``, DCP and recursive deletion are the owner's alone."""
+        found = []
+        for name, path in self._outside().items():
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and _dotted(node.func) in CHECKPOINT_IO:
+                    found.append(f"{name}: {_dotted(node.func)}")
+                if isinstance(node, ast.ImportFrom | ast.Import):
+                    mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                            else [a.name for a in node.names])
+                    found += [f"{name}: imports {m}" for m in mods
+                              if m.startswith("torch.distributed.checkpoint")]
+        assert found == []
+
+    def test_no_other_module_deletes_files(self) -> None:
+        """Savers prune through the trainer (``delete_checkpoint``), which asks the owner;
+        apart from files of their own, no other module unlinks anything."""
+        found = []
+        for name, path in self._outside().items():
+            if name in OWN_FILE_DELETERS:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("unlink", "rmdir")):
+                    found.append(f"{name}: .{node.func.attr}()")
+        assert found == []
 
 
 class TestPackage:

@@ -16,9 +16,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from schedtrain import Schedule, every, improved, on, plateau
 from schedtrain.callbacks import Callback, InferenceRunner, ModelSaver
+from schedtrain.checkpoints import newest_valid
 from schedtrain.errors import Preempted
 from schedtrain.training import Trainer
-from schedtrain.training.checkpoint import newest_valid
 
 STEPS_PER_EPOCH = 10
 

@@ -98,3 +98,7 @@ class TrainingContext(Protocol):
 
     def written_checkpoints(self) -> list[Path]:
         """Checkpoints this run wrote (across resumes), oldest first."""
+
+    def delete_checkpoint(self, path: str | Path) -> bool:
+        """Delete a checkpoint this run wrote (pruning); another path is left alone.
+        Returns whether it was one of this run's."""

@@ -8,20 +8,15 @@ are finite: a run that diverges keeps a good checkpoint to go back to.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import re
-import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.checkpoints.files import NAME_RE, checkpoint_name
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
-
-# One-file checkpoints, and the directories of sharded (FSDP2) ones.
-_NAME_RE = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
 
 
 def _save_folder(cb: Callback, folder: str | None, default: str) -> Path:
@@ -68,7 +63,7 @@ class ModelSaver(Callback):
 
     def _trigger(self) -> None:
         # Every rank saves: each adds its generators and data position, the chief writes.
-        path = self._dir() / f"step-{self.now.step:08d}.pt"
+        path = self._dir() / checkpoint_name(self.now.step)
         self.trainer.save_checkpoint(path, on_saved=self._prune)
 
     def _prune(self, _written: Path) -> None:
@@ -79,7 +74,7 @@ class ModelSaver(Callback):
         folder = self._dir().resolve()
         mine = []
         for path in self.trainer.written_checkpoints():
-            m = _NAME_RE.fullmatch(path.name)
+            m = NAME_RE.fullmatch(path.name)
             if m is not None and path.resolve().parent == folder and path.exists():
                 mine.append((int(m[1]), m[2] is None, path))
         mine.sort(key=lambda x: (x[0], x[1]))
@@ -88,23 +83,10 @@ class ModelSaver(Callback):
         keep = {p for _, _, p in mine[-self.keep:]} | spared
         for _, _, path in mine:
             if path not in keep:
-                _remove(path)
+                self.trainer.delete_checkpoint(path)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
-
-
-def _remove(path: Path) -> None:
-    """Delete a checkpoint file, or a sharded one's directory: renamed to a temporary
-    name first (cleaned up when a run opens the directory), so a half-deleted directory
-    is never taken for a checkpoint."""
-    with contextlib.suppress(FileNotFoundError):
-        if not path.is_dir():
-            path.unlink()
-            return
-        gone = path.with_name(f".{path.name}.del.tmp")
-        path.replace(gone)
-        shutil.rmtree(gone, ignore_errors=True)
 
 
 class _BestSaver(Callback):
@@ -233,10 +215,8 @@ class TopKSaver(Callback):
             kept = [b for b in self.best if b is not entry] + dropped
             self.best = sorted(kept, key=lambda b: self._key(b[0], b[1]))
             return
-        if self.is_chief:
-            for _, _, name in dropped:
-                with contextlib.suppress(FileNotFoundError):
-                    (self._dir() / name).unlink()
+        for _, _, name in dropped:
+            self.trainer.delete_checkpoint(self._dir() / name)
 
     def best_paths(self) -> list[Path]:
         """The kept checkpoints, best first."""

@@ -40,6 +40,9 @@ MOVED: Final[dict[str, str]] = {
     "schedtrain.entry": "schedtrain.cli.entry",
     "schedtrain.registry": "schedtrain.spec.registry",
     "schedtrain.toml_writer": "schedtrain.spec.write",
+    "schedtrain.training.checkpoint": "schedtrain.checkpoints",
+    "schedtrain.training.sharded": "schedtrain.checkpoints.sharded",
+    "schedtrain.training.state": "schedtrain.training.data_position",
 }
 
 

@@ -3,8 +3,8 @@
 ``fire(event)`` asks the trigger table which callbacks fire, runs each one's
 ``_trigger`` as soon as its trigger is found true (so a metric it puts is visible to
 later callbacks' triggers at the same event), records the firing, and once the
-outermost event is over writes the checkpoints callbacks asked for. Per-event hooks
-(``before_epoch``, ``after_step``...) run only on callbacks that override them, and
+outermost event is over has the checkpoint owner write the saves callbacks asked for.
+Per-event hooks (``before_epoch``, ``after_step``...) run only on callbacks that override them, and
 only while the callback's gate (``EnableCallbackIf``) is open; a step's
 ``after_step`` runs exactly for the callbacks whose ``before_step`` ran.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import structlog
@@ -25,6 +24,7 @@ from schedtrain.callbacks.base import (
     overrides,
     stops_alone,
 )
+from schedtrain.checkpoints.manager import Checkpoints
 from schedtrain.distributed.comm import Comm
 from schedtrain.errors import StopTraining, locate_failure
 from schedtrain.monitors.store import MetricStore
@@ -40,8 +40,6 @@ _log = structlog.get_logger("schedtrain.training")
 #: How many recent firings a trainer keeps in memory; the full log is events.jsonl.
 DEFAULT_KEEP_FIRINGS: Final = 100_000
 
-Save = tuple[Path, Callable[[Path], None] | None]
-
 
 class Dispatcher:
     """Fires events on a compiled table and runs the callbacks' hooks.
@@ -53,7 +51,7 @@ class Dispatcher:
         metrics: the metric store (firings go to its sinks).
         before_firing: called before the first callback fires at an event (the trainer
             publishes ``train/loss`` there, so firing callbacks see it).
-        write_save: writes one pending checkpoint, with the phase it was taken at.
+        saves: the checkpoint owner, whose queued saves are written after each event.
         keep_firings: how many recent firings ``firings`` keeps (``None``: all).
     """
 
@@ -65,7 +63,7 @@ class Dispatcher:
         gates: Mapping[str, HookGate | None],
         metrics: MetricStore,
         before_firing: Callable[[], None],
-        write_save: Callable[[Path, str], Any],
+        saves: Checkpoints,
         keep_firings: int | None = DEFAULT_KEEP_FIRINGS,
     ) -> None:
         self.table = table
@@ -75,11 +73,10 @@ class Dispatcher:
         self.hooks: dict[str, list[tuple[Callback, HookGate | None]]] = {
             h: [(cb, gates.get(n)) for n, cb in callbacks.items() if overrides(cb, h)]
             for h in PER_EVENT_HOOKS}
-        self.pending: list[Save] = []
         self.log_firings = False
         self.payload: dict[str, Any] = {}
         self._before_firing = before_firing
-        self._write_save = write_save
+        self.saves = saves
         self._runners: dict[str, Callable[[str, Timestamp], None]] = {}
         self._depth = 0
         self._stepped: list[Callback] = []
@@ -115,8 +112,8 @@ class Dispatcher:
             if self.comm is not None:
                 # Decided together where callbacks ran (the same events on every rank).
                 stop = self.agreed_stop() if names else None
-            if self.pending:
-                self.write_pending(event)
+            if self.saves.pending:
+                self.saves.flush(event)
             if stop is not None:
                 raise StopTraining(stop)
         return names
@@ -217,18 +214,6 @@ class Dispatcher:
                         r.value = value
             else:  # put on other ranks only: every rank must see the same metrics
                 metrics.put(n, value)
-
-    def save(self, path: Path, on_saved: Callable[[Path], None] | None) -> None:
-        """Write a checkpoint once the current event is over (every firing has run)."""
-        self.pending.append((path, on_saved))
-
-    def write_pending(self, phase: str) -> None:
-        """Write the checkpoints asked for during the event ``phase``."""
-        saves, self.pending = self.pending, []
-        for path, on_saved in saves:
-            written = self._write_save(path, phase)
-            if on_saved is not None:  # the path written: "-nonfinite" added when it was
-                on_saved(written)
 
     # -- hooks ---------------------------------------------------------------------------------
     def run_hooks(self, hook: str, now: Timestamp, *args: Any) -> None:

@@ -33,7 +33,7 @@ def fit_run(trainer: Any) -> None:
     trainer.model.train()
     # Unconfigured structlog prints every debug line: log firings only when an
     # application (the CLI) has configured it.
-    trainer.dispatch.log_firings = structlog.is_configured()
+    trainer.dispatch.log_firings = trainer.checkpoints.log = structlog.is_configured()
     trainer.dispatch.stop_reason = None
     outcome = "finished"
     # A checkpoint taken as training stopped, or after train_end with no more training
@@ -63,7 +63,7 @@ def fit_run(trainer: Any) -> None:
         trainer.stop_place = failure_place(exc)  # a callback that raised it
         _log.info("stop_training", step=trainer.clock.step, epoch=trainer.clock.epoch,
                   reason=str(exc))
-        trainer.dispatch.write_pending("stopped")
+        trainer.checkpoints.flush("stopped")
     except Preempted:
         _finish(trainer, "preempted", None)
         raise
@@ -90,7 +90,7 @@ def _setup(trainer: Any) -> None:
 
 def _failed(trainer: Any, exc: BaseException) -> None:
     """End a run that raised ``exc``: its traceback kept, ``run.json`` says failed."""
-    trainer.dispatch.pending = []  # never write a checkpoint of a half-done event
+    trainer.checkpoints.discard()  # never a checkpoint of a half-done event
     if trainer.directory is not None and not isinstance(exc, KeyboardInterrupt):
         trainer.directory.save_traceback(exc)
     for cb in trainer.callbacks:

@@ -22,10 +22,10 @@ from schedtrain.callbacks.base import StepOutputs
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.comm import Comm, first_flagged, reduce_column
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.training.data_position import DataPosition
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
 from schedtrain.training.preempt import PREEMPT_CHECK, Guard
-from schedtrain.training.state import DataPosition
 from schedtrain.training.steps import PlainStep, Step, make_step
 
 __all__ = ["Loop"]
@@ -292,8 +292,8 @@ class Loop:
                 dispatch.run_hooks("_trigger_step", now)
         if step >= self.table.step_due:
             dispatch.fire("step_end")
-        elif dispatch.pending:  # saves asked for by a hook
-            dispatch.write_pending("step_end")
+        elif dispatch.saves.pending:  # saves asked for by a hook
+            dispatch.saves.flush("step_end")
         if self.comm is not None:
             self._agree_preempt(step)
         elif self.guard.requested is not None:

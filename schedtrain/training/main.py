@@ -23,7 +23,6 @@ from schedtrain.imports import add_user_paths
 from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec
 from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
-from schedtrain.training.checkpoint import newest_valid
 
 if TYPE_CHECKING:
     from schedtrain.training.trainer import Trainer
@@ -86,7 +85,7 @@ def count_steps_per_epoch(spec: Spec) -> int | None:
     """Optimizer steps per epoch of ``spec``'s task: its training data's length over
     ``[run] grad_accum`` (``None`` without a task, or data without a length). This builds
     the task (seeded as ``train`` seeds it)."""
-    from schedtrain.training.state import seed_everything
+    from schedtrain.training.data_position import seed_everything
 
     run = spec.run
     if run is None or not run.task:
@@ -138,7 +137,7 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         RunDirError: the run directory is in use, holds a run, or its run finished.
         Preempted: SIGTERM or SIGINT stopped the run after a checkpoint.
     """
-    from schedtrain.training.state import seed_everything
+    from schedtrain.training.data_position import seed_everything
     from schedtrain.training.trainer import Trainer
 
     run = spec.run
@@ -172,7 +171,7 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
     if resume == "auto":
-        found = newest_valid(out_dir / "checkpoints", _skipped)
+        found = trainer.checkpoints.newest_valid(out_dir / "checkpoints", _skipped)
         if found is not None:
             trainer.resume(found)
             if trainer.rank == 0:

@@ -12,14 +12,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import time
 import traceback
 from pathlib import Path
 from typing import IO, Any, Final
 
+from schedtrain.checkpoints.files import (
+    clear_folders,
+    list_checkpoints,
+    remove_leftovers,
+    write_atomic,
+)
 from schedtrain.errors import RunDirError, RunEnded, traceback_file
-from schedtrain.training.checkpoint import list_checkpoints, remove_leftovers, write_atomic
 
 __all__ = ["RunDirError", "RunDirectory"]
 
@@ -154,8 +158,7 @@ class RunDirectory:
         for name in _OWNED_FILES:
             with contextlib.suppress(FileNotFoundError):
                 (self.path / name).unlink()
-        for name in _OWNED_DIRS:
-            shutil.rmtree(self.path / name, ignore_errors=True)
+        clear_folders(*(self.path / name for name in _OWNED_DIRS))
 
     def record(self, status: str, **fields: Any) -> None:
         """Write ``run.json`` with ``status`` and ``fields`` (atomically)."""

@@ -2,8 +2,8 @@
 
 The trainer wires the run's parts and is what callbacks see (a ``TrainingContext``):
 the loop (``training.loop``) with its step strategy (``training.steps``), the one event
-dispatcher (``training.dispatch``), the run's state and checkpoints
-(``training.snapshot``, ``training.checkpoint``), the run directory
+dispatcher (``training.dispatch``), the checkpoint owner (``schedtrain.checkpoints``) with
+what it saves of the run (``training.run_state``), the run directory
 (``training.run_dir``) and preemption (``training.preempt``).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
 import torch
 
+from schedtrain.checkpoints import Checkpoints, checkpoint_name
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.comm import check_reduce, reraise_on_all
 from schedtrain.distributed.setup import prepare
@@ -28,7 +28,7 @@ from schedtrain.schedule.schedule import Schedule
 from schedtrain.spec.metrics import TRAINER_METRICS
 from schedtrain.training.batches import to_device
 from schedtrain.training.binding import bind, check_order
-from schedtrain.training.checkpoint import checkpoint_name
+from schedtrain.training.data_position import DataPosition, seed_everything
 from schedtrain.training.dispatch import DEFAULT_KEEP_FIRINGS, Dispatcher
 from schedtrain.training.fit import fit_run
 from schedtrain.training.loop import Loop
@@ -36,14 +36,11 @@ from schedtrain.training.losses import LossKeeper
 from schedtrain.training.options import Options, StepFn
 from schedtrain.training.preempt import Guard
 from schedtrain.training.run_dir import RunDirectory
-from schedtrain.training.snapshot import Snapshot
-from schedtrain.training.state import DataPosition, seed_everything
+from schedtrain.training.run_state import RunState
 from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["Trainer"]
-
-_log = structlog.get_logger("schedtrain.training")
 
 
 class Trainer:
@@ -159,11 +156,17 @@ class Trainer:
                                    + (list(sinks) if chief else []))
         self._losses = LossKeeper()
         self._position = DataPosition(train_data)
+        #: the run's checkpoints: written, read, queued during events, pruned
+        self.checkpoints = Checkpoints(RunState(
+            model=self.model, optimizer=optimizer, scaler=self.scaler, clock=self.clock,
+            table=self.table, callbacks=by_name, metrics=self.metrics, losses=self._losses,
+            data=self._position, epoch_open=lambda: self._loop.epoch_open,
+            events=self._events), run_dir=self.run_dir, comm=self.comm)
         self.dispatch = Dispatcher(
             self.table, callbacks=by_name,
             gates={e.default_name(): e.gate for e in self.schedule.entries},
             metrics=self.metrics, before_firing=self._publish_loss,
-            write_save=self._write_save, keep_firings=keep_firings)
+            saves=self.checkpoints, keep_firings=keep_firings)
         self.dispatch.comm, self.dispatch.reduce_ops = self.comm, dict(reduce or {})
         if self.comm is not None:
             self._losses.reduce = self.comm.mean_tensor
@@ -171,11 +174,6 @@ class Trainer:
         self.steps_in_epoch: int | None = self._epoch_len()
         self._guard = Guard()
         self._loop = self._make_loop()
-        self.snapshot = Snapshot(
-            model=self.model, optimizer=optimizer, scaler=self.scaler, clock=self.clock,
-            table=self.table, callbacks=by_name, metrics=self.metrics, losses=self._losses,
-            position=self._position, epoch_open=lambda: self._loop.epoch_open,
-            events=self._events, run_dir=self.run_dir, comm=self.comm)
         self._setup_done = self._resumed = self._owns_dir = self._loop_running = False
         self._start_over = False
         self._resume_phase: str | None = None
@@ -294,25 +292,24 @@ class Trainer:
         """
         path = Path(path)
         if self._setup_done and self._loop_running:
-            self.dispatch.save(path, on_saved)
+            self.checkpoints.request(path, on_saved)
             return
-        written = self.snapshot.write(path, "manual")
+        written = self.checkpoints.write(path, "manual")
         if on_saved is not None:
             on_saved(written)
 
     def written_checkpoints(self) -> list[Path]:
         """Checkpoints this run wrote (across resumes), oldest first; pruning keeps to these."""
-        return [self.snapshot.resolve(k) for k in self.snapshot.written]
+        return self.checkpoints.paths()
 
-    def _write_save(self, path: Path, phase: str) -> Path:
-        written = self.snapshot.write(path, phase)
-        if self.dispatch.log_firings:  # structlog configured by the application
-            _log.debug("checkpoint", path=str(written), step=self.clock.step, phase=phase)
-        return written
+    def delete_checkpoint(self, path: str | Path) -> bool:
+        """Delete a checkpoint this run wrote (a saver's pruning); another path is left
+        alone. Returns whether it was one of this run's."""
+        return self.checkpoints.delete(Path(path))
 
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
-        state = self.snapshot.read(Path(path))
+        state = self.checkpoints.read(Path(path))
         run = state["run"]
         self._resumed = True
         self._resume_phase = state["phase"]
@@ -329,8 +326,8 @@ class Trainer:
         self.dispatch.fire("preempt")
         written = None
         if self.run_dir is not None:
-            written = self._write_save(self.run_dir / "checkpoints"
-                                       / checkpoint_name(self.clock.step), "preempt")
+            written = self.checkpoints.write(self.run_dir / "checkpoints"
+                                             / checkpoint_name(self.clock.step), "preempt")
         raise Preempted(signal_name, self.clock.step, written)
 
     # -- the run -------------------------------------------------------------------------------

@@ -13,34 +13,24 @@ Model and optimizer states go through ``get_state_dict``/``set_state_dict``, key
 parameter name, so DCP reshards them on load: a checkpoint from 2 ranks resumes on 1
 (no process group: the plain model gets full tensors) or on 3. A one-file checkpoint
 (one process, DDP) loads into a sharded model too: each rank keeps its shard.
+
+``torch.distributed.checkpoint`` is imported only when a sharded checkpoint is written or
+read: it takes over a second to import, which a one-process run never needs.
 """
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_state_dict,
-    set_state_dict,
-)
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from schedtrain.checkpoints.files import fresh_dir, fsync_dir, replace_dir
+from schedtrain.checkpoints.format import STATE_FILE, file_digests
+from schedtrain.checkpoints.rng import preserved_rng
+from schedtrain.checkpoints.store import write_checkpoint
 from schedtrain.distributed.comm import Comm
-from schedtrain.training.checkpoint import (
-    STATE_FILE,
-    file_digests,
-    fsync_dir,
-    replace_dir,
-    write_checkpoint,
-)
-from schedtrain.training.state import rng_state, set_rng_state
 
 __all__ = ["SUFFIX", "is_sharded", "load_full", "load_sharded", "save_sharded"]
 
@@ -61,19 +51,18 @@ def save_sharded(path: Path, body: dict[str, Any] | None, *, model: torch.nn.Mod
     are written into ``.NAME.tmp`` beside ``path``, which replaces ``path`` only once
     complete and synced: a crash leaves the previous checkpoint as it was.
     """
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
     tmp = path.with_name(f".{path.name}.tmp")  # the same name on every rank
     if comm.is_chief:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        fresh_dir(tmp)
     comm.barrier()
     # DCP must not move the generators: the uninterrupted run would then differ from
     # the resumed one, which restores them as they were before the save.
-    rng = rng_state()
-    try:
+    with preserved_rng():
         msd, osd = get_state_dict(model, optimizer)
         dcp_save({"model": msd, "optimizer": osd}, checkpoint_id=tmp)
-    finally:
-        set_rng_state(rng)
     if comm.is_chief:
         assert body is not None
         fsync_dir(tmp)
@@ -89,8 +78,11 @@ def load_sharded(path: Path, *, model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer) -> None:
     """Load a sharded checkpoint's model and optimizer into ``model`` (sharded on any
     number of ranks, or plain on one process) and ``optimizer``."""
-    rng = rng_state()  # building the optimizer's empty state must not move them either
-    try:
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    with preserved_rng():  # building the optimizer's empty state must not move them
         msd, osd = get_state_dict(model, optimizer)
         state: dict[str, Any] = {"model": msd, "optimizer": osd}
         alone = not (dist.is_available() and dist.is_initialized())
@@ -99,8 +91,6 @@ def load_sharded(path: Path, *, model: torch.nn.Module,
             dcp_load(state, checkpoint_id=path, no_dist=alone)
         set_state_dict(model, optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
-    finally:
-        set_rng_state(rng)
 
 
 def load_full(model_state: dict[str, Any], optim_state: dict[str, Any], *,
@@ -115,10 +105,9 @@ def load_full(model_state: dict[str, Any], optim_state: dict[str, Any], *,
         "state": {order[i]: v for i, v in optim_state["state"].items()},
         "param_groups": [{**g, "params": [order[i] for i in g["params"]]}
                          for g in optim_state["param_groups"]]}
-    rng = rng_state()
-    try:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    with preserved_rng():
         set_state_dict(model, optimizer, model_state_dict=model_state,
                        optim_state_dict=by_name,
                        options=StateDictOptions(full_state_dict=True))
-    finally:
-        set_rng_state(rng)

@@ -1,65 +1,22 @@
-"""Run state that is not the model's: random generators and the position in the data.
+"""Where the loop is in the training data, saved and restored with the run.
 
 Everything here is plain data and tensors (it goes into checkpoints that load with
-``weights_only=True``). A resumed run must see exactly the batches, dropout masks and
-augmentations the uninterrupted run would have: Python's, NumPy's, torch's CPU and
-CUDA generators are saved, and the data position is either the loader's own state
-(torchdata's ``StatefulDataLoader``, or anything with ``state_dict``/``load_state_dict``)
-or the generators' state when the epoch started, replayed to draw the same order and
-skip the batches already seen (workers included: they are seeded from that state).
+``weights_only=True``). A resumed run must see exactly the batches the uninterrupted run
+would have: the data position is either the loader's own state (torchdata's
+``StatefulDataLoader``, or anything with ``state_dict``/``load_state_dict``) or the
+generators' state when the epoch started, replayed to draw the same order and skip the
+batches already seen (workers included: they are seeded from that state).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import torch
+from schedtrain.checkpoints.rng import rng_state, seed_everything, set_rng_state
 
 __all__ = ["DataPosition", "rng_state", "seed_everything", "set_rng_state"]
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, torch's (and NumPy's, when installed) random generators."""
-    random.seed(seed)
-    torch.manual_seed(seed)
-    with contextlib.suppress(ImportError):
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every generator's state, as plain data and tensors."""
-    version, keys, gauss = random.getstate()
-    state: dict[str, Any] = {"python": [version, list(keys), gauss],
-                             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    with contextlib.suppress(ImportError):
-        import numpy as np
-
-        name, np_keys, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = [name, [int(k) for k in np_keys], int(pos), int(has_gauss),
-                          float(cached)]
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore ``rng_state()``."""
-    version, keys, gauss = state["python"]
-    random.setstate((version, tuple(keys), gauss))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        name, np_keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, np.array(np_keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
 def _stateful(data: Any) -> bool:

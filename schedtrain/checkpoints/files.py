@@ -1,0 +1,148 @@
+"""The checkpoint files' layout on disk: their names, atomic writes, listing, removal.
+
+Writes go to a temporary file in the same folder, are flushed and synced, renamed over
+the target and followed by a sync of the folder, and get the permissions the user's
+umask gives. A directory (a sharded checkpoint) is built aside and moved into place
+(``replace_dir``); one being removed is renamed to a temporary name first, so a
+half-deleted directory is never taken for a checkpoint. What an interrupted write leaves
+behind is cleaned up by ``remove_leftovers`` when a run opens the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["NAME_RE", "checkpoint_name", "clear_folders", "fresh_dir", "fsync_dir",
+           "list_checkpoints", "remove",
+           "remove_leftovers", "replace_dir", "write_atomic"]
+
+#: A checkpoint's name: one file (``.pt``) or a sharded one's directory (``.dcp``).
+NAME_RE: Final = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
+_OLD: Final = ".old.tmp"
+
+
+def checkpoint_name(step: int, *, finite: bool = True) -> str:
+    """``step-00000120.pt``, or ``step-00000120-nonfinite.pt`` for non-finite weights or loss."""
+    return f"step-{step:08d}{'' if finite else '-nonfinite'}.pt"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (where the platform allows it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_atomic(path: Path, write: Callable[[Any], None]) -> Path:
+    """Call ``write(file)`` on a temporary file beside ``path``, then move it into place.
+
+    A crash at any moment leaves either the old file or the new one, and at most a
+    ``.tmp`` file that ``remove_leftovers`` cleans up.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; files get the usual mode
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).replace(path)
+        fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            Path(tmp).unlink()
+        raise
+    return path
+
+
+def remove(path: Path) -> None:
+    """Delete a checkpoint file, or a directory (renamed aside first); a missing one is
+    no error."""
+    with contextlib.suppress(FileNotFoundError):
+        if not path.is_dir() or path.is_symlink():
+            path.unlink()
+            return
+        gone = path.with_name(f".{path.name}.del.tmp")
+        path.replace(gone)
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, path: Path) -> Path:
+    """Move the finished directory ``tmp`` to ``path``, replacing what is there.
+
+    A directory cannot be renamed over a full one: the old one is first renamed aside
+    (``.NAME.old.tmp``). A crash between the two renames leaves it there, and
+    ``remove_leftovers`` puts it back, so a good checkpoint is never lost.
+    """
+    fsync_dir(tmp)
+    old = path.with_name(f".{path.name}{_OLD}")
+    _discard(old)
+    if path.exists():
+        path.replace(old)
+    tmp.replace(path)
+    fsync_dir(path.parent)
+    _discard(old)
+    return path
+
+
+def _discard(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def fresh_dir(path: Path) -> None:
+    """An empty directory at ``path`` (what was there removed)."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+
+
+def list_checkpoints(folder: str | Path) -> list[Path]:
+    """Checkpoint files in ``folder``, newest step first (a finite one first at one step)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m[1]), bool(m[2]), p) for p in folder.iterdir()
+             if (m := NAME_RE.fullmatch(p.name)) is not None]
+    return [p for _, _, p in sorted(found, key=lambda x: (-x[0], x[1]))]
+
+
+def remove_leftovers(folder: str | Path) -> list[Path]:
+    """Delete what interrupted writes left in ``folder`` (temporary files and
+    directories), first putting back a checkpoint that ``replace_dir`` had moved aside."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    for old in folder.glob(f".*{_OLD}"):
+        target = old.with_name(old.name[1:-len(_OLD)])
+        if not target.exists():
+            old.replace(target)
+    gone = list(folder.glob(".*.tmp"))
+    for p in gone:
+        _discard(p)
+    return gone
+
+
+def clear_folders(*folders: Path) -> None:
+    """Remove ``folders`` and everything in them (``--overwrite``)."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,113 @@
+"""What a checkpoint file is: its format tag, plain data only, and its checksum.
+
+A checkpoint is one ``torch.save`` file holding only plain values and tensors, so it
+loads with ``torch.load(path, weights_only=True)`` and in plain PyTorch (docs/
+checkpoints.md lists its keys). It carries a checksum of its content, checked on load:
+a file with flipped bytes is reported by name, never loaded silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import torch
+
+__all__ = ["FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
+           "file_digests", "is_finite"]
+
+FORMAT: Final = "schedtrain-checkpoint-2"
+#: The run's state inside a sharded checkpoint directory.
+STATE_FILE: Final = "run.pt"
+_PLAIN: Final = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
+                 torch.Tensor, torch.Size)
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be written or used; ``path`` and ``reason`` say which and why."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"checkpoint {str(path)!r}: {reason}")
+        self.path = Path(path)
+        self.reason = reason
+
+
+def check_plain(value: Any, where: str) -> None:
+    """Refuse what ``torch.load(weights_only=True)`` could not read back, saying where."""
+    if isinstance(value, _PLAIN):
+        return
+    if isinstance(value, dict):  # OrderedDict included
+        for k, v in value.items():
+            check_plain(k, where)
+            check_plain(v, f"{where}.{k}")
+        return
+    if isinstance(value, list | tuple | set):
+        for i, v in enumerate(value):
+            check_plain(v, f"{where}[{i}]")
+        return
+    raise TypeError(f"{where}: {type(value).__name__} {value!r:.60} is not plain data; a "
+                    "state_dict holds numbers, strings, lists, dicts and tensors")
+
+
+def _feed(h: Any, value: Any) -> None:
+    """Hash a state tree deterministically: structure, keys, values and tensor bytes."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, dict):
+        h.update(b"{")
+        for k, v in value.items():
+            _feed(h, k)
+            _feed(h, v)
+        h.update(b"}")
+    elif isinstance(value, list | tuple):
+        h.update(b"[" if isinstance(value, list) else b"(")
+        for v in value:
+            _feed(h, v)
+        h.update(b"]")
+    elif isinstance(value, set):
+        h.update(b"<")
+        for item in sorted(repr(v) for v in value):
+            h.update(item.encode())
+        h.update(b">")
+    else:
+        h.update(f"{type(value).__name__}:{value!r};".encode())
+
+
+def digest(state: Mapping[str, Any]) -> str:
+    """The checksum of a checkpoint's content (every key but ``checksum``)."""
+    h = hashlib.blake2b(digest_size=32)
+    _feed(h, {k: v for k, v in state.items() if k != "checksum"})
+    return h.hexdigest()
+
+
+def is_finite(model_state: Mapping[str, Any], loss: torch.Tensor | None) -> bool:
+    """Whether every floating tensor of the weights, and the loss, is finite (of a
+    sharded tensor, this rank's shard)."""
+    tensors = [t.to_local() if hasattr(t, "to_local") else t for t in model_state.values()
+               if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if loss is not None:
+        tensors.append(loss)
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def file_digests(folder: Path, names: list[str] | None = None) -> dict[str, str]:
+    """blake2b-256 of each file in ``folder`` (``names``, or every file but ``run.pt``);
+    a missing one is left out."""
+    if names is None:
+        names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != STATE_FILE)
+    out = {}
+    for name in names:
+        h = hashlib.blake2b(digest_size=32)
+        try:
+            with (folder / name).open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+        except FileNotFoundError:
+            continue
+        out[name] = h.hexdigest()
+    return out

@@ -1,0 +1,114 @@
+"""Reading and writing one checkpoint: checked on the way in and on the way out.
+
+Writes are atomic (``files.write_atomic``); a read loads with ``weights_only=True`` and
+checks the format tag and the checksum. A sharded checkpoint (FSDP2, ``sharded``) is a
+directory ``step-NNNNNNNN.dcp``: the shards ``torch.distributed.checkpoint`` wrote and
+``run.pt``, an ordinary checkpoint without weights whose ``shards`` key holds every shard
+file's checksum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from schedtrain.checkpoints.files import list_checkpoints, write_atomic
+from schedtrain.checkpoints.format import (
+    FORMAT,
+    STATE_FILE,
+    CheckpointError,
+    check_plain,
+    digest,
+    file_digests,
+)
+
+__all__ = ["newest_valid", "read_checkpoint", "write_checkpoint"]
+
+
+def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
+    """Write ``state`` (plain data and tensors) to ``path`` with its format and checksum.
+
+    Raises:
+        CheckpointError: something in ``state`` could not be loaded back safely.
+    """
+    path = Path(path)
+    body = {"format": FORMAT, **state}
+    try:
+        check_plain(body, "checkpoint")
+    except TypeError as exc:
+        raise CheckpointError(path, str(exc)) from None
+    body["checksum"] = {"algorithm": "blake2b-256", "digest": digest(body)}
+    return write_atomic(path, lambda f: torch.save(body, f))
+
+
+def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True`` and check its format and checksum.
+
+    Of a sharded checkpoint (a directory) this loads ``run.pt`` and checks every shard
+    file against the checksum it records; the weights stay in the shards.
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, not a schedtrain checkpoint,
+            or its content does not match its checksum (it is corrupt).
+    """
+    path = Path(path)
+    if path.is_dir():
+        state = _read_file(path / STATE_FILE, map_location, shown=path)
+        _check_shards(path, state)
+        return state
+    return _read_file(path, map_location, shown=path)
+
+
+def _read_file(path: Path, map_location: Any, *, shown: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(shown, "no such file" if shown == path
+                              else f"no {path.name} in the directory: it is not a checkpoint")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0][:200]}); it is corrupt or "
+                                     "not a checkpoint") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")
+    saved = state.get("checksum", {}).get("digest")
+    if saved != digest(state):
+        raise CheckpointError(shown, "its content does not match its checksum: it is corrupt")
+    return state
+
+
+def _check_shards(folder: Path, state: dict[str, Any]) -> None:
+    shards = state.get("shards")
+    if not isinstance(shards, dict):
+        raise CheckpointError(folder, f"its {STATE_FILE} names no shards")
+    expected: dict[str, str] = shards["files"]
+    found = file_digests(folder, list(expected))
+    for name, want in expected.items():
+        if found.get(name) != want:
+            what = "is missing" if name not in found else "does not match its checksum"
+            raise CheckpointError(folder, f"shard {name!r} {what}: it is corrupt")
+
+
+def newest_valid(folder: str | Path,
+                 skipped: Callable[[Path, str], None] | None = None) -> Path | None:
+    """The newest checkpoint in ``folder`` that loads, matches its checksum and is finite.
+
+    Each one passed over is reported to ``skipped(path, reason)``.
+    """
+    for path in list_checkpoints(folder):
+        try:
+            state = read_checkpoint(path)
+        except CheckpointError as exc:
+            if skipped is not None:
+                skipped(path, exc.reason)
+            continue
+        if not state.get("finite", True):
+            if skipped is not None:
+                skipped(path, "its weights or loss are not finite")
+            continue
+        return path
+    return None

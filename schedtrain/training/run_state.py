@@ -1,0 +1,106 @@
+"""``RunState``: what a checkpoint holds of the run besides its weights, and putting it back.
+
+The checkpoint's keys (documented in docs/checkpoints.md)::
+
+    format        "schedtrain-checkpoint-2"
+    phase         the event it was taken after ("step_end", "epoch_end", "preempt"...)
+    step, epoch   the clock then
+    finite        whether the weights and the last loss were all finite
+    model         model.state_dict(): load it alone with torch.load(..., weights_only=True)
+    optimizer     optimizer.state_dict()
+    scaler        the fp16 GradScaler's state, or None
+    run           everything else a resumed run needs (``RunState.capture``): clock, trigger
+                  table, callbacks, metrics, losses, random generators, data position, the
+                  epoch in progress, events.jsonl's length, the checkpoints this run wrote
+    checksum      {"algorithm": "blake2b-256", "digest": ...} of all the above
+
+The files themselves are written and read by ``schedtrain.checkpoints``; this module
+holds no file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from schedtrain.callbacks.base import Callback
+from schedtrain.checkpoints.rng import rng_state, set_rng_state
+from schedtrain.clock import LoopClock
+from schedtrain.monitors.jsonl import JsonlWriter
+from schedtrain.monitors.store import MetricStore
+from schedtrain.schedule.table import TriggerTable
+from schedtrain.training.data_position import DataPosition
+from schedtrain.training.losses import LossKeeper
+
+__all__ = ["RunState"]
+
+
+class RunState:
+    """The run's parts a checkpoint captures, held by reference (a ``RunParts``).
+
+    Args:
+        model, optimizer, scaler, clock, table, callbacks, metrics, losses, position: the
+            run's parts.
+        epoch_open: whether an epoch is in progress now (checked at save time).
+        events: the ``events.jsonl`` writer, or ``None`` without a run directory.
+    """
+
+    def __init__(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: Any, clock: LoopClock, table: TriggerTable,
+                 callbacks: Mapping[str, Callback], metrics: MetricStore, losses: LossKeeper,
+                 data: DataPosition, epoch_open: Callable[[], bool],
+                 events: JsonlWriter | None) -> None:
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.clock, self.table, self.callbacks = clock, table, callbacks
+        self.metrics, self.losses, self.data = metrics, losses, data
+        self.epoch_open, self.events = epoch_open, events
+
+    def position(self) -> tuple[int, int]:
+        """The clock's ``(step, epoch)`` now."""
+        return self.clock.step, self.clock.epoch
+
+    def last_loss(self) -> torch.Tensor | None:
+        """The last optimizer step's loss."""
+        return self.losses.last
+
+    def data_state(self) -> Any:
+        """This rank's position in the data."""
+        return self.data.state_dict()
+
+    def capture(self) -> dict[str, Any]:
+        """The checkpoint's ``run`` key now (the checkpoint owner adds ``written``)."""
+        return {
+            "clock": self.clock.state_dict(),
+            "table": self.table.state_dict(),
+            "callbacks": {n: cb.state_dict() for n, cb in self.callbacks.items()},
+            "metrics": self.metrics.state_dict(),  # with the values not yet written
+            "losses": self.losses.state_dict(),
+            "rng": rng_state(),
+            "data": self.data.state_dict(),
+            "epoch_open": self.epoch_open(),
+            "events_offset": self.events.position() if self.events is not None else None,
+        }
+
+    def check(self, path: Path, run: dict[str, Any]) -> None:
+        """Refuse a checkpoint saved with other callbacks (``ValueError``)."""
+        saved = set(run["callbacks"])
+        if saved != set(self.callbacks):
+            raise ValueError(
+                f"checkpoint {str(path)!r} was saved with callbacks {sorted(saved)}, "
+                f"this trainer has {sorted(self.callbacks)}")
+
+    def restore(self, run: dict[str, Any], rng: Any, data: Any) -> None:
+        """Put ``run`` back, with this rank's generators ``rng`` and data position."""
+        self.clock.load_state_dict(run["clock"])
+        self.metrics.load_state_dict(run["metrics"])
+        self.table.load_state_dict(run["table"])
+        for name, cb_state in run["callbacks"].items():
+            self.callbacks[name].load_state_dict(cb_state)
+        set_rng_state(rng)
+        self.data.load_state_dict(data)
+        self.losses.load_state_dict(run["losses"])
+        if self.events is not None and run["events_offset"] is not None:
+            self.events.truncate(int(run["events_offset"]))
