@@ -8,6 +8,10 @@ trigger is due, the loss sum is folded, training ends or a signal asked to stop.
 then is the clock caught up and the slow path taken. When something must see every
 step (per-step hooks, ``batch_end``, a user step function that may read the clock), the
 limit is the next step, and the clock is exact after each.
+
+The loop is the one-process loop: where ranks of a run on several processes must agree
+(counters, time and loss where a trigger may be due, a preemption) it asks its
+``agreement`` (``distributed.agreement``), which on one process does nothing more.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ import torch
 
 from schedtrain.callbacks.base import StepOutputs
 from schedtrain.clock import LoopClock
-from schedtrain.distributed.comm import Comm, first_flagged, reduce_column
+from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.data_position import DataPosition
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
-from schedtrain.training.preempt import PREEMPT_CHECK, Guard
+from schedtrain.training.preempt import Guard
 from schedtrain.training.steps import PlainStep, Step, make_step
 
 __all__ = ["Loop"]
@@ -45,8 +49,7 @@ class Loop:
         steps_in_epoch: optimizer steps per epoch, when the data has a length.
         exact: the clock must be exact after every step (per-step hooks, ``batch_end``,
             a user step function).
-        on_preempt: called at the first step end after a signal; does not return.
-        comm: agreement between ranks on several processes (``None``: one process).
+        agreement: what the ranks settle together (``Alone`` on one process).
     """
 
     def __init__(
@@ -63,22 +66,16 @@ class Loop:
         max_steps: int | None,
         steps_in_epoch: int | None,
         exact: bool,
-        on_preempt: Callable[[str], None],
         publish_loss: Callable[[], None],
-        comm: Comm | None = None,
+        agreement: Alone,
     ) -> None:
         self.clock, self.table, self.dispatch = clock, table, dispatch
         self.losses, self.position, self.step, self.guard = losses, position, step, guard
         self.max_epochs = max_epochs if max_epochs is not None else math.inf
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.steps_in_epoch, self.exact = steps_in_epoch, exact
-        self._on_preempt, self._publish_loss = on_preempt, publish_loss
-        self.comm = comm
-        #: the agreed (step, signal) of a preemption on several processes
-        self._preempt_at: tuple[int, str] | None = None
-        self._synced_time: int | None = None  # the chief's time at the last agreement
-        #: whether the last agreement found a rank with a pending signal
-        self._signalled = False
+        self._publish_loss, self.agreement = publish_loss, agreement
+        agreement.exact = exact
         #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
         self.epoch_open = False
         self.resume_inside_epoch = False
@@ -150,13 +147,7 @@ class Loop:
             self._publish_loss()
             dispatch.fire("epoch_end")
             dispatch.metrics.flush()
-            if self.comm is not None:
-                # Epoch ends are common to every rank: the epoch's last agreement carried
-                # whether a rank had a signal (a later one is seen at the next check).
-                if self._signalled:
-                    self._on_preempt(self._agreed_signal())
-            elif self.guard.requested is not None:
-                self._on_preempt(self.guard.requested)
+            self.agreement.after_epoch_end()
 
     @property
     def _accum(self) -> int:
@@ -193,8 +184,8 @@ class Loop:
         time: int | None = None
         prev_time: int | None = None
         catch_up, now_ns = clock.catch_up, clock.time_source
-        comm = self.comm
-        agreed = step  # the last step whose counters the ranks agreed on
+        agreement = self.agreement
+        agreement.begin_epoch(step)
         guard.set_limit(self._limit(step, len(losses)))
         try:
             for first in it:
@@ -217,22 +208,16 @@ class Loop:
                 token += n_tokens
                 prev_time, time = time, now_ns()
                 if step >= guard.limit:
-                    if comm is None:
-                        catch_up(step, batch=batches, sample=sample, token=token,
-                                 prev_sample=prev_sample, prev_token=prev_token,
-                                 prev_time=prev_time, time=time)
-                    else:
-                        (sample, token, prev_sample, prev_token, prev_time, time), agreed = \
-                            self._catch_up_ranks(step, batches, (sample, token, prev_sample,
-                                                                 prev_token, prev_time, time),
-                                                 agreed)
+                    sample, token, prev_sample, prev_token, prev_time, time = \
+                        agreement.catch_up(step, batches, (sample, token, prev_sample,
+                                                           prev_token, prev_time, time))
                     self._step_end(step, loss, outputs, first)
                     if step >= max_steps:
                         return self._exhausted(it)
                     guard.set_limit(self._limit(step, len(losses)))
-            if comm is not None and step > agreed:  # the epoch's last steps
-                sample, token, prev_sample, prev_token, prev_time, time = \
-                    self._agree_epoch_end(step, sample, token, prev_time, time)
+            sample, token, prev_sample, prev_token, prev_time, time = \
+                agreement.end_epoch_steps(step, (sample, token, prev_sample, prev_token,
+                                                 prev_time, time))
         finally:  # the clock holds every completed step, however the loop ends
             catch_up(step, batch=batches, sample=sample, token=token, prev_sample=prev_sample,
                      prev_token=prev_token, prev_time=prev_time, time=time)
@@ -243,37 +228,6 @@ class Loop:
         fetches = self.dispatch.before_step(self.clock.now(), step, batch)
         if isinstance(self.step, Step):
             self.step.fetches = fetches
-
-    def _catch_up_ranks(self, step: int, batches: int,
-                        counts: tuple[int, int, int, int, int | None, int | None],
-                        agreed: int) -> tuple[tuple[int, int, int, int, int | None, int | None],
-                                              int]:
-        """The slow path's catch-up on several processes: where something may fire, the
-        counters are agreed first (``agreed`` becomes ``step``); elsewhere the clock keeps
-        the last agreed counters. Returns the loop's counters and ``agreed``."""
-        clock = self.clock
-        sample, token, _, _, prev_time, time = counts
-        if self.exact or step >= self.table.step_due or step >= self.max_steps:
-            counts = self._agree_counts(step, sample, token, prev_time, time)
-            clock.catch_up(step, batch=batches, sample=counts[0], token=counts[1],
-                           prev_sample=counts[2], prev_token=counts[3], prev_time=counts[4],
-                           time=counts[5])
-            return counts, step
-        clock.catch_up(step, batch=batches, sample=clock.sample, token=clock.token,
-                       prev_sample=clock.sample, prev_token=clock.token, prev_time=prev_time,
-                       time=time)
-        return counts, agreed
-
-    def _agree_epoch_end(self, step: int, sample: int, token: int, prev_time: int | None,
-                         time: int | None) -> tuple[int, int, int, int, int | None, int | None]:
-        """Agree on the counters of an epoch's last steps (not agreed at their step ends);
-        a step the clock already holds, with the last agreed counters, is corrected."""
-        counts = self._agree_counts(step, sample, token, prev_time, time,
-                                    posted=self.comm is not None
-                                    and self.comm.preempt_target() is not None)
-        if self.clock.step == step and counts[5] is not None:
-            self.clock.amend(sample=counts[0], token=counts[1], time=counts[5])
-        return counts
 
     def _step_end(self, step: int, loss: Any, outputs: Any, batch: Any) -> None:
         """The slow path once the clock has caught up: fold the kept losses, per-step
@@ -294,38 +248,7 @@ class Loop:
             dispatch.fire("step_end")
         elif dispatch.saves.pending:  # saves asked for by a hook
             dispatch.saves.flush("step_end")
-        if self.comm is not None:
-            self._agree_preempt(step)
-        elif self.guard.requested is not None:
-            self._on_preempt(self.guard.requested)
-
-    def _agree_counts(self, step: int, sample: int, token: int, prev_time: int | None,
-                      time: int | None, *, posted: bool = False
-                      ) -> tuple[int, int, int, int, int | None, int | None]:
-        """On several processes, where something may fire, one collective: samples and
-        tokens since the last agreement summed over ranks, time made the chief's, (losses
-        on the CPU) the ranks' mean loss for ``train/loss``, and whether a rank has a
-        signal pending (or saw one ``posted``). Returns the counters and the time readings
-        of this and the previous agreement, for the clock."""
-        comm, clock, losses = self.comm, self.clock, self.losses
-        assert comm is not None and time is not None
-        prev_sample, prev_token = clock.sample, clock.token
-        elapsed = clock.elapsed(time) if comm.is_chief else 0
-        loss = losses.host_mean(step)
-        rows = comm.agree((sample - prev_sample, token - prev_token,
-                           elapsed >> 32, elapsed & 0xFFFFFFFF,  # each exact in a float64
-                           0.0 if loss is None else loss, float(loss is not None),
-                           float(posted or self.guard.requested is not None)))
-        self._signalled = first_flagged(rows, 6) is not None
-        ds = sum(int(r[0]) for r in rows)
-        dt = sum(int(r[1]) for r in rows)
-        mean = reduce_column(rows, 4, 5, "mean")
-        losses.agreed = None if mean is None else (step, mean)
-        if not comm.is_chief:
-            chief = (int(rows[0][2]) << 32) | int(rows[0][3])
-            prev_time, time = self._synced_time, clock.reading(chief)
-            self._synced_time = time
-        return prev_sample + ds, prev_token + dt, prev_sample, prev_token, prev_time, time
+        self.agreement.after_step_end(step)
 
     def _limit(self, step: int, kept: int) -> float:
         """The next step at which the slow path runs: a trigger is due, training ends or
@@ -333,39 +256,8 @@ class Loop:
         ``PREEMPT_CHECK``, where ranks look for an agreed preemption."""
         if self.exact:
             return 0
-        limit = min(self.table.step_due, self.max_steps, step + FOLD - kept)
-        if self.comm is not None:
-            limit = min(limit, (step // PREEMPT_CHECK + 1) * PREEMPT_CHECK)
-        return limit
-
-    def _agree_preempt(self, step: int) -> None:
-        """On several processes: preempt every rank at one step.
-
-        A rank that got a signal proposes, at a check step ``s`` (a multiple of
-        ``PREEMPT_CHECK``, a slow-path step on every rank), to stop at ``s + 2``; no rank
-        can be past ``s + 1`` then (gradients synchronise every step), and every rank
-        reads the store at each later check step, so all stop at the first check step
-        at or after the agreed one. The store is read, no collective runs.
-        """
-        if step % PREEMPT_CHECK:
-            return
-        comm = self.comm
-        assert comm is not None
-        if self._preempt_at is None:
-            if self.guard.requested is not None:
-                self._preempt_at = comm.post_preempt(step + 2, self.guard.requested)
-            else:
-                self._preempt_at = comm.preempt_target()
-        if self._preempt_at is not None and step >= self._preempt_at[0]:
-            self._on_preempt(self._preempt_at[1])
-
-    def _agreed_signal(self) -> str:
-        comm = self.comm
-        assert comm is not None
-        posted = comm.preempt_target()
-        if posted is not None:
-            return posted[1]
-        return comm.post_preempt(self.clock.step, self.guard.requested or "SIGTERM")[1]
+        return self.agreement.limit(min(self.table.step_due, self.max_steps,
+                                        step + FOLD - kept), step)
 
     def batch_end(self, samples: int, tokens: int) -> None:
         """A micro-batch ended: count it and fire ``batch_end`` (the step calls this)."""

@@ -15,15 +15,11 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any, Final
+from typing import Any
+
+from schedtrain.distributed.agreement import PREEMPT_CHECK
 
 __all__ = ["PREEMPT_CHECK", "Guard", "handle_signals"]
-
-#: On several processes, ranks look for an agreed preemption every this many steps (a
-#: read of the process group's store, no collective): a signal stops every rank within
-#: about twice this many steps.
-PREEMPT_CHECK: Final = 16
-
 
 class Guard:
     """The loop's next due step, and whether a signal asked to stop.

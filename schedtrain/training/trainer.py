@@ -34,6 +34,7 @@ from schedtrain.training.fit import fit_run
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.options import Options, StepFn
+from schedtrain.training.parts import make_agreement
 from schedtrain.training.preempt import Guard
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.run_state import RunState
@@ -162,17 +163,20 @@ class Trainer:
             table=self.table, callbacks=by_name, metrics=self.metrics, losses=self._losses,
             data=self._position, epoch_open=lambda: self._loop.epoch_open,
             events=self._events), run_dir=self.run_dir, comm=self.comm)
+        self._guard = Guard()
+        self.agreement = make_agreement(
+            self.comm, callbacks=by_name, reduce=reduce or {}, clock=self.clock,
+            guard=self._guard, on_preempt=self._preempt, table=self.table,
+            losses=self._losses, max_steps=self.max_steps)
         self.dispatch = Dispatcher(
-            self.table, callbacks=by_name,
+            self.table, callbacks=by_name, agreement=self.agreement,
             gates={e.default_name(): e.gate for e in self.schedule.entries},
             metrics=self.metrics, before_firing=self._publish_loss,
             saves=self.checkpoints, keep_firings=keep_firings)
-        self.dispatch.comm, self.dispatch.reduce_ops = self.comm, dict(reduce or {})
         if self.comm is not None:
             self._losses.reduce = self.comm.mean_tensor
             self._losses.reduce_number = self.comm.mean_number
         self.steps_in_epoch: int | None = self._epoch_len()
-        self._guard = Guard()
         self._loop = self._make_loop()
         self._setup_done = self._resumed = self._owns_dir = self._loop_running = False
         self._start_over = False
@@ -199,7 +203,7 @@ class Trainer:
             clock=self.clock, table=self.table, dispatch=self.dispatch, losses=self._losses,
             position=self._position, guard=self._guard, max_epochs=self.max_epochs,
             max_steps=self.max_steps, steps_in_epoch=self.steps_in_epoch,
-            on_preempt=self._preempt, publish_loss=self._publish_loss, comm=self.comm,
+            publish_loss=self._publish_loss, agreement=self.agreement,
             variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in self.callbacks))
 
     def set_grad_accum(self, n: int) -> None:
