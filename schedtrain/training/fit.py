@@ -1,128 +1,246 @@
-"""The lifecycle of ``Trainer.fit``: open the run directory, set callbacks up, fire
-``train_start``, run the loop, and end as the run ended (finished, stopped, preempted,
-failed), recording it in ``run.json``."""
+"""A run's lifecycle: one explicit stage, and ``fit`` from opening the run directory to
+recording how the run ended.
+
+``fit`` opens the run directory, sets callbacks up, fires ``train_start``, runs the loop,
+and ends as the run ended (finished, stopped, preempted, failed), recording it in
+``run.json``. The stages::
+
+    NEW ──┬─ resume() ─→ RESUMED ─┐
+          └─ start_over() ─→ STARTING_OVER ─┤
+                                 fit(): OPENED → SET_UP → FITTING → ENDED ─ fit() again ─┐
+                                                          ↑──────────────────────────────┘
+"""
 
 from __future__ import annotations
 
 import contextlib
+import enum
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import structlog
 
-from schedtrain.errors import Preempted, StopTraining, failure_place, locate_failure
+from schedtrain.distributed.comm import reraise_on_all
+from schedtrain.errors import (
+    Preempted,
+    RunDirError,
+    StopTraining,
+    failure_place,
+    locate_failure,
+)
+from schedtrain.training.options import Options
+from schedtrain.training.parts import Parts
 from schedtrain.training.preempt import handle_signals
 
-__all__ = ["fit_run"]
+__all__ = ["Lifecycle", "Stage"]
 
 _log = structlog.get_logger("schedtrain.training")
 
 
-def fit_run(trainer: Any) -> None:
-    """``trainer.fit()`` for a ``Trainer`` (typed ``Any``: the trainer imports this
-    module, and this one reaches into the trainer's parts)."""
-    trainer._open_directory()
-    trainer._record("running")
-    guard = trainer._guard
-    guard.requested = None
-    try:
-        _setup(trainer)
-    except BaseException as exc:
-        _failed(trainer, exc)
-        raise
-    trainer.table.attach(trainer.clock, trainer.metrics, trainer.predicates)
-    trainer.model.train()
-    # Unconfigured structlog prints every debug line: log firings only when an
-    # application (the CLI) has configured it.
-    trainer.dispatch.log_firings = trainer.checkpoints.log = structlog.is_configured()
-    trainer.dispatch.stop_reason = None
-    outcome = "finished"
-    # A checkpoint taken as training stopped, or after train_end with no more training
-    # asked for, resumes to that end.
-    phase, trainer._resume_phase = trainer._resume_phase, None
-    ended = phase == "train_end" and trainer._at_end()
-    signals = handle_signals(guard) if trainer.handle_signals else contextlib.nullcontext()
-    try:
-        with signals:
-            trainer._loop_running = True
-            for cb in trainer.callbacks:
-                try:
-                    cb.before_train()
-                except Exception as exc:
-                    locate_failure(exc, f"callback {cb.name!r} in its before_train hook")
-                    raise
-            trainer.clock.start_train()
-            if not trainer._resumed:
-                trainer.dispatch.fire("train_start")
-            trainer._resumed = False
-            if phase == "stopped":
-                raise StopTraining("the run had stopped when its checkpoint was taken")
-            if not ended:
-                trainer._loop.run()
-    except StopTraining as exc:
-        outcome, trainer.stopped_early, trainer.stop_reason = "stopped", True, str(exc)
-        trainer.stop_place = failure_place(exc)  # a callback that raised it
-        _log.info("stop_training", step=trainer.clock.step, epoch=trainer.clock.epoch,
-                  reason=str(exc))
-        trainer.checkpoints.flush("stopped")
-    except Preempted:
-        _finish(trainer, "preempted", None)
-        raise
-    except BaseException as exc:
-        if isinstance(exc, Exception):  # not in a callback: the step (forward, backward...)
-            ts = trainer.clock.now()
-            locate_failure(exc, f"the training step after step {ts.step} (epoch {ts.epoch})")
-        _failed(trainer, exc)
-        raise
-    _finish(trainer, outcome, None, fire_end=not ended)
+class Stage(enum.Enum):
+    """Where a run is in its lifecycle."""
+
+    NEW = "new"  # nothing done: fit starts a fresh run
+    RESUMED = "resumed"  # a checkpoint is loaded: fit continues it
+    STARTING_OVER = "starting over"  # fit starts again in a directory holding a run
+    OPENED = "opened"  # the run directory is this run's
+    SET_UP = "set up"  # callbacks are set up
+    FITTING = "fitting"  # the loop runs
+    ENDED = "ended"  # a fit ended; another fit continues this run
 
 
-def _setup(trainer: Any) -> None:
-    if trainer._setup_done:
-        return
-    for cb in trainer.callbacks:
+#: The stages in which the run directory is this run's.
+_OWNS_DIRECTORY = (Stage.OPENED, Stage.SET_UP, Stage.FITTING, Stage.ENDED)
+
+
+class Lifecycle:
+    """The stage of one run, and what moves it on (``Trainer`` delegates here).
+
+    Args:
+        parts: the run's parts.
+        options: its checked options.
+        trainer: what callbacks' ``setup`` receives.
+    """
+
+    def __init__(self, parts: Parts, options: Options, trainer: Any) -> None:
+        self.parts, self.options, self.trainer = parts, options, trainer
+        self.stage = Stage.NEW
+        #: the event the loaded checkpoint was taken after, until fit continues it
+        self.checkpoint_phase: str | None = None
+        self.stopped_early = False
+        self.stop_reason: str | None = None
+        #: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)
+        self.stop_place: str | None = None
+
+    # -- before fit ----------------------------------------------------------------------------
+    def resume(self, path: Path) -> None:
+        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
+        state = self.parts.checkpoints.read(path)
+        loop = self.parts.loop
+        loop.resume_inside_epoch = loop.epoch_open = bool(state["run"]["epoch_open"])
+        self.checkpoint_phase = state["phase"]
+        if self.stage in (Stage.NEW, Stage.STARTING_OVER):
+            self.stage = Stage.RESUMED
+
+    def start_over(self) -> None:
+        """Fit from the start in a run directory that holds a run with nothing valid to
+        resume: its files stay, its ``events.jsonl`` starts anew."""
+        if self.stage is Stage.NEW:
+            self.stage = Stage.STARTING_OVER
+
+    def save(self, path: Path, on_saved: Callable[[Path], None] | None) -> None:
+        """During ``fit``, once the current event is over; otherwise now."""
+        checkpoints = self.parts.checkpoints
+        if self.stage is Stage.FITTING:
+            checkpoints.request(path, on_saved)
+            return
+        written = checkpoints.write(path, "manual")
+        if on_saved is not None:
+            on_saved(written)
+
+    # -- the run directory ---------------------------------------------------------------------
+    def _open_directory(self) -> None:
+        failed: RunDirError | None = None
         try:
-            cb.setup(trainer)
-        except Exception as exc:
-            locate_failure(exc, f"callback {cb.name!r} in its setup")
+            self._open_own_directory()
+        except RunDirError as exc:
+            failed = exc
+        comm = self.parts.comm
+        if comm is not None:  # the chief's answer is every rank's
+            failed = reraise_on_all(comm, failed)
+        if failed is not None:
+            raise failed
+
+    def _open_own_directory(self) -> None:
+        directory, options = self.parts.directory, self.options
+        if self.stage in (Stage.NEW, Stage.RESUMED, Stage.STARTING_OVER):
+            resumed = self.stage is Stage.RESUMED
+            if directory is not None:
+                directory.open_for_run(
+                    fresh=self.stage is Stage.NEW, overwrite=options.overwrite,
+                    ends_at=(options.max_epochs, options.max_steps) if resumed else None)
+                if not resumed and self.parts.events is not None:
+                    self.parts.events.truncate(0)
+            self.stage = Stage.OPENED
+        elif directory is not None:  # a second fit() of this trainer continues its run
+            directory.acquire()
+
+    def _record(self, status: str) -> None:
+        directory = self.parts.directory
+        if directory is not None and self.stage in _OWNS_DIRECTORY:
+            ts = self.parts.clock.now()
+            directory.record(status, step=ts.step, epoch=ts.epoch)
+
+    # -- fit -----------------------------------------------------------------------------------
+    def fit(self) -> None:
+        """Train until ``max_epochs``/``max_steps``, a stop, a signal or an exception."""
+        parts = self.parts
+        resumed = self.checkpoint_phase is not None  # a checkpoint's run goes on
+        self._open_directory()
+        self._record("running")
+        parts.guard.requested = None
+        try:
+            self._setup()
+        except BaseException as exc:
+            self._failed(exc)
             raise
-    trainer._setup_done = True
-
-
-def _failed(trainer: Any, exc: BaseException) -> None:
-    """End a run that raised ``exc``: its traceback kept, ``run.json`` says failed."""
-    trainer.checkpoints.discard()  # never a checkpoint of a half-done event
-    if trainer.directory is not None and not isinstance(exc, KeyboardInterrupt):
-        trainer.directory.save_traceback(exc)
-    for cb in trainer.callbacks:
-        with contextlib.suppress(Exception):
-            cb.on_exception(exc)
-    _finish(trainer, "failed", exc)
-
-
-def _finish(trainer: Any, outcome: str, failed: BaseException | None, *,
-            fire_end: bool = True) -> None:
-    try:
-        if failed is None and outcome != "preempted" and fire_end:
-            trainer.clock.stop_train()
-            try:
-                with contextlib.suppress(StopTraining):
-                    trainer.dispatch.fire("train_end")
-            except Exception as exc:  # a train_end callback failed: so did the run
-                outcome, failed = "failed", exc
-                if trainer.directory is not None:
-                    trainer.directory.save_traceback(exc)
-                raise
-    finally:
-        trainer._loop_running = False
+        parts.table.attach(parts.clock, parts.metrics, parts.predicates)
+        parts.model.train()
+        # Unconfigured structlog prints every debug line: log firings only when an
+        # application (the CLI) has configured it.
+        parts.dispatch.log_firings = parts.checkpoints.log = structlog.is_configured()
+        parts.dispatch.stop_reason = None
+        outcome = "finished"
+        # A checkpoint taken as training stopped, or after train_end with no more
+        # training asked for, resumes to that end.
+        phase, self.checkpoint_phase = self.checkpoint_phase, None
+        ended = phase == "train_end" and self.options.ended(parts.clock.step,
+                                                             parts.clock.epoch)
+        signals = (handle_signals(parts.guard) if self.options.handle_signals
+                   else contextlib.nullcontext())
         try:
-            for cb in trainer.callbacks:
-                try:
-                    cb.after_train()
-                except Exception:
-                    if failed is None:
+            with signals:
+                self.stage = Stage.FITTING
+                for cb in parts.callbacks:
+                    try:
+                        cb.before_train()
+                    except Exception as exc:
+                        locate_failure(exc, f"callback {cb.name!r} in its before_train hook")
                         raise
+                parts.clock.start_train()
+                if not resumed:
+                    parts.dispatch.fire("train_start")
+                if phase == "stopped":
+                    raise StopTraining("the run had stopped when its checkpoint was taken")
+                if not ended:
+                    parts.loop.run()
+        except StopTraining as exc:
+            outcome, self.stopped_early, self.stop_reason = "stopped", True, str(exc)
+            self.stop_place = failure_place(exc)  # a callback that raised it
+            _log.info("stop_training", step=parts.clock.step, epoch=parts.clock.epoch,
+                      reason=str(exc))
+            parts.checkpoints.flush("stopped")
+        except Preempted:
+            self._finish("preempted", None)
+            raise
+        except BaseException as exc:
+            if isinstance(exc, Exception):  # not in a callback: the step (forward...)
+                ts = parts.clock.now()
+                locate_failure(exc, f"the training step after step {ts.step} "
+                                    f"(epoch {ts.epoch})")
+            self._failed(exc)
+            raise
+        self._finish(outcome, None, fire_end=not ended)
+
+    def _setup(self) -> None:
+        if self.stage is not Stage.OPENED:
+            return
+        for cb in self.parts.callbacks:
+            try:
+                cb.setup(self.trainer)
+            except Exception as exc:
+                locate_failure(exc, f"callback {cb.name!r} in its setup")
+                raise
+        self.stage = Stage.SET_UP
+
+    def _failed(self, exc: BaseException) -> None:
+        """End a run that raised ``exc``: its traceback kept, ``run.json`` says failed."""
+        parts = self.parts
+        parts.checkpoints.discard()  # never a checkpoint of a half-done event
+        if parts.directory is not None and not isinstance(exc, KeyboardInterrupt):
+            parts.directory.save_traceback(exc)
+        for cb in parts.callbacks:
+            with contextlib.suppress(Exception):
+                cb.on_exception(exc)
+        self._finish("failed", exc)
+
+    def _finish(self, outcome: str, failed: BaseException | None, *,
+                fire_end: bool = True) -> None:
+        parts = self.parts
+        try:
+            if failed is None and outcome != "preempted" and fire_end:
+                parts.clock.stop_train()
+                try:
+                    with contextlib.suppress(StopTraining):
+                        parts.dispatch.fire("train_end")
+                except Exception as exc:  # a train_end callback failed: so did the run
+                    outcome, failed = "failed", exc
+                    if parts.directory is not None:
+                        parts.directory.save_traceback(exc)
+                    raise
         finally:
-            trainer.metrics.close()
-            trainer._record(outcome)
-            if trainer.directory is not None:
-                trainer.directory.release()
+            if self.stage in (Stage.SET_UP, Stage.FITTING):
+                self.stage = Stage.ENDED
+            try:
+                for cb in parts.callbacks:
+                    try:
+                        cb.after_train()
+                    except Exception:
+                        if failed is None:
+                            raise
+            finally:
+                parts.metrics.close()
+                self._record(outcome)
+                if parts.directory is not None:
+                    parts.directory.release()

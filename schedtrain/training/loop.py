@@ -29,6 +29,7 @@ from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.data_position import DataPosition
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
+from schedtrain.training.options import Options
 from schedtrain.training.preempt import Guard
 from schedtrain.training.steps import PlainStep, Step, make_step
 
@@ -83,21 +84,23 @@ class Loop:
     @classmethod
     def build(cls, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loss_fn: Callable[[Any, Any], torch.Tensor] | None, step_fn: Any,
-              grad_accum: int, grad_clip: float | None, device: torch.device, scaler: Any,
-              autocast: Callable[[], Any] | None, variable_accum: bool = False,
-              **parts: Any) -> Loop:
+              options: Options, device: torch.device, scaler: Any,
+              variable_accum: bool = False, **parts: Any) -> Loop:
         """The loop for a run, with the step strategy its options and hooks need.
 
-        ``parts`` are the other arguments of ``Loop`` (the clock, the table, the
-        dispatcher...). ``PlainStep`` serves when nothing but the loss is computed on the
-        CPU in fp32 and ``grad_accum`` stays 1 (``variable_accum``: a callback changes it
-        between epochs); otherwise a ``Step`` gets the parts the run needs.
+        ``options`` gives accumulation, clipping and precision; ``parts`` are the other
+        arguments of ``Loop`` (the clock, the table, the dispatcher...). ``PlainStep``
+        serves when nothing but the loss is computed on the CPU in fp32 and
+        ``grad_accum`` stays 1 (``variable_accum``: a callback changes it between
+        epochs); otherwise a ``Step`` gets the parts the run needs.
         """
         dispatch, clock, table = parts["dispatch"], parts["clock"], parts["table"]
         hooks = dispatch.hooks
         per_step = any(hooks[h] for h in ("_before_step", "_after_backward",
                                           "_before_optimizer_step", "_after_step",
                                           "_trigger_step"))
+        grad_accum, grad_clip = options.grad_accum, options.grad_clip
+        autocast = options.autocast if options.precision != "fp32" else None
         plain = (grad_accum == 1 and scaler is None and autocast is None and grad_clip is None
                  and device.type == "cpu" and not per_step and not table.needs_batch_end
                  and step_fn is None and not variable_accum)

@@ -1,12 +1,20 @@
-"""Checking the trainer's options: each bad one is refused with its name and what was wrong."""
+"""A run's options, checked once: each bad one is refused with its name and what was wrong.
+
+``Options`` is built from ``Trainer(...)``'s arguments (which ``[run]`` in a TOML spec
+fills) and carried whole to the parts that need it; nothing re-checks it later.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import attrs
 import torch
+
+from schedtrain.distributed.comm import check_reduce
 
 __all__ = ["PRECISIONS", "Options", "StepFn"]
 
@@ -25,19 +33,32 @@ def _positive(name: str, value: int | None, *, allow_none: bool) -> None:
 
 @attrs.frozen
 class Options:
-    """The checked options that shape a run's loop."""
+    """The checked options of a run (``Trainer``'s arguments of the same names)."""
 
     max_epochs: int | None
     max_steps: int | None
     precision: str
     grad_accum: int
     grad_clip: float | None
+    device: torch.device
+    seed: int = 0
+    run_dir: Path | None = None
+    overwrite: bool = False
+    strategy: str = "auto"
+    shard_data: bool = True
+    reduce: Mapping[str, str] = attrs.field(factory=dict)
+    keep_firings: int | None = None
+    handle_signals: bool = True
+    log_events: bool = True
 
     @classmethod
     def check(cls, *, loss_fn: object, step_fn: object, max_epochs: int | None,
               max_steps: int | None, precision: str, grad_accum: int,
-              grad_clip: float | None) -> Options:
-        """Refuse a bad combination with the argument's name (``TypeError``/``ValueError``)."""
+              grad_clip: float | None, device: str | torch.device = "cpu",
+              reduce: Mapping[str, str] | None = None, run_dir: str | Path | None = None,
+              **rest: Any) -> Options:
+        """Refuse a bad combination with the argument's name (``TypeError``/``ValueError``);
+        ``rest`` are the other fields, taken as given."""
         if (loss_fn is None) == (step_fn is None):
             raise TypeError("give exactly one of `loss_fn` and `step_fn`")
         if max_epochs is None and max_steps is None:
@@ -49,7 +70,22 @@ class Options:
             raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
         if grad_clip is not None and not grad_clip > 0:
             raise ValueError(f"`grad_clip` must be > 0 or None, got {grad_clip!r}")
-        return cls(max_epochs, max_steps, precision, grad_accum, grad_clip)
+        check_reduce(reduce or {})
+        return cls(max_epochs, max_steps, precision, grad_accum, grad_clip,
+                   cls.resolve_device(device), reduce=dict(reduce or {}),
+                   run_dir=Path(run_dir) if run_dir is not None else None, **rest)
+
+    def ended(self, step: int, epoch: int) -> bool:
+        """Whether a clock at ``step``, ``epoch`` has reached ``max_epochs`` or ``max_steps``."""
+        return ((self.max_epochs is not None and epoch >= self.max_epochs)
+                or (self.max_steps is not None and step >= self.max_steps))
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The autocast context of the precision (a no-op for fp32)."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
 
     @staticmethod
     def resolve_device(device: str | torch.device) -> torch.device:

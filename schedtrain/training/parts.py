@@ -1,8 +1,20 @@
-"""Building a run's parts: each from the options and the parts it depends on."""
+"""A run's parts, built by one function into one record.
+
+``build_parts`` makes every part of a run from its checked ``Options`` and what the user
+gave (model, data, callbacks, schedule): the device and process group, the compiled
+table, the metric store and its sinks, the checkpoint owner, the agreement between
+ranks, the dispatcher and the loop. ``Trainer`` is the public face over this record and
+``training.fit`` its lifecycle.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+import torch
 
 from schedtrain.callbacks.base import (
     STOP_PLACES_BEYOND_TRIGGER,
@@ -10,14 +22,146 @@ from schedtrain.callbacks.base import (
     overrides,
     stops_alone,
 )
+from schedtrain.checkpoints import Checkpoints, checkpoint_name
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
+from schedtrain.distributed.setup import prepare
+from schedtrain.errors import Preempted
+from schedtrain.monitors.jsonl import JsonlWriter
+from schedtrain.monitors.store import MetricStore, Sink
+from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.spec.metrics import TRAINER_METRICS
+from schedtrain.training.binding import bind, check_order
+from schedtrain.training.data_position import DataPosition
+from schedtrain.training.dispatch import Dispatcher
+from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
+from schedtrain.training.options import Options, StepFn
 from schedtrain.training.preempt import Guard
+from schedtrain.training.run_dir import RunDirectory
+from schedtrain.training.run_state import RunState
+from schedtrain.triggers.protocol import Predicate
 
-__all__ = ["make_agreement"]
+__all__ = ["Parts", "build_parts", "epoch_length", "make_agreement", "publish_loss"]
+
+
+@attrs.define(eq=False)
+class Parts:
+    """Every part of one run."""
+
+    comm: Comm | None
+    device: torch.device
+    #: the user's module, and the one steps run through (DDP's wrapper on several ranks)
+    model: torch.nn.Module
+    train_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    train_data: Iterable[Any]
+    val_data: Iterable[Any] | None
+    scaler: Any
+    clock: LoopClock
+    schedule: Schedule
+    callbacks: list[Callback]
+    table: TriggerTable
+    predicates: dict[str, Predicate]
+    #: the run directory (``None`` without one, and on every rank but the chief)
+    directory: RunDirectory | None
+    events: JsonlWriter | None
+    metrics: MetricStore
+    losses: LossKeeper
+    position: DataPosition
+    guard: Guard
+    checkpoints: Checkpoints
+    agreement: Alone
+    dispatch: Dispatcher
+    loop: Loop
+
+    def preempt(self, signal_name: str) -> None:
+        """Fire ``preempt``, checkpoint (with a run directory) and raise ``Preempted``."""
+        self.dispatch.fire("preempt")
+        written = None
+        if self.checkpoints.run_dir is not None:
+            written = self.checkpoints.write(
+                self.checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
+                "preempt")
+        raise Preempted(signal_name, self.clock.step, written)
+
+
+def publish_loss(losses: LossKeeper, metrics: MetricStore, clock: LoopClock) -> None:
+    """Put ``train/loss`` for the steps since it was last put (before a firing)."""
+    if clock.step > losses.since:
+        losses.publish(metrics, clock.step)
+
+
+def epoch_length(train_data: Iterable[Any], grad_accum: int) -> int | None:
+    """Optimizer steps per epoch, when the data has a length."""
+    try:
+        n = len(train_data)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return -(-n // grad_accum)
+
+
+def build_parts(options: Options, *, model: torch.nn.Module,
+                optimizer: torch.optim.Optimizer, train_data: Iterable[Any],
+                val_data: Iterable[Any] | None, loss_fn: Callable[[Any, Any], torch.Tensor] | None,
+                step_fn: StepFn | None, callbacks: Iterable[Any] | Schedule | None,
+                schedule: Schedule | None, bindings: Mapping[str, Any] | None,
+                sinks: Iterable[Sink], predicates: Mapping[str, Predicate] | None,
+                clock: LoopClock | None) -> Parts:
+    """The parts of a run, wired together (several processes: the group set up)."""
+    ready = prepare(model=model, optimizer=optimizer, train_data=train_data,
+                    val_data=val_data, device=options.device, strategy=options.strategy,
+                    shard_data=options.shard_data, seed=options.seed)
+    comm, device = ready.comm, ready.device
+    clock = clock if clock is not None else LoopClock()
+    # An empty mapping, not None: at run time conditions are decided, never "unknown".
+    known: dict[str, Predicate] = dict(predicates or {})
+    bound, cbs = bind(callbacks, schedule, bindings)
+    check_order(bound, cbs)
+    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in cbs))
+    table = bound.compile(predicates=known, produced_metrics=produced)
+    by_name = dict(zip(bound.names, cbs, strict=True))
+    chief = comm is None or comm.is_chief
+    # The chief alone writes the run directory and the logs.
+    directory = (RunDirectory(options.run_dir) if options.run_dir is not None and chief
+                 else None)
+    events = JsonlWriter(directory.events) if directory and options.log_events else None
+    metrics = MetricStore(clock.now, [w for w in (events,) if w]
+                          + (list(sinks) if chief else []))
+    losses, position, guard = LossKeeper(), DataPosition(ready.train_data), Guard()
+    if comm is not None:
+        losses.reduce, losses.reduce_number = comm.mean_tensor, comm.mean_number
+    scaler = (torch.amp.GradScaler(device.type)
+              if options.precision == "fp16" else None)
+    parts: Parts  # the callables below reach the record once it is made
+    publish = functools.partial(publish_loss, losses, metrics, clock)
+    checkpoints = Checkpoints(RunState(
+        model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
+        callbacks=by_name, metrics=metrics, losses=losses, data=position,
+        epoch_open=lambda: parts.loop.epoch_open, events=events),
+        run_dir=options.run_dir, comm=comm)
+    agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
+                               guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
+                               table=table, losses=losses, max_steps=options.max_steps)
+    dispatch = Dispatcher(
+        table, callbacks=by_name, agreement=agreement, saves=checkpoints,
+        gates={e.default_name(): e.gate for e in bound.entries}, metrics=metrics,
+        before_firing=publish, keep_firings=options.keep_firings)
+    loop = Loop.build(
+        model=ready.train_model, optimizer=ready.optimizer, loss_fn=loss_fn, step_fn=step_fn,
+        options=options, device=device, scaler=scaler,
+        variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in cbs),
+        clock=clock, table=table, dispatch=dispatch, losses=losses, position=position,
+        guard=guard, max_epochs=options.max_epochs, max_steps=options.max_steps,
+        steps_in_epoch=epoch_length(ready.train_data, options.grad_accum),
+        publish_loss=publish, agreement=agreement)
+    parts = Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
+                  ready.train_data, ready.val_data, scaler, clock, bound, cbs, table, known,
+                  directory, events, metrics, losses, position, guard, checkpoints,
+                  agreement, dispatch, loop)
+    return parts
 
 
 def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],

@@ -1,43 +1,32 @@
 """``Trainer``: a PyTorch training run whose callbacks fire on a compiled trigger table.
 
-The trainer wires the run's parts and is what callbacks see (a ``TrainingContext``):
-the loop (``training.loop``) with its step strategy (``training.steps``), the one event
-dispatcher (``training.dispatch``), the checkpoint owner (``schedtrain.checkpoints``) with
-what it saves of the run (``training.run_state``), the run directory
-(``training.run_dir``) and preemption (``training.preempt``).
+The trainer is the run's public face and what callbacks see (a ``TrainingContext``). Its
+options are checked once (``training.options``), its parts built by one function into
+one record (``training.parts``: the loop, the dispatcher, the checkpoint owner, the
+agreement between ranks...), and its lifecycle is ``training.fit``.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
-from schedtrain.checkpoints import Checkpoints, checkpoint_name
+from schedtrain.checkpoints import Checkpoints
 from schedtrain.clock import LoopClock
-from schedtrain.distributed.comm import check_reduce, reraise_on_all
-from schedtrain.distributed.setup import prepare
-from schedtrain.errors import Preempted, RunDirError
-from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.spec.metrics import TRAINER_METRICS
+from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.batches import to_device
-from schedtrain.training.binding import bind, check_order
-from schedtrain.training.data_position import DataPosition, seed_everything
+from schedtrain.training.data_position import seed_everything
 from schedtrain.training.dispatch import DEFAULT_KEEP_FIRINGS, Dispatcher
-from schedtrain.training.fit import fit_run
-from schedtrain.training.loop import Loop
-from schedtrain.training.losses import LossKeeper
+from schedtrain.training.fit import Lifecycle
 from schedtrain.training.options import Options, StepFn
-from schedtrain.training.parts import make_agreement
-from schedtrain.training.preempt import Guard
-from schedtrain.training.run_dir import RunDirectory
-from schedtrain.training.run_state import RunState
+from schedtrain.training.parts import build_parts, epoch_length
 from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
 
@@ -117,107 +106,77 @@ class Trainer:
         reduce: Mapping[str, str] | None = None,
         log_events: bool = True,
     ) -> None:
-        self.options = Options.check(loss_fn=loss_fn, step_fn=step_fn, max_epochs=max_epochs,
-                                     max_steps=max_steps, precision=precision,
-                                     grad_accum=grad_accum, grad_clip=grad_clip)
+        #: the run's checked options
+        self.options = Options.check(
+            loss_fn=loss_fn, step_fn=step_fn, max_epochs=max_epochs, max_steps=max_steps,
+            precision=precision, grad_accum=grad_accum, grad_clip=grad_clip, device=device,
+            reduce=reduce, run_dir=run_dir, seed=seed, overwrite=overwrite,
+            strategy=strategy, shard_data=shard_data, keep_firings=keep_firings,
+            handle_signals=handle_signals, log_events=log_events)
         seed_everything(seed)
-        check_reduce(reduce or {})
-        ready = prepare(model=model, optimizer=optimizer, train_data=train_data,
-                        val_data=val_data, device=self.options.resolve_device(device),
-                        strategy=strategy, shard_data=shard_data, seed=seed)
-        self.comm, self.device, self.model = ready.comm, ready.device, ready.model
-        #: the module steps run through (DDP's wrapper on several processes)
-        self.train_model, optimizer = ready.train_model, ready.optimizer
-        train_data, val_data = ready.train_data, ready.val_data
-        self.strategy = strategy
-        self.optimizer, self.train_data, self.val_data = optimizer, train_data, val_data
+        parts = build_parts(self.options, model=model, optimizer=optimizer,
+                            train_data=train_data, val_data=val_data, loss_fn=loss_fn,
+                            step_fn=step_fn, callbacks=callbacks, schedule=schedule,
+                            bindings=bindings, sinks=sinks, predicates=predicates,
+                            clock=clock)
+        self._parts = parts
+        self._run = Lifecycle(parts, self.options, self)
         self.loss_fn, self.step_fn = loss_fn, step_fn
-        self.max_epochs, self.max_steps, self.seed = max_epochs, max_steps, seed
-        self.precision, self.grad_accum, self.grad_clip = precision, grad_accum, grad_clip
-        self.overwrite, self.handle_signals = overwrite, handle_signals
-        self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.directory = RunDirectory(self.run_dir) if self.run_dir is not None else None
-        # An empty mapping, not None: at run time conditions are decided, never "unknown".
-        self.predicates: dict[str, Predicate] = dict(predicates or {})
-        self.clock = clock if clock is not None else LoopClock()
-        self.scaler: Any = (torch.amp.GradScaler(self.device.type)
-                            if precision == "fp16" else None)
-        self.schedule, self.callbacks = bind(callbacks, schedule, bindings)
-        check_order(self.schedule, self.callbacks)
-        produced = set(TRAINER_METRICS).union(*(cb.produces for cb in self.callbacks))
-        self.table = self.schedule.compile(predicates=self.predicates,
-                                           produced_metrics=produced)
-        by_name = dict(zip(self.schedule.names, self.callbacks, strict=True))
-        chief = self.comm is None or self.comm.is_chief
-        if not chief:  # the chief alone writes the run directory and the logs
-            self.directory = None
-        self._events = (JsonlWriter(self.directory.events)
-                        if self.directory and log_events else None)
-        self.metrics = MetricStore(self.clock.now, [w for w in (self._events,) if w]
-                                   + (list(sinks) if chief else []))
-        self._losses = LossKeeper()
-        self._position = DataPosition(train_data)
+        self.comm, self.device, self.model = parts.comm, parts.device, parts.model
+        #: the module steps run through (DDP's wrapper on several processes)
+        self.train_model, self.optimizer = parts.train_model, parts.optimizer
+        self.train_data, self.val_data = parts.train_data, parts.val_data
+        self.clock, self.schedule, self.callbacks = parts.clock, parts.schedule, parts.callbacks
+        self.table: TriggerTable = parts.table
+        self.metrics: MetricStore = parts.metrics
+        self.dispatch: Dispatcher = parts.dispatch
         #: the run's checkpoints: written, read, queued during events, pruned
-        self.checkpoints = Checkpoints(RunState(
-            model=self.model, optimizer=optimizer, scaler=self.scaler, clock=self.clock,
-            table=self.table, callbacks=by_name, metrics=self.metrics, losses=self._losses,
-            data=self._position, epoch_open=lambda: self._loop.epoch_open,
-            events=self._events), run_dir=self.run_dir, comm=self.comm)
-        self._guard = Guard()
-        self.agreement = make_agreement(
-            self.comm, callbacks=by_name, reduce=reduce or {}, clock=self.clock,
-            guard=self._guard, on_preempt=self._preempt, table=self.table,
-            losses=self._losses, max_steps=self.max_steps)
-        self.dispatch = Dispatcher(
-            self.table, callbacks=by_name, agreement=self.agreement,
-            gates={e.default_name(): e.gate for e in self.schedule.entries},
-            metrics=self.metrics, before_firing=self._publish_loss,
-            saves=self.checkpoints, keep_firings=keep_firings)
-        if self.comm is not None:
-            self._losses.reduce = self.comm.mean_tensor
-            self._losses.reduce_number = self.comm.mean_number
-        self.steps_in_epoch: int | None = self._epoch_len()
-        self._loop = self._make_loop()
-        self._setup_done = self._resumed = self._owns_dir = self._loop_running = False
-        self._start_over = False
-        self._resume_phase: str | None = None
-        self.stopped_early = False
-        self.stop_reason: str | None = None
-        #: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)
-        self.stop_place: str | None = None
+        self.checkpoints: Checkpoints = parts.checkpoints
+        self.steps_in_epoch: int | None = parts.loop.steps_in_epoch
 
-    # -- wiring --------------------------------------------------------------------------------
-    def _epoch_len(self) -> int | None:
-        try:
-            n = len(self.train_data)  # type: ignore[arg-type]
-        except TypeError:
-            return None
-        return -(-n // self.grad_accum)
+    # -- options -------------------------------------------------------------------------------
+    @property
+    def max_epochs(self) -> int | None:
+        return self.options.max_epochs
 
-    def _make_loop(self) -> Loop:
-        return Loop.build(
-            model=self.train_model, optimizer=self.optimizer, loss_fn=self.loss_fn,
-            step_fn=self.step_fn, grad_accum=self.grad_accum, grad_clip=self.grad_clip,
-            device=self.device, scaler=self.scaler,
-            autocast=self.autocast if self.precision != "fp32" else None,
-            clock=self.clock, table=self.table, dispatch=self.dispatch, losses=self._losses,
-            position=self._position, guard=self._guard, max_epochs=self.max_epochs,
-            max_steps=self.max_steps, steps_in_epoch=self.steps_in_epoch,
-            publish_loss=self._publish_loss, agreement=self.agreement,
-            variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in self.callbacks))
+    @property
+    def max_steps(self) -> int | None:
+        return self.options.max_steps
+
+    @property
+    def precision(self) -> str:
+        return self.options.precision
+
+    @property
+    def grad_accum(self) -> int:
+        return self.options.grad_accum
+
+    @property
+    def grad_clip(self) -> float | None:
+        return self.options.grad_clip
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
+
+    @property
+    def run_dir(self) -> Path | None:
+        """Where ``events.jsonl``, ``run.json`` and checkpoints go (``None``: nowhere)."""
+        return self.options.run_dir
 
     def set_grad_accum(self, n: int) -> None:
         """Micro-batches per optimizer step from the next epoch on (called before it starts,
         as ``GradientAccumulationScheduler`` does: within an epoch it must stay constant)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"grad_accum must be a whole number >= 1, got {n!r}")
-        step = self._loop.step
-        if not isinstance(step, Step):
+        loop = self._parts.loop
+        if not isinstance(loop.step, Step):
             raise RuntimeError("this trainer's step keeps one micro-batch per step: give the "
                                "callback that changes it a class attribute sets_grad_accum = "
                                "True")
-        self.grad_accum = step.accum = n
-        self.steps_in_epoch = self._loop.steps_in_epoch = self._epoch_len()
+        self.options = self._run.options = attrs.evolve(self.options, grad_accum=n)
+        loop.step.accum = n
+        self.steps_in_epoch = loop.steps_in_epoch = epoch_length(self.train_data, n)
 
     # -- what callbacks see ------------------------------------------------------------------
     @property
@@ -238,12 +197,9 @@ class Trainer:
         if self.comm is not None:
             self.comm.close()
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> Any:
         """The autocast context of the configured precision (a no-op for fp32)."""
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
+        return self.options.autocast()
 
     def to_device(self, batch: Any) -> Any:
         """``batch`` with every tensor moved to the training device."""
@@ -252,7 +208,7 @@ class Trainer:
     @property
     def last_loss(self) -> torch.Tensor | None:
         """The last optimizer step's loss, detached and on the device (``None`` before one)."""
-        return self._losses.last
+        return self._parts.losses.last
 
     @property
     def firings(self) -> list[Firing]:
@@ -280,10 +236,6 @@ class Trainer:
         """End training once the current event is over, as ``StopTraining`` does."""
         self.dispatch.request_stop(reason)
 
-    def _publish_loss(self) -> None:
-        if self.clock.step > self._losses.since:
-            self._losses.publish(self.metrics, self.clock.step)
-
     # -- checkpoints ---------------------------------------------------------------------------
     def save_checkpoint(self, path: str | Path,
                         on_saved: Callable[[Path], None] | None = None) -> None:
@@ -294,13 +246,7 @@ class Trainer:
         ``on_saved(path)`` is called with the path written (``-nonfinite`` added when the
         weights or loss are not finite).
         """
-        path = Path(path)
-        if self._setup_done and self._loop_running:
-            self.checkpoints.request(path, on_saved)
-            return
-        written = self.checkpoints.write(path, "manual")
-        if on_saved is not None:
-            on_saved(written)
+        self._run.save(Path(path), on_saved)
 
     def written_checkpoints(self) -> list[Path]:
         """Checkpoints this run wrote (across resumes), oldest first; pruning keeps to these."""
@@ -313,62 +259,15 @@ class Trainer:
 
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
-        state = self.checkpoints.read(Path(path))
-        run = state["run"]
-        self._resumed = True
-        self._resume_phase = state["phase"]
-        self._loop.resume_inside_epoch = bool(run["epoch_open"])
-        self._loop.epoch_open = bool(run["epoch_open"])
+        self._run.resume(Path(path))
 
     def start_over(self) -> None:
         """Fit from the start in a run directory that holds a run with nothing valid to
         resume (``--resume auto`` without a good checkpoint): its files stay, its
         ``events.jsonl`` starts anew."""
-        self._start_over = True
-
-    def _preempt(self, signal_name: str) -> None:
-        self.dispatch.fire("preempt")
-        written = None
-        if self.run_dir is not None:
-            written = self.checkpoints.write(self.run_dir / "checkpoints"
-                                             / checkpoint_name(self.clock.step), "preempt")
-        raise Preempted(signal_name, self.clock.step, written)
+        self._run.start_over()
 
     # -- the run -------------------------------------------------------------------------------
-    def _open_directory(self) -> None:
-        failed: RunDirError | None = None
-        try:
-            self._open_own_directory()
-        except RunDirError as exc:
-            failed = exc
-        if self.comm is not None:  # the chief's answer is every rank's
-            failed = reraise_on_all(self.comm, failed)
-        if failed is not None:
-            raise failed
-
-    def _open_own_directory(self) -> None:
-        if self.directory is None:
-            return
-        if not self._owns_dir:  # a second fit() of this trainer continues its own run
-            fresh = not self._resumed
-            self.directory.open_for_run(
-                fresh=fresh and not self._start_over, overwrite=self.overwrite,
-                ends_at=(self.max_epochs, self.max_steps) if self._resumed else None)
-            if fresh and self._events is not None:
-                self._events.truncate(0)
-            self._owns_dir = True
-        self.directory.acquire()
-
-    def _at_end(self) -> bool:
-        """Whether the clock has reached ``max_epochs`` or ``max_steps``."""
-        return ((self.max_epochs is not None and self.clock.epoch >= self.max_epochs)
-                or (self.max_steps is not None and self.clock.step >= self.max_steps))
-
-    def _record(self, status: str) -> None:
-        if self.directory is not None and self._owns_dir:
-            ts = self.clock.now()
-            self.directory.record(status, step=ts.step, epoch=ts.epoch)
-
     def fit(self) -> None:
         """Train until ``max_epochs``/``max_steps``, a stop, a signal or an exception.
 
@@ -376,7 +275,22 @@ class Trainer:
             RunDirError: ``run_dir`` is in use, holds another run, or its run finished.
             Preempted: SIGTERM or SIGINT arrived; a checkpoint was written first.
         """
-        fit_run(self)
+        self._run.fit()
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether the last ``fit`` ended with a stop (``StopTraining``, ``request_stop``)."""
+        return self._run.stopped_early
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why it stopped."""
+        return self._run.stop_reason
+
+    @property
+    def stop_place(self) -> str | None:
+        """Where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)."""
+        return self._run.stop_place
 
     def __repr__(self) -> str:
         return (f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}, "
