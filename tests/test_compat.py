@@ -59,3 +59,23 @@ def test_unknown_paths_are_not_answered() -> None:
         warnings.simplefilter("error")
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module("schedtrain.no_such_module")
+
+
+def test_table_fire_is_decide_with_a_warning() -> None:
+    """The table decides (``decide``); its old name ``fire`` still answers the same, with a
+    DeprecationWarning naming the new one."""
+    from schedtrain import Schedule, every
+    from schedtrain.clock import LoopClock
+
+    schedule = Schedule({"a": every("2 steps"), "b": every("3 steps")})
+    old, new = schedule.compile(), schedule.compile()
+    old_clock, new_clock = LoopClock(), LoopClock()
+    old.attach(old_clock)
+    new.attach(new_clock)
+    for _ in range(12):
+        for clock in (old_clock, new_clock):
+            clock.end_batch()
+            clock.end_step()
+        with pytest.warns(DeprecationWarning, match="decide"):
+            fired = old.fire("step_end")
+        assert fired == new.decide("step_end")

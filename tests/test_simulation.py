@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import Shape, brute_force, schedules, shapes
 
@@ -271,3 +271,23 @@ class TestSimClock:
         """An epoch of zero steps is refused with the offending index."""
         with pytest.raises(ValueError, match=r"epoch_lengths\[1\]"):
             RunShape.build(epoch_lengths=[3, 0])
+
+
+class TestRunShapePassedOnce:
+    """``simulate(shape=RunShape.build(...))`` is the keywords built once."""
+
+    @given(st.integers(1, 4), st.integers(1, 9), st.integers(0, 3), st.integers(1, 40))
+    @settings(max_examples=40, deadline=None)
+    def test_shape_equals_its_keywords(self, epochs: int, steps: int, samples: int,
+                                       cut: int) -> None:
+        schedule = Schedule({"a": every("3 steps"), "b": every("1 epoch"),
+                             "c": every("5 samples")})
+        kw = {"epochs": epochs, "steps_per_epoch": steps, "samples_per_batch": samples,
+              "max_steps": cut}
+        assert (list(simulate(schedule, shape=RunShape.build(**kw)))
+                == list(simulate(schedule, **kw)))
+
+    def test_shape_and_keywords_together_are_refused(self) -> None:
+        shape = RunShape.build(epochs=1, steps_per_epoch=3)
+        with pytest.raises(TypeError, match="steps_per_epoch"):
+            simulate(Schedule({"a": every("1 step")}), shape=shape, steps_per_epoch=4)

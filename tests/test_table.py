@@ -173,7 +173,7 @@ class TestFiring:
         """Firing before attaching to a clock is a clear error."""
         table = Schedule({"a": on("train_end")}).compile()
         with pytest.raises(RuntimeError, match="attach"):
-            table.fire("train_end")
+            table.decide("train_end")
 
 
 class TestExplain:

@@ -12,6 +12,7 @@ if its own trigger can be true there, so its firings never depend on the others.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -173,18 +174,18 @@ class TriggerTable:
         clock = self._clock
         if clock is not None and clock.step < self.step_due:
             return ()
-        return self.fire("step_end", run)
+        return self.decide("step_end", run)
 
     def batch_end(self, run: Runner | None = None) -> tuple[str, ...]:
         """Call after each micro-batch (only needed when ``needs_batch_end``)."""
-        return self.fire("batch_end", run)
+        return self.decide("batch_end", run)
 
     def epoch_end(self, run: Runner | None = None) -> tuple[str, ...]:
         """Call at the end of each epoch."""
-        return self.fire("epoch_end", run)
+        return self.decide("epoch_end", run)
 
-    def fire(self, event: str, run: Runner | None = None) -> tuple[str, ...]:
-        """Evaluate at ``event`` now; the names that fire, in declared order.
+    def decide(self, event: str, run: Runner | None = None) -> tuple[str, ...]:
+        """Decide which callbacks fire at ``event`` now; their names, in declared order.
 
         With ``run``, each firing callback's name (and the clock at the event) is passed
         to ``run`` as soon as its trigger is found true, before the triggers of callbacks
@@ -193,13 +194,19 @@ class TriggerTable:
         """
         return tuple(self.names[i] for i, value in self.evaluate(event, run) if value)
 
+    def fire(self, event: str, run: Runner | None = None) -> tuple[str, ...]:
+        """Deprecated name of ``decide`` (the table decides; the trainer fires)."""
+        warnings.warn("TriggerTable.fire is now TriggerTable.decide (the old name stops "
+                      "working in 0.3)", DeprecationWarning, stacklevel=2)
+        return self.decide(event, run)
+
     def evaluate(
         self, event: str, run: Runner | None = None
     ) -> list[tuple[int, bool | None]]:
         """Evaluate at ``event`` now; ``(index, value)`` for each callback true or unknown.
 
         ``run`` (optional) is called with each true callback's name, in order, before
-        the next candidate is evaluated (see ``fire``), and the clock at the event.
+        the next candidate is evaluated (see ``decide``), and the clock at the event.
         """
         clock = self._clock
         if clock is None:

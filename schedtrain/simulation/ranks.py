@@ -26,6 +26,7 @@ from schedtrain.schedule.firings import FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.metric_stream import MetricRecord, records
+from schedtrain.simulation.simclock import RunShape
 from schedtrain.simulation.simulate import simulate
 from schedtrain.time import Time
 from schedtrain.triggers.protocol import Predicate
@@ -167,10 +168,11 @@ def simulate_ranks(
             raise ValueError(f"metric {both[0]!r} is given both in metrics (already "
                              "reduced) and in rank_metrics (per rank): give it in one")
         stream = [*(stream or ()), *reduced]
-    return simulate(
-        schedule, epochs=epochs, steps_per_epoch=steps_per_epoch,
-        epoch_lengths=epoch_lengths, batches_per_step=batches_per_step,
+    shape = RunShape.build(
+        epochs=epochs, steps_per_epoch=steps_per_epoch, epoch_lengths=epoch_lengths,
+        batches_per_step=batches_per_step,
         samples_per_batch=_global_rate("samples_per_batch", samples_per_batch, n),
         tokens_per_batch=_global_rate("tokens_per_batch", tokens_per_batch, n),
-        seconds_per_step=seconds_per_step, metrics=stream, predicates=predicates,
-        events=events, max_steps=max_steps)
+        seconds_per_step=seconds_per_step, max_steps=max_steps)
+    return simulate(schedule, shape=shape, metrics=stream, predicates=predicates,
+                    events=events)

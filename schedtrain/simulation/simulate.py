@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from schedtrain.errors import ScheduleError
 from schedtrain.schedule.firings import Firing, FiringLog
@@ -230,6 +230,7 @@ def simulate(
     predicates: Mapping[str, Predicate] | None = None,
     events: Mapping[str, Iterable[int]] | None = None,
     max_steps: int | None = None,
+    shape: RunShape | None = None,
 ) -> FiringLog:
     """Simulate a run and return every firing, in order.
 
@@ -244,14 +245,34 @@ def simulate(
         events: custom events to fire, ``{"swa_start": [step, ...]}`` (after those steps).
         max_steps: end right after this step, as the trainer does (no ``epoch_end``
             for an epoch cut short).
+        shape: instead of the keywords above that shape the run, a ``RunShape`` built
+            once (``RunShape.build(...)``) and passed as is.
     """
-    shape = RunShape.build(
-        epochs=epochs, steps_per_epoch=steps_per_epoch, epoch_lengths=epoch_lengths,
-        batches_per_step=batches_per_step, samples_per_batch=samples_per_batch,
-        tokens_per_batch=tokens_per_batch, seconds_per_step=seconds_per_step,
-        max_steps=max_steps)
+    given = {"epochs": epochs, "steps_per_epoch": steps_per_epoch,
+             "epoch_lengths": epoch_lengths, "batches_per_step": batches_per_step,
+             "samples_per_batch": samples_per_batch, "tokens_per_batch": tokens_per_batch,
+             "seconds_per_step": seconds_per_step, "max_steps": max_steps}
+    shape = shape_of(shape, given)
     return Simulation(schedule, shape, metrics=metrics, predicates=predicates,
                       events=events).run()
+
+
+def shape_of(shape: RunShape | None, given: Mapping[str, Any]) -> RunShape:
+    """``shape``, or one built from the shape keywords ``given`` (not both)."""
+    if shape is None:
+        return RunShape.build(**given)
+    passed = sorted(k for k, v in given.items() if v != _SHAPE_DEFAULTS[k])
+    if passed:
+        raise TypeError(f"give shape= or the keywords that shape the run, not both "
+                        f"(also given: {', '.join(passed)})")
+    return shape
+
+
+#: The shape keywords' defaults: a keyword left at its default was not given.
+_SHAPE_DEFAULTS: Final[dict[str, Any]] = {
+    "epochs": None, "steps_per_epoch": None, "epoch_lengths": None, "batches_per_step": 1,
+    "samples_per_batch": 0, "tokens_per_batch": 0, "seconds_per_step": 0.0,
+    "max_steps": None}
 
 
 def next_firing(

@@ -87,7 +87,7 @@ class Dispatcher:
         if self._depth == 0:
             self.agreement.begin_event()
         try:
-            names = self.table.fire(event, self._runner(event))
+            names = self.table.decide(event, self._runner(event))
         finally:
             self.payload = outer
         if self._depth == 0:

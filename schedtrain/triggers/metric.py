@@ -7,7 +7,7 @@ They carry state (the best value, the wait), saved by ``state_dict``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 
@@ -16,7 +16,7 @@ from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
 
-__all__ = ["Improved", "Plateau", "improved", "plateau"]
+__all__ = ["Improved", "MetricTrigger", "Plateau", "improved", "plateau"]
 
 Mode = Literal["min", "max"]
 
@@ -54,13 +54,14 @@ def _better(value: float, best: float | None, mode: str, min_delta: float) -> bo
     return value > best + min_delta
 
 
-@attrs.frozen(repr=False)
-class Improved(Trigger):
-    """True when a new value of ``metric`` beats the best so far by more than ``min_delta``."""
+class MetricTrigger(Trigger):
+    """What ``improved`` and ``plateau`` share: one metric, read where it is put, judged
+    against the best so far in a ``mode`` with a ``min_delta``."""
 
-    metric: str = attrs.field(validator=_check_metric)
-    mode: Mode = attrs.field(default="min", validator=_check_mode)
-    min_delta: float = attrs.field(default=0.0, converter=_to_delta, validator=_check_delta)
+    metric: str
+    mode: Mode
+    min_delta: float
+    _node: ClassVar[type[_MetricNode]]
 
     @property
     def dynamic(self) -> bool:
@@ -70,15 +71,29 @@ class Improved(Trigger):
         return frozenset((self.metric,))
 
     def compile(self) -> Node:
-        return _ImprovedNode(self)
+        return self._node(self)
+
+    def _args(self) -> str:
+        """The arguments between the metric and the mode in ``repr``."""
+        return ""
 
     def __repr__(self) -> str:
         extra = f", min_delta={self.min_delta!r}" if self.min_delta else ""
-        return f"improved({self.metric!r}, mode={self.mode!r}{extra})"
+        return (f"{type(self).__name__.lower()}({self.metric!r}{self._args()}, "
+                f"mode={self.mode!r}{extra})")
 
 
 @attrs.frozen(repr=False)
-class Plateau(Trigger):
+class Improved(MetricTrigger):
+    """True when a new value of ``metric`` beats the best so far by more than ``min_delta``."""
+
+    metric: str = attrs.field(validator=_check_metric)
+    mode: Mode = attrs.field(default="min", validator=_check_mode)
+    min_delta: float = attrs.field(default=0.0, converter=_to_delta, validator=_check_delta)
+
+
+@attrs.frozen(repr=False)
+class Plateau(MetricTrigger):
     """True once ``patience`` new values in a row fail to beat the best; then counts anew."""
 
     metric: str = attrs.field(validator=_check_metric)
@@ -92,25 +107,14 @@ class Plateau(Trigger):
             raise ArgumentError("patience", f"`patience` must be a whole number >= 1, got "
                                 f"{value!r}", expected="a whole number >= 1", found=repr(value))
 
-    @property
-    def dynamic(self) -> bool:
-        return True
-
-    def metrics(self) -> frozenset[str]:
-        return frozenset((self.metric,))
-
-    def compile(self) -> Node:
-        return _PlateauNode(self)
-
-    def __repr__(self) -> str:
-        extra = f", min_delta={self.min_delta!r}" if self.min_delta else ""
-        return f"plateau({self.metric!r}, patience={self.patience}, mode={self.mode!r}{extra})"
+    def _args(self) -> str:
+        return f", patience={self.patience}"
 
 
 class _MetricNode:
     """Shared machinery: look at new values only; state is best, seen count and wait."""
 
-    def __init__(self, trigger: Improved | Plateau) -> None:
+    def __init__(self, trigger: MetricTrigger) -> None:
         self.trigger = trigger
         self.best: float | None = None
         self.seen = 0
@@ -174,6 +178,10 @@ class _PlateauNode(_MetricNode):
         fired = wait >= t.patience
         why = f"{t.metric}={value:g}, {wait}/{t.patience} values without a new best"
         return fired, best, 0 if fired else wait, why
+
+
+Improved._node = _ImprovedNode
+Plateau._node = _PlateauNode
 
 
 def _show(best: float | None) -> str:
