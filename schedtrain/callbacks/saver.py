@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.checkpoints.files import NAME_RE, checkpoint_name
+from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
@@ -98,7 +98,8 @@ class _BestSaver(Callback):
                  folder: str | None = None) -> None:
         self.monitor = monitor
         self.needs = (monitor,)
-        self.filename = filename or f"{self.mode}-{monitor.replace('/', '-')}.pt"
+        self.filename = plain_name(filename or f"{self.mode}-{monitor.replace('/', '-')}.pt",
+                                   "`filename`")
         self.folder = folder
         self.best: float | None = None
 
@@ -226,4 +227,6 @@ class TopKSaver(Callback):
         return {"best": [list(b) for b in self.best]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best = [[float(v), int(s), str(n)] for v, s, n in state["best"]]
+        # The names come from a checkpoint: each must be a file in this saver's folder.
+        self.best = [[float(v), int(s), plain_name(n, "a kept checkpoint's name")]
+                     for v, s, n in state["best"]]

@@ -19,13 +19,43 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["NAME_RE", "checkpoint_name", "clear_folders", "fresh_dir", "fsync_dir",
-           "list_checkpoints", "remove",
-           "remove_leftovers", "replace_dir", "write_atomic"]
+__all__ = [
+    "NAME_RE",
+    "checkpoint_name",
+    "clear_folders",
+    "fresh_dir",
+    "fsync_dir",
+    "list_checkpoints",
+    "plain_name",
+    "remove",
+    "remove_leftovers",
+    "replace_dir",
+    "write_atomic",
+]
 
 #: A checkpoint's name: one file (``.pt``) or a sharded one's directory (``.dcp``).
 NAME_RE: Final = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
 _OLD: Final = ".old.tmp"
+
+
+def plain_name(name: object, what: str) -> str:
+    """``name`` if it is one file name (no folder, no ``..``, no NUL, at most 255 bytes):
+    a name read from a spec or a checkpoint never reaches outside its folder.
+
+    Raises:
+        ValueError: it is not, saying why.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} must be a file name, got {name!r}")
+    shown = f"{name[:60]!r}{'...' if len(name) > 60 else ''}"
+    if "\x00" in name:
+        raise ValueError(f"{what} {shown} holds a NUL byte")
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise ValueError(f"{what} {shown} must be a file name in its folder, without a "
+                         "folder part or '..'")
+    if len(name.encode()) > 255:
+        raise ValueError(f"{what} {shown} is longer than a file name may be (255 bytes)")
+    return name
 
 
 def checkpoint_name(step: int, *, finite: bool = True) -> str:

@@ -18,7 +18,7 @@ import structlog
 import torch
 
 from schedtrain.checkpoints.files import remove
-from schedtrain.checkpoints.format import is_finite
+from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.rng import rng_state
 from schedtrain.checkpoints.sharded import (
     SUFFIX,
@@ -29,6 +29,7 @@ from schedtrain.checkpoints.sharded import (
 )
 from schedtrain.checkpoints.store import newest_valid, read_checkpoint, write_checkpoint
 from schedtrain.distributed.comm import Comm
+from schedtrain.errors import locate_failure
 
 __all__ = ["Checkpoints", "RunParts", "Save"]
 
@@ -36,6 +37,16 @@ _log = structlog.get_logger("schedtrain.training")
 
 #: A save asked for during an event: where, and who to tell the path written.
 Save = tuple[Path, Callable[[Path], None] | None]
+
+
+def _cause(exc: BaseException) -> str:
+    """A write's failure in a few words: the OS error's own, or torch's first line."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip()
+    if "unexpected pos" in text or "write" in text.lower():
+        return "the file could not be written in full: the disk is full or a size limit hit"
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
 
 
 class RunParts(Protocol):
@@ -82,6 +93,8 @@ class Checkpoints:
         self.pending: list[Save] = []
         #: log each checkpoint written (an application configured structlog)
         self.log = False
+        #: folders this process wrote checkpoints into: the only ones it deletes from
+        self._folders: set[Path] = set()
 
     # -- which checkpoints ---------------------------------------------------------------------
     def key(self, path: Path) -> str:
@@ -104,8 +117,14 @@ class Checkpoints:
 
     def delete(self, path: Path) -> bool:
         """Delete a checkpoint this run wrote (on the chief); any other path is left
-        alone. Returns whether it was one of this run's."""
-        if self.key(path) not in self.written:
+        alone. Returns whether it was one of this run's.
+
+        The list of what the run wrote is read back from checkpoints on resume, so it is
+        not trusted alone: the file must also sit in a folder this process has written a
+        checkpoint into.
+        """
+        if (self.key(path) not in self.written
+                or path.parent.resolve() not in self._folders):
             return False
         if self.comm is None or self.comm.is_chief:
             remove(path)
@@ -159,6 +178,7 @@ class Checkpoints:
         key = self.key(path)
         if key not in self.written:
             self.written.append(key)
+        self._folders.add(path.parent.resolve())
         step, epoch = parts.position()
         run = {**parts.capture(), "written": list(self.written)}
         body: dict[str, Any] | None = {
@@ -169,14 +189,21 @@ class Checkpoints:
         if comm is not None:
             run["ranks"] = ranks
             body = body if comm.is_chief else None
-        if sharded and comm is not None:
-            written = save_sharded(path, body, model=parts.model, optimizer=parts.optimizer,
-                                   comm=comm)
-        elif body is None:
-            written = path
-        else:
-            body["model"], body["optimizer"] = model_state, parts.optimizer.state_dict()
-            written = write_checkpoint(body, path)
+        try:
+            if sharded and comm is not None:
+                written = save_sharded(path, body, model=parts.model,
+                                       optimizer=parts.optimizer, comm=comm)
+            elif body is None:
+                written = path
+            else:
+                body["model"], body["optimizer"] = model_state, parts.optimizer.state_dict()
+                written = write_checkpoint(body, path)
+        except (OSError, RuntimeError) as exc:  # a full disk, a quota, a read-only mount
+            failed = CheckpointError(path, f"could not be written ({_cause(exc)}); the "
+                                           "previous checkpoints are as they were")
+            locate_failure(failed, f"the checkpoint write after step {step} "
+                                   f"(epoch {epoch}, {phase})")
+            raise failed from exc
         if self.log:
             _log.debug("checkpoint", path=str(written), step=step, phase=phase)
         return written

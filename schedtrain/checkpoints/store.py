@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from schedtrain.checkpoints.files import list_checkpoints, write_atomic
+from schedtrain.checkpoints.files import list_checkpoints, remove, write_atomic
 from schedtrain.checkpoints.format import (
     FORMAT,
     STATE_FILE,
@@ -41,6 +41,8 @@ def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     except TypeError as exc:
         raise CheckpointError(path, str(exc)) from None
     body["checksum"] = {"algorithm": "blake2b-256", "digest": digest(body)}
+    if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
+        remove(path)
     return write_atomic(path, lambda f: torch.save(body, f))
 
 
@@ -69,13 +71,14 @@ def _read_file(path: Path, map_location: Any, *, shown: Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
-        raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}: "
-                                     f"{str(exc).splitlines()[0][:200]}); it is corrupt or "
-                                     "not a checkpoint") from None
+        first = (str(exc).splitlines() or ["no message"])[0][:200]
+        raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}: {first}); it "
+                                     "is corrupt or not a checkpoint") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")
-    saved = state.get("checksum", {}).get("digest")
+    checksum = state.get("checksum")
+    saved = checksum.get("digest") if isinstance(checksum, dict) else None
     if saved != digest(state):
         raise CheckpointError(shown, "its content does not match its checksum: it is corrupt")
     return state
@@ -85,7 +88,9 @@ def _check_shards(folder: Path, state: dict[str, Any]) -> None:
     shards = state.get("shards")
     if not isinstance(shards, dict):
         raise CheckpointError(folder, f"its {STATE_FILE} names no shards")
-    expected: dict[str, str] = shards["files"]
+    expected = shards.get("files")
+    if not isinstance(expected, dict):
+        raise CheckpointError(folder, f"its {STATE_FILE} lists no shard files")
     found = file_digests(folder, list(expected))
     for name, want in expected.items():
         if found.get(name) != want:

@@ -68,6 +68,7 @@ class Lifecycle:
         self.stage = Stage.NEW
         #: the event the loaded checkpoint was taken after, until fit continues it
         self.checkpoint_phase: str | None = None
+        self.checkpoint_step: int | None = None
         self.stopped_early = False
         self.stop_reason: str | None = None
         #: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)
@@ -75,8 +76,16 @@ class Lifecycle:
 
     # -- before fit ----------------------------------------------------------------------------
     def resume(self, path: Path) -> None:
-        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
+        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
+
+        The run directory is locked first: a directory another process uses is refused
+        (``RunDirError``) before anything is read or changed.
+        """
+        directory = self.parts.directory
+        if directory is not None:
+            directory.acquire()
         state = self.parts.checkpoints.read(path)
+        self.checkpoint_step = int(state["step"])
         loop = self.parts.loop
         loop.resume_inside_epoch = loop.epoch_open = bool(state["run"]["epoch_open"])
         self.checkpoint_phase = state["phase"]
@@ -119,12 +128,27 @@ class Lifecycle:
             if directory is not None:
                 directory.open_for_run(
                     fresh=self.stage is Stage.NEW, overwrite=options.overwrite,
-                    ends_at=(options.max_epochs, options.max_steps) if resumed else None)
-                if not resumed and self.parts.events is not None:
-                    self.parts.events.truncate(0)
+                    ends_at=(options.max_epochs, options.max_steps) if resumed else None,
+                    resumed_step=self.checkpoint_step)
+                self._cut_events(resumed)
             self.stage = Stage.OPENED
         elif directory is not None:  # a second fit() of this trainer continues its run
             directory.acquire()
+            if self.checkpoint_phase is not None:  # resumed again in between
+                self._cut_events(resumed=True)
+
+    def _cut_events(self, resumed: bool) -> None:
+        """``events.jsonl`` as the run now continues it: empty for a fresh run, cut back
+        to the resumed checkpoint's length (only now that the directory is this run's)."""
+        events = self.parts.events
+        if events is None:
+            return
+        if not resumed:
+            events.truncate(0)
+            return
+        offset = self.parts.run_state.events_offset
+        if offset is not None:
+            events.truncate(int(offset))
 
     def _record(self, status: str) -> None:
         directory = self.parts.directory

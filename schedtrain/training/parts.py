@@ -72,6 +72,7 @@ class Parts:
     losses: LossKeeper
     position: DataPosition
     guard: Guard
+    run_state: RunState
     checkpoints: Checkpoints
     agreement: Alone
     dispatch: Dispatcher
@@ -137,11 +138,11 @@ def build_parts(options: Options, *, model: torch.nn.Module,
               if options.precision == "fp16" else None)
     parts: Parts  # the callables below reach the record once it is made
     publish = functools.partial(publish_loss, losses, metrics, clock)
-    checkpoints = Checkpoints(RunState(
+    run_state = RunState(
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
-        epoch_open=lambda: parts.loop.epoch_open, events=events),
-        run_dir=options.run_dir, comm=comm)
+        epoch_open=lambda: parts.loop.epoch_open, events=events)
+    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm)
     agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
                                guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
                                table=table, losses=losses, max_steps=options.max_steps)
@@ -159,7 +160,7 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         publish_loss=publish, agreement=agreement)
     parts = Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
                   ready.train_data, ready.val_data, scaler, clock, bound, cbs, table, known,
-                  directory, events, metrics, losses, position, guard, checkpoints,
+                  directory, events, metrics, losses, position, guard, run_state, checkpoints,
                   agreement, dispatch, loop)
     return parts
 

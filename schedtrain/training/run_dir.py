@@ -112,7 +112,8 @@ class RunDirectory:
             self._lock = None
 
     def open_for_run(self, *, fresh: bool, overwrite: bool,
-                     ends_at: tuple[int | None, int | None] | None) -> None:
+                     ends_at: tuple[int | None, int | None] | None,
+                     resumed_step: int | None = None) -> None:
         """Lock the directory for a run, refusing what would mix two runs' files.
 
         Args:
@@ -122,6 +123,8 @@ class RunDirectory:
             ends_at: for a resume, the run's ``(max_epochs, max_steps)``: resuming a run
                 that stopped, or finished at or past these, is refused (it would only
                 end again).
+            resumed_step: the step of the checkpoint resumed: one older than where the
+                run ended (its newer checkpoints damaged) trains what remains.
 
         Raises:
             RunDirError: in use by another process, or holding a run.
@@ -137,7 +140,8 @@ class RunDirectory:
                     raise RunDirError(f"run directory {str(self.path)!r} holds a run{shown}; "
                                       "resume it (--resume auto) or start over (--overwrite)")
                 self.clear()
-            if ends_at is not None and status is not None and _ended(status, *ends_at):
+            if (ends_at is not None and status is not None and _ended(status, *ends_at)
+                    and (resumed_step is None or resumed_step >= int(status.get("step", 0)))):
                 raise RunEnded(f"the run in {str(self.path)!r} {status['status']} at step "
                                f"{status.get('step')}; there is nothing left to resume "
                                "(start over with --overwrite, or use another --run-dir)",

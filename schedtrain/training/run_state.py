@@ -57,6 +57,7 @@ class RunState:
         self.clock, self.table, self.callbacks = clock, table, callbacks
         self.metrics, self.losses, self.data = metrics, losses, data
         self.epoch_open, self.events = epoch_open, events
+        self.events_offset: int | None = None
 
     def position(self) -> tuple[int, int]:
         """The clock's ``(step, epoch)`` now."""
@@ -102,5 +103,6 @@ class RunState:
         set_rng_state(rng)
         self.data.load_state_dict(data)
         self.losses.load_state_dict(run["losses"])
-        if self.events is not None and run["events_offset"] is not None:
-            self.events.truncate(int(run["events_offset"]))
+        #: where ``events.jsonl`` is cut back to once the run directory is this run's
+        #: (never before: another process may be using it)
+        self.events_offset = run["events_offset"]
