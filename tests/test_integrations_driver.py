@@ -37,32 +37,33 @@ Shape = tuple[list[int], int, int, int]
 """Epoch lengths in steps, micro-batches per step, samples and tokens per micro-batch."""
 
 
-def run_loop(driver: ScheduleDriver, clock: FakeTime, shape: Shape, *, from_step: int = 0,
-             until_step: int | None = None) -> bool:
-    """Drive ``driver`` through a run of ``shape``, from after ``from_step`` (a resumed
-    loop) and up to ``until_step`` (killed there); whether it reached its end."""
+def run_loop(driver: ScheduleDriver, clock: FakeTime, shape: Shape, *, from_batch: int = 0,
+             until_batch: int | None = None) -> None:
+    """Drive ``driver`` through a run of ``shape``: killed right after the ``batch_end`` of
+    micro-batch ``until_batch``, or resumed after ``from_batch`` (skipping what ran)."""
     lengths, accum, samples, tokens = shape
-    step = 0
+    step = batch = 0
     driver.train_start()
     for length in lengths:
-        if step + length < from_step:  # epochs ended before the cut
+        if (step + length) * accum < from_batch:  # epochs that ended before the cut
             step += length
+            batch = step * accum
             continue
         driver.epoch_start()
         for _ in range(length):
             step += 1
-            if step <= from_step:
-                continue
             for _ in range(accum):
-                driver.batch_end(samples=samples, tokens=tokens)
-            driver.put("m", metric_at(step))
-            clock.t = step * NS
-            driver.step_end()
-            if until_step is not None and step == until_step:
-                return False
+                batch += 1
+                if batch > from_batch:
+                    driver.batch_end(samples=samples, tokens=tokens)
+                if batch == until_batch:
+                    return
+            if batch >= from_batch:
+                driver.put("m", metric_at(step))
+                clock.t = step * NS
+                driver.step_end()
         driver.epoch_end()
     driver.train_end()
-    return True
 
 
 shapes = st.tuples(st.lists(st.integers(1, 8), min_size=1, max_size=4), st.integers(1, 3),
@@ -108,17 +109,18 @@ class TestAgainstSimulation:
     def test_resume_fires_as_the_uninterrupted_run(
             self, schedule: Schedule, shape: Shape,
             data: st.DataObject) -> None:
-        """Killed after any step, saved as JSON and resumed in a new driver: the two parts'
-        firings are the uninterrupted run's (metric triggers' state and values included)."""
+        """Killed after any micro-batch (inside a step too), saved as JSON and resumed in a
+        new driver: the two parts' firings are the uninterrupted run's (metric triggers'
+        state and values included)."""
         lengths, accum, samples, tokens = shape
-        cut = data.draw(st.integers(1, sum(lengths)), label="cut after step")
+        cut = data.draw(st.integers(1, sum(lengths) * accum), label="killed after batch")
         clock = FakeTime()
         first = driver_for(schedule, clock)
-        run_loop(first, clock, shape, until_step=cut)
+        run_loop(first, clock, shape, until_batch=cut)
         saved = json.loads(json.dumps(first.state_dict()))
         second = driver_for(schedule, clock)
         second.load_state_dict(saved)
-        run_loop(second, clock, shape, from_step=cut)
+        run_loop(second, clock, shape, from_batch=cut)
         assert counters(first.firings + second.firings) == simulated(
             schedule, lengths, accum, samples, tokens)
 

@@ -135,6 +135,9 @@ class ScheduleDriver:
                           predicates if predicates is not None else self.table.predicates)
         self._started = False
         self._in_epoch = False
+        # (batch, sample, token) at the last step end: a state saved between the micro-batches
+        # of a step is the clock at that step end plus the batches since (replayed on load).
+        self._at_step = (0, 0, 0)
 
     # -- what the loop reports -----------------------------------------------------------
     def train_start(self) -> tuple[str, ...]:
@@ -164,6 +167,7 @@ class ScheduleDriver:
         """An optimizer step ended (after the ``batch_end`` of each of its micro-batches)."""
         clock = self.clock
         clock.end_step()
+        self._at_step = (clock.batch, clock.sample, clock.token)
         if clock.step < self.table.step_due:  # the quiet step: one comparison
             return ()
         return self.fire("step_end")
@@ -174,6 +178,7 @@ class ScheduleDriver:
         clock.end_batch(samples, tokens)
         fired = self.fire("batch_end") if self.table.needs_batch_end else ()
         clock.end_step()
+        self._at_step = (clock.batch, clock.sample, clock.token)
         if clock.step < self.table.step_due:
             return fired
         return fired + self.fire("step_end")
@@ -212,18 +217,34 @@ class ScheduleDriver:
         """The clock's counters at this moment."""
         return self.clock.now()
 
+    @property
+    def in_epoch(self) -> bool:
+        """Whether an epoch has started and not ended (a state saved now resumes inside it)."""
+        return self._in_epoch
+
     def state_dict(self) -> dict[str, Any]:
         """Clock, trigger state, latest metrics and loop position, as plain data."""
-        return {"clock": self.clock.state_dict(), "table": self.table.state_dict(),
+        clock = self.clock.state_dict()
+        batch, sample, token = self._at_step
+        now = clock["now"]
+        pending = [now["batch"] - batch, now["sample"] - sample, now["token"] - token]
+        now.update(batch=batch, sample=sample, token=token)
+        return {"clock": clock, "pending": pending, "table": self.table.state_dict(),
                 "metrics": self.metrics.state_dict(), "started": self._started,
                 "in_epoch": self._in_epoch}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict`` (before ``train_start`` of the resumed loop)."""
-        missing = sorted({"clock", "table", "metrics", "started", "in_epoch"} - set(state))
+        missing = sorted({"clock", "pending", "table", "metrics", "started", "in_epoch"}
+                         - set(state))
         if missing:
             raise ValueError(f"not a ScheduleDriver state: missing {missing}")
-        self.clock.load_state_dict(dict(state["clock"]))
+        clock = self.clock
+        clock.load_state_dict(dict(state["clock"]))
+        self._at_step = (clock.batch, clock.sample, clock.token)
+        batches, samples, tokens = (int(n) for n in state["pending"])
+        for i in range(batches):  # the micro-batches of the step under way (none fire)
+            clock.end_batch(samples if i == 0 else 0, tokens if i == 0 else 0)
         self.metrics.load_state_dict(state["metrics"])
         self._started = bool(state["started"])
         self._in_epoch = bool(state["in_epoch"])
