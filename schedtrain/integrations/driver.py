@@ -218,6 +218,17 @@ class ScheduleDriver:
         return self.clock.now()
 
     @property
+    def metric_names(self) -> frozenset[str]:
+        """Metrics that the schedule's conditions and metric triggers read."""
+        found: set[str] = set()
+        todo = list(self.table.triggers)
+        while todo:
+            t = todo.pop()
+            found |= t.metrics()
+            todo.extend(t.children())
+        return frozenset(found)
+
+    @property
     def in_epoch(self) -> bool:
         """Whether an epoch has started and not ended (a state saved now resumes inside it)."""
         return self._in_epoch
