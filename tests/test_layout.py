@@ -11,16 +11,20 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "schedtrain"
 #: Packages where torch lives; everything else is the torch-free core.
-TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed", "checkpoints")
-#: Torch-free modules inside a torch package, which the core may read.
-TORCH_FREE = ("schedtrain.distributed", "schedtrain.distributed.vocabulary")
+TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed", "checkpoints",
+                  "integrations")
+#: Torch-free modules of a torch package that the core may read (they sit with the core).
+TORCH_FREE_FOUNDATION = ("schedtrain.distributed", "schedtrain.distributed.vocabulary")
+#: Torch-free modules inside a torch package: they import without torch.
+TORCH_FREE = (*TORCH_FREE_FOUNDATION, "schedtrain.integrations",
+              "schedtrain.integrations.driver")
 MAX_LINES = 400
 #: The layers, lowest first: a module imports only from its own layer or those below
 #: (lazy imports inside functions included). Each entry is module-name prefixes.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("schedtrain.time", "schedtrain.errors", "schedtrain.names",
                     "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
-                    "schedtrain.compat", *TORCH_FREE)),
+                    "schedtrain.compat", *TORCH_FREE_FOUNDATION)),
     ("triggers", ("schedtrain.triggers",)),
     ("schedule", ("schedtrain.schedule",)),
     ("simulation", ("schedtrain.simulation",)),
@@ -31,6 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checkpoints", ("schedtrain.checkpoints",)),
     ("callbacks", ("schedtrain.callbacks",)),
     ("training", ("schedtrain.training",)),
+    ("integrations", ("schedtrain.integrations",)),
     ("command line and public face", ("schedtrain.cli", "schedtrain.__main__", "schedtrain")),
 )
 

@@ -1,0 +1,263 @@
+"""``ScheduleDriver``: a schedule inside a training loop you wrote yourself (no torch).
+
+The loop tells the driver what happened, in loop order; each call returns the names of
+the callbacks due at that event, in declared order, and runs their bound actions::
+
+    driver = ScheduleDriver(schedule, actions={"checkpoint": save})
+    driver.train_start()
+    for epoch in range(epochs):
+        driver.epoch_start()
+        for batch in data:
+            ...                                   # forward, backward, optimizer step
+            driver.step(samples=len(batch))       # batch_end + step_end
+        driver.epoch_end()
+    driver.train_end()
+
+Under gradient accumulation call ``batch_end(samples, tokens)`` after each micro-batch
+and ``step_end()`` after each optimizer step. A step on which nothing can fire costs the
+clock's update and one integer comparison (``TriggerTable.step_due``). ``state_dict`` /
+``load_state_dict`` carry the clock, the triggers' state and the latest metric values,
+so a resumed loop fires exactly what the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from time import perf_counter_ns
+from typing import Any
+
+from schedtrain.clock import LoopClock
+from schedtrain.schedule.firings import Firing
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.schedule.table import Runner, TriggerTable
+from schedtrain.time import Timestamp
+from schedtrain.triggers.protocol import MetricValue, Predicate
+
+__all__ = ["Action", "LatestValues", "ScheduleDriver"]
+
+Action = Callable[[], object]
+"""What runs when a callback of the schedule fires (its return value is ignored)."""
+
+
+class LatestValues:
+    """The latest value of each metric and how many it has had (the core's ``MetricsView``).
+
+    Conditions (``when("val/loss < 0.5")``) read the latest value; ``improved`` and
+    ``plateau`` look only at values put since they last looked.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: dict[str, MetricValue] = {}
+
+    def put(self, name: str, value: Any) -> None:
+        """Record a new value of ``name`` (a number, or anything ``float()`` reads)."""
+        if isinstance(value, bool | str | bytes) or value is None:
+            raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} "
+                            f"{value!r:.40}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} "
+                            f"{value!r:.40}") from None
+        old = self._values.get(name)
+        self._values[name] = MetricValue(number, 1 if old is None else old.count + 1)
+
+    def latest(self, name: str) -> MetricValue | None:
+        """The newest value of ``name``, or ``None`` if it has none yet."""
+        return self._values.get(name)
+
+    def state_dict(self) -> dict[str, list[float]]:
+        """Per metric ``[value, count]`` (plain data: JSON keeps it)."""
+        return {n: [v.value, v.count] for n, v in self._values.items()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict``."""
+        self._values = {str(n): MetricValue(float(v), int(c)) for n, (v, c) in state.items()}
+
+
+def _actions(table: TriggerTable, schedule: Schedule | TriggerTable,
+             actions: Mapping[str, Action] | None) -> dict[str, Action]:
+    found: dict[str, Action] = {}
+    if isinstance(schedule, Schedule):
+        found = {e.default_name(): e.callback for e in schedule.entries
+                 if e.callback is not None and callable(e.callback)}
+    given = dict(actions or {})
+    unknown = sorted(set(given) - set(table.names))
+    if unknown:
+        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
+                         f"(the schedule has {list(table.names)})")
+    for name, action in given.items():
+        if not callable(action):
+            raise TypeError(f"actions[{name!r}] must be callable, got {action!r}")
+    found.update(given)
+    return found
+
+
+class ScheduleDriver:
+    """Evaluate a schedule at the events of a loop you wrote; see the module docstring.
+
+    Args:
+        schedule: a ``Schedule`` (compiled here) or a compiled ``TriggerTable``.
+        actions: name -> a function of no arguments, run when that callback fires (as it
+            fires: a metric it puts is seen by the triggers of callbacks declared after
+            it). Entries of a ``Schedule`` whose callback object is callable run too.
+        predicates: predicates registered by name, for ``when(name)`` conditions.
+        time_source: monotonic nanoseconds (default ``time.perf_counter_ns``) for time
+            triggers; a test passes a fake one.
+        record: keep every firing in ``firings`` (a ``Firing`` with the clock's counters).
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule | TriggerTable,
+        *,
+        actions: Mapping[str, Action] | None = None,
+        predicates: Mapping[str, Predicate] | None = None,
+        time_source: Callable[[], int] = perf_counter_ns,
+        record: bool = False,
+    ) -> None:
+        if isinstance(schedule, Schedule):
+            self.table = schedule.compile(predicates=predicates)
+        elif isinstance(schedule, TriggerTable):
+            self.table = schedule
+        else:
+            raise TypeError(f"expected a Schedule or a TriggerTable, got {schedule!r}")
+        self.clock = LoopClock(time_source)
+        self.metrics = LatestValues()
+        self.firings: list[Firing] = []
+        self._actions = _actions(self.table, schedule, actions)
+        self._record = record
+        self._event = ""
+        self._run: Runner | None = self._runner if (self._actions or record) else None
+        self.table.attach(self.clock, self.metrics,
+                          predicates if predicates is not None else self.table.predicates)
+        self._started = False
+        self._in_epoch = False
+        # (batch, sample, token) at the last step end: a state saved between the micro-batches
+        # of a step is the clock at that step end plus the batches since (replayed on load).
+        self._at_step = (0, 0, 0)
+
+    # -- what the loop reports -----------------------------------------------------------
+    def train_start(self) -> tuple[str, ...]:
+        """Training starts; on a resumed driver only the wall-time count restarts."""
+        self.clock.start_train()
+        if self._started:
+            return ()
+        self._started = True
+        return self.fire("train_start")
+
+    def epoch_start(self) -> tuple[str, ...]:
+        """An epoch starts; nothing fires when resuming inside the epoch it was saved in."""
+        if self._in_epoch:
+            return ()
+        self._in_epoch = True
+        self.clock.start_epoch()
+        return self.fire("epoch_start")
+
+    def batch_end(self, samples: int = 0, tokens: int = 0) -> tuple[str, ...]:
+        """A micro-batch ended, having seen ``samples`` samples and ``tokens`` tokens."""
+        self.clock.end_batch(samples, tokens)
+        if self.table.needs_batch_end:
+            return self.fire("batch_end")
+        return ()
+
+    def step_end(self) -> tuple[str, ...]:
+        """An optimizer step ended (after the ``batch_end`` of each of its micro-batches)."""
+        clock = self.clock
+        clock.end_step()
+        self._at_step = (clock.batch, clock.sample, clock.token)
+        if clock.step < self.table.step_due:  # the quiet step: one comparison
+            return ()
+        return self.fire("step_end")
+
+    def step(self, samples: int = 0, tokens: int = 0) -> tuple[str, ...]:
+        """One micro-batch that is one optimizer step: ``batch_end`` then ``step_end``."""
+        clock = self.clock
+        clock.end_batch(samples, tokens)
+        fired = self.fire("batch_end") if self.table.needs_batch_end else ()
+        clock.end_step()
+        self._at_step = (clock.batch, clock.sample, clock.token)
+        if clock.step < self.table.step_due:
+            return fired
+        return fired + self.fire("step_end")
+
+    def epoch_end(self) -> tuple[str, ...]:
+        """The epoch ended (not for an epoch cut short: a run stopped inside it has none)."""
+        self._in_epoch = False
+        self.clock.end_epoch()
+        return self.fire("epoch_end")
+
+    def train_end(self) -> tuple[str, ...]:
+        """Training ended."""
+        self.clock.stop_train()
+        return self.fire("train_end")
+
+    def fire(self, event: str) -> tuple[str, ...]:
+        """Evaluate the schedule at ``event`` now (a custom event declared on the schedule,
+        or ``eval_start``...); the names that fire, their actions run."""
+        self._event = event
+        return self.table.decide(event, self._run)
+
+    def put(self, name: str, value: Any) -> None:
+        """Record a metric value for conditions and metric triggers."""
+        self.metrics.put(name, value)
+
+    def _runner(self, name: str, now: Timestamp) -> None:
+        if self._record:
+            self.firings.append(Firing(name, self._event, now))
+        action = self._actions.get(name)
+        if action is not None:
+            action()
+
+    # -- introspection and state ---------------------------------------------------------
+    @property
+    def now(self) -> Timestamp:
+        """The clock's counters at this moment."""
+        return self.clock.now()
+
+    @property
+    def metric_names(self) -> frozenset[str]:
+        """Metrics that the schedule's conditions and metric triggers read."""
+        found: set[str] = set()
+        todo = list(self.table.triggers)
+        while todo:
+            t = todo.pop()
+            found |= t.metrics()
+            todo.extend(t.children())
+        return frozenset(found)
+
+    @property
+    def in_epoch(self) -> bool:
+        """Whether an epoch has started and not ended (a state saved now resumes inside it)."""
+        return self._in_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Clock, trigger state, latest metrics and loop position, as plain data."""
+        clock = self.clock.state_dict()
+        batch, sample, token = self._at_step
+        now = clock["now"]
+        pending = [now["batch"] - batch, now["sample"] - sample, now["token"] - token]
+        now.update(batch=batch, sample=sample, token=token)
+        return {"clock": clock, "pending": pending, "table": self.table.state_dict(),
+                "metrics": self.metrics.state_dict(), "started": self._started,
+                "in_epoch": self._in_epoch}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict`` (before ``train_start`` of the resumed loop)."""
+        missing = sorted({"clock", "pending", "table", "metrics", "started", "in_epoch"}
+                         - set(state))
+        if missing:
+            raise ValueError(f"not a ScheduleDriver state: missing {missing}")
+        clock = self.clock
+        clock.load_state_dict(dict(state["clock"]))
+        self._at_step = (clock.batch, clock.sample, clock.token)
+        batches, samples, tokens = (int(n) for n in state["pending"])
+        for i in range(batches):  # the micro-batches of the step under way (none fire)
+            clock.end_batch(samples if i == 0 else 0, tokens if i == 0 else 0)
+        self.metrics.load_state_dict(state["metrics"])
+        self._started = bool(state["started"])
+        self._in_epoch = bool(state["in_epoch"])
+        self.table.load_state_dict(state["table"])
+        self.table.attach(self.clock, self.metrics, self.table.predicates)

@@ -1,0 +1,225 @@
+"""The schedule in Ignite: any trigger as an event filter, or a whole schedule on an ``Engine``.
+
+Ignite counts *iterations* (``state.iteration``: process-function calls) and epochs.
+schedtrain's clock maps them so (docs/integrations.md)::
+
+    batch  = state.iteration                 (each ITERATION_COMPLETED is one micro-batch)
+    step   = state.iteration // batches_per_step
+             (create_supervised_trainer(gradient_accumulation_steps=N) steps the
+             optimizer when state.iteration % N == 0: pass batches_per_step=N)
+    epoch  = epochs completed (EPOCH_COMPLETED), sample/token = what samples(batch) and
+             tokens(batch) report for each iteration's state.batch
+
+Events map as STARTED -> train_start, EPOCH_STARTED -> epoch_start, ITERATION_COMPLETED ->
+batch_end (and step_end on the iterations that end a step), EPOCH_COMPLETED -> epoch_end,
+COMPLETED -> train_end. An epoch cut by ``terminate()`` or ``max_iters`` has no
+EPOCH_COMPLETED, so no epoch_end, as in schedtrain's own loop.
+
+A resumed engine (``engine.load_state_dict`` with ``Checkpoint``) fires STARTED and
+EPOCH_STARTED again: the schedule's saved state (``state_dict``) knows it already began,
+so train_start and the epoch's epoch_start do not fire twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+try:
+    from ignite.engine import Engine, Events, EventsList
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("schedtrain.integrations.ignite needs Ignite: "
+                      "pip install 'schedtrain[ignite]'") from exc
+
+from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.protocol import Predicate
+
+__all__ = ["ScheduleHandle", "attach_schedule", "trigger_event"]
+
+Counter = Callable[[Any], int]
+"""Reads a count (samples, tokens) from one iteration's ``engine.state.batch``."""
+MetricSource = Callable[[Engine], Mapping[str, Any]]
+"""Reads metric values from the engine at each optimizer step's end."""
+
+_EVENTS = (Events.STARTED, Events.EPOCH_STARTED, Events.ITERATION_COMPLETED,
+           Events.EPOCH_COMPLETED, Events.COMPLETED)
+
+
+def _whole(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a whole number >= 1, got {value!r}")
+    return value
+
+
+class ScheduleHandle:
+    """A schedule following an ``Engine``'s events; keep it to save and load its state
+    (``Checkpoint(to_save={"schedule": handle, ...})``) and to ``put`` metrics.
+
+    Args:
+        driver: the schedule's driver (its clock, table and latest metrics).
+        batches_per_step: iterations per optimizer step.
+        samples, tokens: read each iteration's counts from ``engine.state.batch``.
+        metrics: read metric values from the engine at each step's end.
+        actions: name -> ``handler(engine)``, run when that callback fires.
+    """
+
+    def __init__(self, driver: ScheduleDriver, *, batches_per_step: int = 1,
+                 samples: Counter | None = None, tokens: Counter | None = None,
+                 metrics: MetricSource | None = None,
+                 actions: Mapping[str, Callable[[Engine], Any]] | None = None) -> None:
+        self.driver = driver
+        self.batches_per_step = _whole("batches_per_step", batches_per_step)
+        self._samples, self._tokens, self._metrics = samples, tokens, metrics
+        self._actions = dict(actions or {})
+        self._last: tuple[str, int, int] | None = None
+        self._fired: tuple[str, ...] = ()
+
+    # -- following the engine ----------------------------------------------------------------
+    def on(self, event: str, engine: Engine) -> tuple[str, ...]:
+        """The callbacks that fire at Ignite's ``event`` (a name of ``Events``) now.
+
+        Called again at the same point (two handlers on one filtered event), it returns
+        the first answer without moving the clock twice.
+        """
+        st = engine.state
+        key = (event, st.iteration, st.epoch)
+        if key == self._last:
+            return self._fired
+        self._last = key
+        self._fired = fired = self._advance(event, engine)
+        for name in fired:
+            action = self._actions.get(name)
+            if action is not None:
+                action(engine)
+        return fired
+
+    def _advance(self, event: str, engine: Engine) -> tuple[str, ...]:
+        d, st = self.driver, engine.state
+        if event == "ITERATION_COMPLETED":
+            clock = d.clock
+            if st.iteration != clock.batch + 1:
+                raise RuntimeError(
+                    f"the engine is at iteration {st.iteration} but the schedule counted "
+                    f"{clock.batch}: attach the schedule before the engine runs, before any "
+                    "Checkpoint handler (handlers run in the order attached), and load its "
+                    "state from the same checkpoint as the engine's")
+            batch = st.batch
+            fired = d.batch_end(self._samples(batch) if self._samples else 0,
+                                self._tokens(batch) if self._tokens else 0)
+            if st.iteration % self.batches_per_step:
+                return fired
+            if self._metrics is not None:
+                for name, value in self._metrics(engine).items():
+                    d.put(name, value)
+            return fired + d.step_end()
+        if event == "STARTED":
+            if st.iteration < d.clock.batch:
+                raise RuntimeError(
+                    f"the engine starts at iteration {st.iteration} but the schedule is at "
+                    f"batch {d.clock.batch}: a new run needs a new schedule (or load the "
+                    "schedule's state with the engine's)")
+            return d.train_start()
+        if event == "EPOCH_STARTED":
+            # Resumed from a checkpoint taken after an epoch's last iteration but before its
+            # EPOCH_COMPLETED: Ignite starts the next epoch; end the saved one first.
+            late = d.epoch_end() if d.in_epoch and st.epoch - 1 > d.clock.epoch else ()
+            return late + d.epoch_start()
+        if event == "EPOCH_COMPLETED":
+            return d.epoch_end()
+        return d.train_end()
+
+    # -- metrics and state ---------------------------------------------------------------------
+    def put(self, name: str, value: Any) -> None:
+        """Record a metric value (an evaluator's result, say) for conditions and metric
+        triggers."""
+        self.driver.put(name, value)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule's state (clock, triggers, latest metrics) for Ignite's ``Checkpoint``."""
+        return self.driver.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict`` (``Checkpoint.load_objects``)."""
+        self.driver.load_state_dict(state)
+        self._last = None
+
+
+def attach_schedule(
+    engine: Engine,
+    schedule: Schedule,
+    actions: Mapping[str, Callable[[Engine], Any]] | None = None,
+    *,
+    batches_per_step: int = 1,
+    samples: Counter | None = None,
+    tokens: Counter | None = None,
+    metrics: MetricSource | None = None,
+    predicates: Mapping[str, Predicate] | None = None,
+    record: bool = False,
+) -> ScheduleHandle:
+    """Follow ``engine`` with ``schedule``, running ``actions[name](engine)`` at each firing.
+
+    Attach it before a ``Checkpoint`` handler, so a checkpoint holds the schedule's state
+    after the iteration it was taken at.
+
+    Args:
+        engine: the trainer engine.
+        schedule: the schedule (Python or ``load_spec(...).schedule()``).
+        actions: callback name -> handler taking the engine.
+        batches_per_step: iterations per optimizer step (gradient accumulation).
+        samples, tokens: count each iteration's batch (``lambda b: len(b[0])``).
+        metrics: metric values read at each step's end (``lambda e: {"loss": e.state.output}``).
+        predicates: predicates registered by name for ``when(name)`` conditions.
+        record: keep every firing in ``handle.driver.firings``.
+    """
+    if not isinstance(engine, Engine):
+        raise TypeError(f"expected an ignite Engine, got {engine!r}")
+    unknown = sorted(set(actions or {}) - set(schedule.names))
+    if unknown:
+        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
+                         f"(the schedule has {list(schedule.names)})")
+    driver = ScheduleDriver(schedule, predicates=predicates, record=record)
+    handle = ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,
+                            tokens=tokens, metrics=metrics, actions=actions)
+    for event in _EVENTS:
+        engine.add_event_handler(event, _follow(handle, event.name))
+    return handle
+
+
+def _follow(handle: ScheduleHandle, event: str) -> Callable[[Engine], None]:
+    def follow(engine: Engine) -> None:
+        handle.on(event, engine)
+
+    return follow
+
+
+def trigger_event(
+    trigger: Trigger,
+    *,
+    batches_per_step: int = 1,
+    samples: Counter | None = None,
+    tokens: Counter | None = None,
+) -> EventsList:
+    """Ignite events that fire when ``trigger`` does: ``engine.on(trigger_event(t))(handler)``.
+
+    The handler is registered on STARTED, EPOCH_STARTED, ITERATION_COMPLETED,
+    EPOCH_COMPLETED and COMPLETED, each filtered by one shared schedule that follows the
+    engine, so it runs exactly where ``trigger`` fires (once per event; several handlers
+    may share the returned events). Use a new one per engine.
+    """
+    driver = ScheduleDriver(Schedule({"trigger": trigger}))
+    handle = ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,
+                            tokens=tokens)
+    out = EventsList()
+    for event in _EVENTS:
+        out = out | event(event_filter=_filter(handle, event.name))
+    return out
+
+
+def _filter(handle: ScheduleHandle, event: str) -> Callable[[Engine, int], bool]:
+    def event_filter(engine: Engine, event_value: int) -> bool:
+        return bool(handle.on(event, engine))
+
+    return event_filter
+

@@ -1,0 +1,257 @@
+"""The schedule in PyTorch Lightning: a ``Callback`` that fires a schedtrain ``Schedule``.
+
+Lightning's counters map to schedtrain's clock so (docs/integrations.md)::
+
+    step   = trainer.global_step    optimizer steps: under accumulate_grad_batches=N one
+                                    step is N batches, and Lightning also steps on an
+                                    epoch's last batch when fewer than N remain
+    batch  = on_train_batch_end calls (batch_idx + 1 within the epoch, counted on)
+    epoch  = epochs completed (on_train_epoch_end of an epoch that ran all its batches)
+    sample, token = samples(batch), tokens(batch) of each batch
+
+Events: on_train_start -> train_start, on_train_epoch_start -> epoch_start,
+on_train_batch_end -> batch_end, then step_end once per optimizer step taken in that
+batch (global_step moved), on_train_epoch_end -> epoch_end, on_train_end -> train_end. An
+epoch cut by ``max_steps`` or ``should_stop`` has no epoch_end, as in schedtrain's loop.
+
+Each callback of the schedule is bound to a function ``fn(trainer, pl_module)`` or to
+one of Lightning's verbs: ``"validate"`` (runs the validation loop there and then; the
+callback turns off Lightning's own validation cadence), ``"checkpoint"``
+(``trainer.save_checkpoint`` once the event is evaluated) or ``"stop"``
+(``trainer.should_stop``). The schedule's state rides in Lightning's checkpoint, so a
+resumed fit fires what the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any
+
+try:
+    import lightning.pytorch as pl
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("schedtrain.integrations.lightning needs Lightning: "
+                      "pip install 'schedtrain[lightning]'") from exc
+import torch
+
+from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.triggers.protocol import Predicate
+
+__all__ = ["VERBS", "ScheduleCallback", "batch_size"]
+
+#: What a callback of the schedule may be bound to, besides a function.
+VERBS = ("validate", "checkpoint", "stop")
+Hook = Callable[["pl.Trainer", "pl.LightningModule"], Any]
+Counter = Callable[[Any], int]
+
+
+def batch_size(batch: Any) -> int:
+    """The first dimension of the first tensor in ``batch`` (0 when it holds none)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    values: Collection[Any] = (batch.values() if isinstance(batch, Mapping)
+                               else batch if isinstance(batch, list | tuple) else ())
+    for value in values:
+        n = batch_size(value)
+        if n:
+            return n
+    return 0
+
+
+def _check_bindings(schedule: Schedule, actions: Mapping[str, Hook | str]) -> None:
+    unknown = sorted(set(actions) - set(schedule.names))
+    if unknown:
+        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
+                         f"(the schedule has {list(schedule.names)})")
+    for name, action in actions.items():
+        if isinstance(action, str):
+            if action not in VERBS:
+                raise ValueError(f"actions[{name!r}]: unknown Lightning verb {action!r}; "
+                                 f"expected a function (trainer, pl_module) or one of {VERBS}")
+            if action == "validate":
+                events = schedule[name].events()
+                wrong = sorted(e for e in ("train_start", "epoch_start", "train_end",
+                                           "batch_end") if e in events)
+                if wrong:
+                    raise ValueError(
+                        f"actions[{name!r}] = 'validate' runs Lightning's validation loop, "
+                        f"which runs only at step_end and epoch_end; the trigger "
+                        f"{schedule[name]!r} can also fire at {wrong}")
+        elif not callable(action):
+            raise TypeError(f"actions[{name!r}] must be a function (trainer, pl_module) or "
+                            f"one of {VERBS}, got {action!r}")
+
+
+class ScheduleCallback(pl.Callback):
+    """Fire ``schedule`` inside ``lightning.pytorch.Trainer.fit``.
+
+    Args:
+        schedule: the schedule (Python, or ``load_spec(path).schedule()``).
+        actions: callback name -> ``fn(trainer, pl_module)`` or a verb of ``VERBS``.
+        samples: counts a batch's samples (default ``batch_size``); ``None``: not counted.
+        tokens: counts a batch's tokens (``lambda b: int(b["attention_mask"].sum())``).
+        checkpoint_dir: where ``"checkpoint"`` writes (default
+            ``trainer.default_root_dir/checkpoints``), as ``NAME-epoch=E-step=S.ckpt``.
+        predicates: predicates registered by name for ``when(name)`` conditions.
+        time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
+        record: keep every firing in ``firings``.
+
+    Metrics that the schedule's conditions and metric triggers name are read from
+    ``trainer.callback_metrics`` at each step end where a trigger is evaluated, at each
+    epoch end and after each validation; a value equal to the last one read is not a new
+    value (``plateau`` counts values that change).
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        actions: Mapping[str, Hook | str] | None = None,
+        *,
+        samples: Counter | None = batch_size,
+        tokens: Counter | None = None,
+        checkpoint_dir: str | Path | None = None,
+        predicates: Mapping[str, Predicate] | None = None,
+        time_source: Callable[[], int] = perf_counter_ns,
+        record: bool = False,
+    ) -> None:
+        if not isinstance(schedule, Schedule):
+            raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
+        self.actions = dict(actions or {})
+        _check_bindings(schedule, self.actions)
+        self._samples, self._tokens = samples, tokens
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.driver = ScheduleDriver(
+            schedule, predicates=predicates, time_source=time_source, record=record,
+            actions={n: self._bound(n) for n in self.actions})
+        self._watched = sorted(self.driver.metric_names)
+        self._last_read: dict[str, float] = {}
+        self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
+        self._deferred: list[str] = []
+        self._epoch_ran_out = False
+        self._first_batch = False
+
+    def _bound(self, name: str) -> Callable[[], None]:
+        return lambda: self._act(name)
+
+    @property
+    def firings(self) -> list[Any]:
+        """What fired, with the clock's counters (with ``record=True``)."""
+        return self.driver.firings
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(callbacks=list(self.driver.table.names))
+
+    # -- Lightning's hooks -------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if "validate" in self.actions.values():
+            # The schedule decides when to validate: Lightning's cadence never comes round.
+            trainer.check_val_every_n_epoch = sys.maxsize
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._first_batch = True
+        self._event(trainer, pl_module, self.driver.train_start)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_ran_out = False
+        self._event(trainer, pl_module, lambda: self._catch_up(trainer))
+
+    def _catch_up(self, trainer: pl.Trainer) -> tuple[str, ...]:
+        """Start the epoch Lightning is in. A fit resumed from a checkpoint taken after an
+        epoch's last batch (before its on_train_epoch_end) starts the next epoch: the
+        saved one ends first, as it did in the uninterrupted fit."""
+        d = self.driver
+        late = d.epoch_end() if d.in_epoch and trainer.current_epoch > d.clock.epoch else ()
+        return late + d.epoch_start()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        d = self.driver
+        self._host = (trainer, pl_module)
+        if self._first_batch:  # resumed: Lightning may skip on_train_epoch_start
+            self._first_batch = False
+            self._catch_up(trainer)
+        d.batch_end(self._samples(batch) if self._samples else 0,
+                    self._tokens(batch) if self._tokens else 0)
+        self._epoch_ran_out = batch_idx + 1 >= trainer.num_training_batches
+        while d.clock.step < trainer.global_step:
+            if self._watched and d.clock.step + 1 >= d.table.step_due:
+                self._read_metrics(trainer)
+            d.step_end()
+        self._finish(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._epoch_ran_out:  # not an epoch cut by max_steps or should_stop
+            self._read_metrics(trainer)
+            self._event(trainer, pl_module, self.driver.epoch_end)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._read_metrics(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._event(trainer, pl_module, self.driver.train_end)
+
+    # -- firing ------------------------------------------------------------------------------
+    def _event(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+               report: Callable[[], tuple[str, ...]]) -> None:
+        self._host = (trainer, pl_module)
+        report()
+        self._finish(trainer)
+
+    def _act(self, name: str) -> None:
+        action = self.actions[name]
+        assert self._host is not None
+        trainer, module = self._host
+        if action == "validate":
+            _validate(trainer)
+            self._read_metrics(trainer)
+        elif isinstance(action, str):  # checkpoint, stop: once the event is evaluated
+            self._deferred.append(name)
+        else:
+            action(trainer, module)
+
+    def _finish(self, trainer: pl.Trainer) -> None:
+        deferred, self._deferred = self._deferred, []
+        for name in deferred:
+            if self.actions[name] == "stop":
+                trainer.should_stop = True
+            else:
+                now = self.driver.now
+                folder = self.checkpoint_dir or Path(trainer.default_root_dir) / "checkpoints"
+                trainer.save_checkpoint(folder / f"{name}-epoch={now.epoch}-step={now.step}.ckpt")
+
+    def _read_metrics(self, trainer: pl.Trainer) -> None:
+        if not self._watched:
+            return
+        logged = trainer.callback_metrics
+        for name in self._watched:
+            value = logged.get(name)
+            if value is None:
+                continue
+            number = float(value)
+            if self._last_read.get(name) != number:
+                self._last_read[name] = number
+                self.driver.put(name, number)
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"driver": self.driver.state_dict(), "last_read": dict(self._last_read)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.driver.load_state_dict(state_dict["driver"])
+        self._last_read = dict(state_dict["last_read"])
+
+
+def _validate(trainer: pl.Trainer) -> None:
+    """Run the fit's validation loop now, as Lightning's epoch loop does at its checks."""
+    loop = trainer.fit_loop.epoch_loop
+    trainer.validating = True
+    first = trainer._logger_connector._first_loop_iter
+    loop.val_loop.run()
+    trainer.training = True
+    trainer._logger_connector._first_loop_iter = first

@@ -1,0 +1,202 @@
+"""The schedule in the Hugging Face ``Trainer``: a ``TrainerCallback`` that sets
+``TrainerControl``'s flags from a schedtrain ``Schedule``.
+
+HF's counters map to schedtrain's clock so (docs/integrations.md)::
+
+    step   = state.global_step          optimizer steps (on_step_end runs after the
+                                        optimizer step and global_step += 1)
+    batch  = on_substep_end + on_step_end calls: each micro-batch of gradient accumulation
+    epoch  = epochs completed (on_epoch_end of an epoch that ran all its steps)
+    token  = state.num_input_tokens_seen (needs include_num_input_tokens_seen)
+    sample = not counted (stays 0): no callback sees the batch; use steps or tokens
+
+Events: on_train_begin -> train_start, on_epoch_begin -> epoch_start, on_substep_end ->
+batch_end, on_step_end -> batch_end + step_end, on_epoch_end -> epoch_end (not for an
+epoch cut by max_steps or a stop), on_train_end -> train_end.
+
+Each callback of the schedule is bound to a function ``fn(args, state, control, **kw)``
+or to a flag: ``"evaluate"``, ``"save"``, ``"log"``, ``"stop"`` (``should_evaluate``,
+``should_save``, ``should_log``, ``should_training_stop``), which the Trainer acts on right
+after on_step_end and on_epoch_end: so a flag's trigger may fire only at step_end and
+epoch_end. Turn HF's own cadence off (``eval_strategy``, ``save_strategy``,
+``logging_strategy`` = ``"no"``) and the schedule decides. Metrics the schedule reads come
+from ``on_log`` and ``on_evaluate``: a value logged after step ``s`` is seen from step
+``s + 1`` (and at the end of the epoch when ``s`` was its last step). The schedule's state
+is kept in ``trainer_state.json`` through ``ExportableState`` and restored when training
+resumes from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from time import perf_counter_ns
+from typing import Any
+
+try:
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.trainer_callback import ExportableState
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("schedtrain.integrations.transformers needs transformers: "
+                      "pip install 'schedtrain[transformers]'") from exc
+
+from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.triggers.protocol import Predicate
+
+__all__ = ["FLAGS", "ScheduleCallback"]
+
+#: The control flags a callback of the schedule may be bound to.
+FLAGS = {"evaluate": "should_evaluate", "save": "should_save", "log": "should_log",
+         "stop": "should_training_stop"}
+_ACTED_ON = ("step_end", "epoch_end")
+
+
+def _check_bindings(schedule: Schedule, actions: Mapping[str, Any]) -> None:
+    unknown = sorted(set(actions) - set(schedule.names))
+    if unknown:
+        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
+                         f"(the schedule has {list(schedule.names)})")
+    for name, action in actions.items():
+        if isinstance(action, str):
+            if action not in FLAGS:
+                raise ValueError(f"actions[{name!r}]: unknown flag {action!r}; expected a "
+                                 f"function or one of {sorted(FLAGS)}")
+            events = schedule[name].events()
+            wrong = sorted(e for e in ("train_start", "epoch_start", "train_end",
+                                       "batch_end") if e in events)
+            if wrong:
+                raise ValueError(
+                    f"actions[{name!r}] = {action!r} sets control.{FLAGS[action]}, which "
+                    f"the Trainer acts on only after step_end and epoch_end; the trigger "
+                    f"{schedule[name]!r} can also fire at {wrong}")
+        elif not callable(action):
+            raise TypeError(f"actions[{name!r}] must be a function or one of "
+                            f"{sorted(FLAGS)}, got {action!r}")
+
+
+class ScheduleCallback(TrainerCallback, ExportableState):
+    """Fire ``schedule`` inside ``transformers.Trainer.train``.
+
+    Args:
+        schedule: the schedule (Python, or ``load_spec(path).schedule()``).
+        actions: callback name -> a flag of ``FLAGS`` or ``fn(args, state, control, **kw)``.
+        predicates: predicates registered by name for ``when(name)`` conditions.
+        time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
+        record: keep every firing in ``firings``.
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule | None = None,
+        actions: Mapping[str, str | Callable[..., Any]] | None = None,
+        *,
+        predicates: Mapping[str, Predicate] | None = None,
+        time_source: Callable[[], int] = perf_counter_ns,
+        record: bool = False,
+    ) -> None:
+        if not isinstance(schedule, Schedule):
+            raise TypeError(
+                f"ScheduleCallback needs a schedtrain Schedule, got {schedule!r}; with "
+                "restore_callback_states_from_checkpoint=True the Trainer rebuilds callbacks "
+                "from saved arguments, which a schedule cannot be: leave it False, this "
+                "callback restores its own state when training resumes")
+        self.actions = dict(actions or {})
+        _check_bindings(schedule, self.actions)
+        self.driver = ScheduleDriver(
+            schedule, predicates=predicates, time_source=time_source, record=record,
+            actions={n: self._bound(n) for n in self.actions})
+        self._watched = self.driver.metric_names
+        self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
+        self._hook = None
+
+    def _bound(self, name: str) -> Callable[[], None]:
+        return lambda: self._act(name)
+
+    @property
+    def firings(self) -> list[Any]:
+        """What fired, with the clock's counters (with ``record=True``)."""
+        return self.driver.firings
+
+    # -- the Trainer's events ----------------------------------------------------------------
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        stored: Any = state.stateful_callbacks or {}  # typed as a list, loaded as a dict
+        saved = stored.get(type(self).__name__)
+        if isinstance(saved, list):
+            saved = saved[0] if saved else None
+        mine = (saved or {}).get("attributes", {}).get("schedule_state")
+        if state.global_step > 0 and mine is not None:  # resuming from a checkpoint
+            self.driver.load_state_dict(mine)
+        self._event(args, state, control, kwargs, self.driver.train_start)
+
+    def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        self._event(args, state, control, kwargs, lambda: self._catch_up(state))
+
+    def _ran_out(self, state: TrainerState) -> bool:
+        """Whether the epoch after the clock's has run all its steps: ``state.epoch`` is
+        epoch + (micro-batches run) / (micro-batches in the epoch), whole only then (not
+        for an epoch cut by max_steps or a stop)."""
+        epoch = float(state.epoch or 0)
+        return epoch.is_integer() and int(epoch) > self.driver.clock.epoch
+
+    def _catch_up(self, state: TrainerState) -> tuple[str, ...]:
+        """Start the epoch. Resumed from a checkpoint of an epoch's last step (saved before
+        its on_epoch_end), HF starts the next epoch: the saved one ends first, as it did
+        in the uninterrupted run."""
+        d = self.driver
+        late = d.epoch_end() if d.in_epoch and self._ran_out(state) else ()
+        return late + d.epoch_start()
+
+    def on_substep_end(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        self._event(args, state, control, kwargs, lambda: self.driver.batch_end(
+            0, state.num_input_tokens_seen - self.driver.clock.token))
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        d = self.driver
+        self._hook = (args, state, control, kwargs)
+        d.batch_end(0, state.num_input_tokens_seen - d.clock.token)
+        d.step_end()
+
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: Any) -> None:
+        if self._ran_out(state):
+            self._event(args, state, control, kwargs, self.driver.epoch_end)
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: Any) -> None:
+        self._event(args, state, control, kwargs, self.driver.train_end)
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._put(logs)
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, metrics: Mapping[str, Any] | None = None,
+                    **kwargs: Any) -> None:
+        self._put(metrics)
+
+    def _put(self, values: Mapping[str, Any] | None) -> None:
+        for name in self._watched:
+            if values and name in values:
+                self.driver.put(name, values[name])
+
+    def _event(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               kwargs: dict[str, Any], report: Callable[[], tuple[str, ...]]) -> None:
+        self._hook = (args, state, control, kwargs)
+        report()
+
+    def _act(self, name: str) -> None:
+        assert self._hook is not None
+        args, state, control, kwargs = self._hook
+        action = self.actions[name]
+        if isinstance(action, str):
+            setattr(control, FLAGS[action], True)
+        else:
+            action(args, state, control, **kwargs)
+
+    # -- state (ExportableState: kept in trainer_state.json) -----------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"args": {}, "attributes": {"schedule_state": self.driver.state_dict()}}
