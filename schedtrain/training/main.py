@@ -1,15 +1,14 @@
 """The main job: train from a loaded spec (``schedtrain train SPEC``).
 
 All glue between the spec (``schedtrain.spec.Spec``) and the ``Trainer`` lives
-here. The task is ``[run] task = "module:function"``; the module is imported with
-the current directory and the spec file's parent directory's parent on
-``sys.path`` (so ``specs/digits.toml`` next to ``examples/`` finds
-``examples.digits:make_task``). The function takes no arguments and returns a ``Task``.
+here. The task is ``[run] task = "module:function"``; the module is looked up in the spec
+file's folder, its parent (so ``specs/digits.toml`` next to ``examples/`` finds
+``examples.digits:make_task``) and the current directory, then among installed
+packages. The function takes no arguments and returns a ``Task``.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +17,8 @@ import attrs
 import structlog
 import torch
 
-from schedtrain.errors import Problem, SpecError
-from schedtrain.imports import add_user_paths
+from schedtrain.errors import Problem, SpecError, did_you_mean
+from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec
 from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
@@ -69,12 +68,14 @@ def load_task(spec: Any, target: str) -> Task:
         raise _problem(spec, "run.task", f"expected 'module:function', got {target!r}")
     add_user_paths(getattr(spec, "path", None))
     try:
-        module = importlib.import_module(module_name)
+        module = import_module(module_name)
     except ImportError as exc:
-        raise _problem(spec, "run.task", f"cannot import {module_name!r}: {exc}") from exc
+        raise _problem(spec, "run.task", f"cannot import {module_name!r}: {exc}") from None
     factory = getattr(module, func_name, None)
     if not callable(factory):
-        raise _problem(spec, "run.task", f"{module_name!r} has no function {func_name!r}")
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise _problem(spec, "run.task", f"{module_name!r} has no function {func_name!r}"
+                       f"{did_you_mean(func_name, names)}")
     task = factory()
     if not isinstance(task, Task):
         raise TypeError(f"task factory {target!r} must return a schedtrain.training.Task, "
