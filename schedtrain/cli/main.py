@@ -169,18 +169,12 @@ def _plural(n: int, word: str) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from schedtrain.spec.metrics import metric_problems, static_producers
-
     failed = False
     for path in args.specs:
         try:
             spec = load_spec(path, imports=args.do_import)
-            if args.do_import:
-                spec.callback_classes()
-            problems, notes = metric_problems(spec, *static_producers(spec))
-            if problems:
-                raise ScheduleError(problems)
-            spec, shape_notes = _derived_clock(spec, args.do_import)
+            task, notes = _check_spec(spec, args.do_import)
+            spec, shape_notes = _derived_clock(spec, args.do_import, task)
             notes += shape_notes
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
@@ -199,12 +193,35 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
+def _check_spec(spec: Spec, do_import: bool) -> tuple[Any, list[str]]:
+    """What ``train`` would refuse in ``spec``: without ``--import`` what is known without
+    importing anything; with it, ``train``'s own checks (``prepare_run``), which build
+    the callbacks and the task. Returns the task built (or ``None``) and warnings."""
+    from schedtrain.spec.metrics import metric_problems, static_producers
+    from schedtrain.spec.readiness import train_problems
+
+    if not do_import:
+        problems = train_problems(spec) if spec.run is not None else []
+        more, notes = metric_problems(spec, *static_producers(spec))
+        if problems or more:
+            raise ScheduleError([*problems, *more])
+        return None, notes
+    try:
+        from schedtrain.training.main import prepare_run
+    except ImportError as exc:
+        raise UsageError(f"--import checks callbacks and the task with schedtrain.training "
+                         f"(and torch), which cannot be imported: {exc}") from None
+    prepared = prepare_run(spec)
+    return prepared.task, list(prepared.notes)
+
+
 # -- plan -------------------------------------------------------------------------------
 
 
-def _derived_clock(spec: Spec, do_import: bool) -> tuple[Spec, list[str]]:
+def _derived_clock(spec: Spec, do_import: bool, task: Any = None) -> tuple[Spec, list[str]]:
     """``[clock]``'s missing keys from ``[run]`` (and, with ``--import``, the steps per
-    epoch counted from the task's data), with a warning for each disagreement."""
+    epoch counted from the task's data: ``task`` when built already), with a warning for
+    each disagreement."""
     from schedtrain.spec.shape import derive_clock
 
     counted = None
@@ -214,7 +231,7 @@ def _derived_clock(spec: Spec, do_import: bool) -> tuple[Spec, list[str]]:
         except ImportError as exc:
             raise UsageError(f"--import counts the task's batches with schedtrain.training "
                              f"(and torch), which cannot be imported: {exc}") from None
-        counted = count_steps_per_epoch(spec)
+        counted = count_steps_per_epoch(spec, task)
     return derive_clock(spec, counted)
 
 
@@ -257,7 +274,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, imports=True)  # custom trigger classes run in training
     try:
         from schedtrain.training import train_from_spec
     except ImportError as exc:

@@ -20,14 +20,16 @@ import torch
 from schedtrain.errors import Problem, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
-from schedtrain.spec import Spec
+from schedtrain.spec import Spec, load_spec
 from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
+from schedtrain.spec.readiness import train_problems
 from schedtrain.training.checkpoint import newest_valid
 
 if TYPE_CHECKING:
     from schedtrain.training.trainer import Trainer
 
-__all__ = ["Task", "count_steps_per_epoch", "load_task", "train_from_spec"]
+__all__ = ["Prepared", "Task", "build_callbacks", "count_steps_per_epoch", "load_task",
+           "prepare_run", "train_from_spec"]
 
 _log = structlog.get_logger("schedtrain.training")
 
@@ -83,17 +85,18 @@ def load_task(spec: Any, target: str) -> Task:
     return task
 
 
-def count_steps_per_epoch(spec: Spec) -> int | None:
+def count_steps_per_epoch(spec: Spec, task: Task | None = None) -> int | None:
     """Optimizer steps per epoch of ``spec``'s task: its training data's length over
-    ``[run] grad_accum`` (``None`` without a task, or data without a length). This builds
-    the task (seeded as ``train`` seeds it)."""
+    ``[run] grad_accum`` (``None`` without a task, or data without a length). Without
+    ``task`` this builds the task (seeded as ``train`` seeds it)."""
     from schedtrain.training.state import seed_everything
 
     run = spec.run
     if run is None or not run.task:
         return None
-    seed_everything(run.seed)
-    task = load_task(spec, run.task)
+    if task is None:
+        seed_everything(run.seed)
+        task = load_task(spec, run.task)
     try:
         n = len(task.train_data)  # type: ignore[arg-type]
     except TypeError:
@@ -101,13 +104,16 @@ def count_steps_per_epoch(spec: Spec) -> int | None:
     return -(-n // run.grad_accum)
 
 
-def build_callbacks(spec: Spec) -> dict[str, Any]:
-    """Instantiate every typed callback of ``spec``; every problem is listed."""
-    problems: list[Problem] = [
-        Problem(f"callbacks.{name}", "no `type`: only Python code can bind this callback; "
-                "`schedtrain train` needs a type", spec.path)
-        for name, cs in spec.callbacks.items() if cs.type is None
-    ]
+def build_callbacks(spec: Spec, *, untyped_ok: bool = False) -> dict[str, Any]:
+    """Instantiate every typed callback of ``spec``; every problem is listed.
+
+    Args:
+        spec: a loaded spec.
+        untyped_ok: leave callbacks without a ``type`` out (Python binds them) instead
+            of refusing them, as ``train`` does.
+    """
+    problems: list[Problem] = [] if untyped_ok else [
+        p for p in train_problems(spec) if p.path.startswith("callbacks.")]
     if problems:
         raise SpecError(problems)
     classes = spec.callback_classes()  # imports, checks arguments; raises SpecError
@@ -120,6 +126,67 @@ def build_callbacks(spec: Spec) -> dict[str, Any]:
     if problems:
         raise SpecError(problems)
     return out
+
+
+@attrs.frozen
+class Prepared:
+    """What ``prepare_run`` built and checked: the callbacks, and the task (built last).
+
+    Args:
+        bindings: callback name -> the built callback, in declared order.
+        task: the task, or ``None`` when not asked for.
+        notes: warnings about the spec, one sentence each.
+    """
+
+    bindings: dict[str, Any]
+    task: Task | None
+    notes: tuple[str, ...] = ()
+
+
+def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
+    """Everything ``train`` checks and builds before it trains; ``check --import`` runs
+    this very function, so it finds all that ``train`` refuses.
+
+    Cheap checks first, the task (the user's code, maybe slow) last: ``[run]`` has a task
+    and an end and every callback a type; every callback's class imports, takes its
+    arguments and is built; every metric read is produced by a built callback or the
+    trainer; no callback reads a metric only a later one produces. A spec without
+    ``[run]`` is checked as far as it goes: its typed callbacks (untyped ones are bound
+    from Python and may produce anything: a metric only they could put is a note).
+
+    Raises:
+        SpecError: every problem found in one phase, with its key path.
+    """
+    from schedtrain.training.state import seed_everything
+
+    trains = spec.run is not None
+    problems = train_problems(spec) if trains else []
+    if problems:
+        raise SpecError(problems)
+    bindings = build_callbacks(spec, untyped_ok=not trains)
+    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in bindings.values()))
+    untyped = [n for n in spec.callbacks if n not in bindings]
+    problems, notes = metric_problems(spec, produced, untyped)
+    problems += _order_problems(spec, bindings)
+    if problems:  # it would train and never save or stop on it: refuse before training
+        raise SpecError(problems)
+    task = None
+    if trains and build_task:
+        assert spec.run is not None and spec.run.task
+        seed_everything(spec.run.seed)  # before the task builds its model
+        task = load_task(spec, spec.run.task)
+    return Prepared(bindings, task, tuple(notes))
+
+
+def _order_problems(spec: Spec, bindings: dict[str, Any]) -> list[Problem]:
+    from schedtrain.schedule.schedule import Schedule, Scheduled
+    from schedtrain.training.binding import bind, order_problems
+
+    schedule, callbacks = bind(Schedule(
+        [Scheduled(spec.callbacks[n].trigger, cb, n) for n, cb in bindings.items()],
+        events=spec.events))
+    return [Problem(f"callbacks.{name}", message, spec.path)
+            for name, message in order_problems(schedule, callbacks)]
 
 
 def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
@@ -139,22 +206,17 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         RunDirError: the run directory is in use, holds a run, or its run finished.
         Preempted: SIGTERM or SIGINT stopped the run after a checkpoint.
     """
-    from schedtrain.training.state import seed_everything
     from schedtrain.training.trainer import Trainer
 
-    run = spec.run
-    if run is None or not run.task:
-        raise _problem(spec, "run.task", "`schedtrain train` needs a [run] table with "
-                       "task = 'module:function'")
+    if spec.unimported and spec.path:  # custom trigger classes: `train` imports them
+        spec = load_spec(spec.path, imports=True)
+    if spec.run is None:  # a spec for planning and Python
+        raise SpecError(train_problems(spec))
+    prepared = prepare_run(spec)
+    run, task, bindings = spec.run, prepared.task, prepared.bindings
+    assert run is not None and task is not None
     stem = Path(spec.path).stem if spec.path else "run"
     out_dir = Path(run_dir or run.run_dir or f"runs/{stem}")
-    seed_everything(run.seed)  # before the task builds its model
-    task = load_task(spec, run.task)
-    bindings = build_callbacks(spec)
-    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in bindings.values()))
-    problems, _ = metric_problems(spec, produced)
-    if problems:  # it would train and never save or stop on it: refuse before training
-        raise SpecError(problems)
     trainer = Trainer(
         task.model, task.optimizer, task.train_data, task.loss_fn, task.step_fn,
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
