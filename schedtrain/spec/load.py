@@ -16,6 +16,7 @@ from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
 from schedtrain.schedule.analysis import analyze
 from schedtrain.spec.callbacks import read_callback
+from schedtrain.spec.direction import direction_notes
 from schedtrain.spec.document import parse_toml, read_document
 from schedtrain.spec.hints import with_hints
 from schedtrain.spec.metrics import check_early_stopping
@@ -78,7 +79,7 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
     stops = check_early_stopping(spec)
     if stops:
         raise SpecError(stops)
-    return spec
+    return attrs.evolve(spec, warnings=(*spec.warnings, *direction_notes(spec)))
 
 
 def load_spec(path: str | Path, *, imports: bool = False) -> Spec:

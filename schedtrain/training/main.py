@@ -9,6 +9,7 @@ packages. The function takes no arguments and returns a ``Task``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ import attrs
 import structlog
 import torch
 
-from schedtrain.errors import Problem, SpecError, did_you_mean
+from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec, load_spec
@@ -213,6 +214,10 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
     if spec.run is None:  # a spec for planning and Python
         raise SpecError(train_problems(spec))
     prepared = prepare_run(spec)
+    compiled = set(spec.analysis.notes) if spec.analysis is not None else set()
+    for note in (*spec.warnings, *prepared.notes):
+        if note not in compiled:  # the trainer warns those when it compiles the schedule
+            warnings.warn(note, ScheduleWarning, stacklevel=2)
     run, task, bindings = spec.run, prepared.task, prepared.bindings
     assert run is not None and task is not None
     stem = Path(spec.path).stem if spec.path else "run"
