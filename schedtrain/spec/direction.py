@@ -51,14 +51,16 @@ def metric_direction(name: str) -> Direction | None:
 
 def callback_direction(kind: str | None, args: Mapping[str, Any]) -> tuple[Direction, str] | None:
     """``(direction, monitor)`` of a built-in that keeps the best ``monitor``, or ``None``."""
-    if kind not in _BEST_KEEPERS:
+    if kind is None or kind not in _BEST_KEEPERS:
         return None
     how, default = _BEST_KEEPERS[kind]
     direction = args.get("mode", "min") if how == "mode" else how
     monitor = args.get("monitor", default)
-    if direction not in ("min", "max") or not isinstance(monitor, str):
-        return None  # refused by the argument checks
-    return direction, monitor
+    if direction == "min" and isinstance(monitor, str):
+        return "min", monitor
+    if direction == "max" and isinstance(monitor, str):
+        return "max", monitor
+    return None  # refused by the argument checks
 
 
 def _word(direction: Direction) -> tuple[str, str]:
