@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn
 
+from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
     Preempted,
     Problem,
@@ -28,7 +29,7 @@ from schedtrain.errors import (
 )
 from schedtrain.planning.plan import PlanError
 from schedtrain.simulation.metric_stream import MetricStreamError
-from schedtrain.spec import Spec, load_spec
+from schedtrain.spec import load_spec
 
 __all__ = ["main"]
 
@@ -39,10 +40,6 @@ EXIT_BAD_INPUT: Final = 2
 #: (sysexits' EX_TEMPFAIL, "try again later").
 EXIT_PREEMPTED: Final = 75
 
-
-
-class UsageError(Exception):
-    """Bad input found after argument parsing (exit 2, message only)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -173,9 +170,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for path in args.specs:
         try:
             spec = load_spec(path, imports=args.do_import)
-            task, notes = _check_spec(spec, args.do_import)
-            spec, shape_notes = _derived_clock(spec, args.do_import, task)
-            notes += shape_notes
+            prepared, notes = check_spec(spec, args.do_import)
+            task = prepared.task if prepared is not None else None
+            spec, shape_notes = derived_clock(spec, args.do_import, task)
+            notes += shape_notes + stale_notes(spec, prepared)
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
@@ -193,56 +191,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
-def _check_spec(spec: Spec, do_import: bool) -> tuple[Any, list[str]]:
-    """What ``train`` would refuse in ``spec``: without ``--import`` what is known without
-    importing anything; with it, ``train``'s own checks (``prepare_run``), which build
-    the callbacks and the task. Returns the task built (or ``None``) and warnings."""
-    from schedtrain.spec.metrics import metric_problems, static_producers
-    from schedtrain.spec.readiness import train_problems
-
-    if not do_import:
-        problems = train_problems(spec) if spec.run is not None else []
-        more, notes = metric_problems(spec, *static_producers(spec))
-        if problems or more:
-            raise ScheduleError([*problems, *more])
-        return None, notes
-    try:
-        from schedtrain.training.main import prepare_run
-    except ImportError as exc:
-        raise UsageError(f"--import checks callbacks and the task with schedtrain.training "
-                         f"(and torch), which cannot be imported: {exc}") from None
-    prepared = prepare_run(spec)
-    return prepared.task, list(prepared.notes)
-
-
-# -- plan -------------------------------------------------------------------------------
-
-
-def _derived_clock(spec: Spec, do_import: bool, task: Any = None) -> tuple[Spec, list[str]]:
-    """``[clock]``'s missing keys from ``[run]`` (and, with ``--import``, the steps per
-    epoch counted from the task's data: ``task`` when built already), with a warning for
-    each disagreement."""
-    from schedtrain.spec.shape import derive_clock
-
-    counted = None
-    if do_import and spec.run is not None and spec.run.task:
-        try:
-            from schedtrain.training.main import count_steps_per_epoch
-        except ImportError as exc:
-            raise UsageError(f"--import counts the task's batches with schedtrain.training "
-                             f"(and torch), which cannot be imported: {exc}") from None
-        counted = count_steps_per_epoch(spec, task)
-    return derive_clock(spec, counted)
-
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain.planning import render as plan_render
     from schedtrain.planning.plan import plan_spec
     from schedtrain.simulation.metric_stream import read_metrics
 
     spec = load_spec(args.spec, imports=args.do_import)
-    spec, notes = _derived_clock(spec, args.do_import)
+    spec, notes = derived_clock(spec, args.do_import)
     for note in notes:
         print(f"warning: {args.spec}: {note}", file=sys.stderr)
     metrics = read_metrics(args.metrics) if args.metrics else None

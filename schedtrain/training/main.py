@@ -179,6 +179,18 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
     return Prepared(bindings, task, tuple(notes))
 
 
+def run_notes(spec: Spec, prepared: Prepared) -> list[str]:
+    """Warnings only the run's shape shows: callbacks judging a metric at firings where
+    it has no new value (``schedtrain.planning.staleness``), over the shape ``train``
+    runs (``[run]``, the task's data)."""
+    from schedtrain.planning.staleness import stale_notes
+    from schedtrain.spec.shape import derive_clock
+
+    counted = count_steps_per_epoch(spec, prepared.task) if prepared.task is not None else None
+    shaped, _ = derive_clock(spec, counted)
+    return stale_notes(shaped, {n: tuple(cb.produces) for n, cb in prepared.bindings.items()})
+
+
 def _order_problems(spec: Spec, bindings: dict[str, Any]) -> list[Problem]:
     from schedtrain.schedule.schedule import Schedule, Scheduled
     from schedtrain.training.binding import bind, order_problems
@@ -215,7 +227,7 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         raise SpecError(train_problems(spec))
     prepared = prepare_run(spec)
     compiled = set(spec.analysis.notes) if spec.analysis is not None else set()
-    for note in (*spec.warnings, *prepared.notes):
+    for note in (*spec.warnings, *prepared.notes, *run_notes(spec, prepared)):
         if note not in compiled:  # the trainer warns those when it compiles the schedule
             warnings.warn(note, ScheduleWarning, stacklevel=2)
     run, task, bindings = spec.run, prepared.task, prepared.bindings
