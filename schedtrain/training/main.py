@@ -255,7 +255,9 @@ def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None
         found = newest_valid(out_dir / "checkpoints", _skipped)
         if found is not None:
             trainer.resume(found)
-            if trainer.rank == 0:
+            ended = trainer.directory is not None and trainer.directory.ended(
+                trainer.max_epochs, trainer.max_steps)  # fit says so, in one line
+            if trainer.rank == 0 and not ended:
                 _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
         else:
             trainer.start_over()  # nothing valid to resume from: the run starts again

@@ -60,6 +60,12 @@ class RunDirectory:
             return None
         return data if isinstance(data, dict) else None
 
+    def ended(self, max_epochs: int | None, max_steps: int | None) -> bool:
+        """Whether the run here ended with nothing left to resume for these limits (a
+        resume would be refused with ``RunEnded``)."""
+        status = self.status()
+        return status is not None and _ended(status, max_epochs, max_steps)
+
     def holds_a_run(self) -> bool:
         """Whether a run has used this directory (``run.json``, a log or checkpoints)."""
         return (self.status() is not None or self.events.exists()
