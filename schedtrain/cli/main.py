@@ -232,10 +232,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, imports=True)  # custom trigger classes run in training
     try:
         from schedtrain.training import train_from_spec
+        from schedtrain.training.threads import limit_cpu_threads
     except ImportError as exc:
         print("error: schedtrain train needs schedtrain.training (and torch), which cannot "
               f"be imported: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    if spec.run is not None:
+        limit_cpu_threads(spec.run.device)  # unless OMP_NUM_THREADS says otherwise
     try:
         with warnings.catch_warnings():
             # A schedule's warnings as the user's lines, not as Python's (file:line).
