@@ -9,6 +9,7 @@ packages. The function takes no arguments and returns a ``Task``.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -226,10 +227,11 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
     if spec.run is None:  # a spec for planning and Python
         raise SpecError(train_problems(spec))
     prepared = prepare_run(spec)
-    compiled = set(spec.analysis.notes) if spec.analysis is not None else set()
-    for note in (*spec.warnings, *prepared.notes, *run_notes(spec, prepared)):
-        if note not in compiled:  # the trainer warns those when it compiles the schedule
-            warnings.warn(note, ScheduleWarning, stacklevel=2)
+    if os.environ.get("RANK", "0") == "0":  # the chief warns for every rank
+        compiled = set(spec.analysis.notes) if spec.analysis is not None else set()
+        for note in (*spec.warnings, *prepared.notes, *run_notes(spec, prepared)):
+            if note not in compiled:  # the trainer warns those when it compiles
+                warnings.warn(note, ScheduleWarning, stacklevel=2)
     run, task, bindings = spec.run, prepared.task, prepared.bindings
     assert run is not None and task is not None
     stem = Path(spec.path).stem if spec.path else "run"
