@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import re
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, Final
 
 from schedtrain.errors import did_you_mean
 
-__all__ = ["IMPORT_PATH_RE", "add_user_paths", "import_class"]
+__all__ = ["IMPORT_PATH_RE", "add_user_paths", "import_class", "import_module", "user_roots"]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 IMPORT_PATH_RE: Final = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
@@ -41,9 +42,9 @@ def import_class(target: str, base: type | str, what: str) -> type:
 def _import_object(target: str) -> Any:
     module_name, _, qualname = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ImportError(f"cannot import {target!r}: {type(exc).__name__}: {exc}") from None
+        obj: Any = import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"cannot import {target!r}: {exc}") from None
     for part in qualname.split("."):
         try:
             obj = getattr(obj, part)
@@ -54,14 +55,64 @@ def _import_object(target: str) -> Any:
     return obj
 
 
-def add_user_paths(spec_file: str | None) -> None:
-    """Put where user modules of a spec live on ``sys.path``: the current directory and
-    the spec file's parent's parent (``specs/x.toml`` next to ``examples/`` finds
-    ``examples.module``). ``train``, ``check --import`` and ``plan --import`` all use this.
-    """
-    roots = [str(Path.cwd())]
+#: Where ``add_user_paths`` looked last, with what each folder is, in lookup order.
+_looked: list[tuple[Path, str]] = []
+
+
+def user_roots(spec_file: str | None) -> list[tuple[Path, str]]:
+    """Where user modules of a spec are looked up, first first, with what each folder is:
+    the spec file's folder, its parent (``specs/x.toml`` next to ``examples/`` finds
+    ``examples.module``), then the current directory."""
+    roots: list[tuple[Path, str]] = []
     if spec_file and not spec_file.startswith("<"):
-        roots.append(str(Path(spec_file).resolve().parent.parent))
-    for root in roots:
-        if root not in sys.path:
-            sys.path.insert(0, root)
+        folder = Path(spec_file).resolve().parent
+        roots += [(folder, "the spec's folder"), (folder.parent, "its parent")]
+    roots.append((Path.cwd(), "the current directory"))
+    unique: dict[Path, str] = {}
+    for path, what in roots:
+        unique.setdefault(path, what)
+    return list(unique.items())
+
+
+def add_user_paths(spec_file: str | None) -> None:
+    """Put where user modules of a spec live (``user_roots``) on ``sys.path``, those not
+    there yet first, in lookup order. ``train``, ``check --import`` and ``plan --import``
+    all use this."""
+    roots = user_roots(spec_file)
+    for root, _ in reversed(roots):
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    _looked[:] = roots
+
+
+def import_module(name: str) -> Any:
+    """Import module ``name``; when it is not found, say where it was looked for and the
+    closest name that exists there.
+
+    Raises:
+        ImportError: the module is not found (or importing it raised: its error, named).
+    """
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing != name and not name.startswith(missing + "."):
+            raise ImportError(f"importing {name!r} raised {type(exc).__name__}: {exc}") from None
+        raise ImportError(_not_found(missing)) from None
+    except Exception as exc:  # the module's own code failed
+        raise ImportError(f"importing {name!r} raised {type(exc).__name__}: {exc}") from None
+
+
+def _not_found(missing: str) -> str:
+    parent = missing.rpartition(".")[0]
+    if parent:  # the package exists (Python imported it first): look inside it
+        package = sys.modules.get(parent)
+        paths = list(getattr(package, "__path__", []))
+        names = [f"{parent}.{m.name}" for m in pkgutil.iter_modules(paths)]
+        where = f"in package {parent!r} ({', '.join(paths)})"
+    else:
+        roots = _looked or user_roots(None)
+        names = [m.name for m in pkgutil.iter_modules([str(p) for p, _ in roots])]
+        where = ("in " + ", ".join(f"{p} ({what})" for p, what in roots)
+                 + " and the installed packages")
+    return f"no module named {missing!r}{did_you_mean(missing, names)}; looked {where}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -91,7 +92,9 @@ def test_a_requeued_job_whose_run_finished_succeeds_doing_nothing(
     before = lines(reference)
     result = train(spec, reference)
     assert result.returncode == 0, result.stderr
-    assert "finished at step" in result.stderr and "nothing left to do" in result.stderr
+    assert result.stderr.splitlines() == [
+        f"the run finished at step {json.loads((reference / 'run.json').read_text())['step']}"
+        "; nothing left to do"]  # one plain line
     newest = sorted((reference / "checkpoints").glob("*.pt"))[-1]
     cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir",
            str(reference), "--resume", str(newest)]

@@ -53,3 +53,38 @@ def test_builtins_importable_from_callbacks() -> None:
     for name in BUILTINS:
         assert name in schedtrain.callbacks.__all__, name
         assert getattr(schedtrain.callbacks, name) is resolve(name)
+
+
+def _outside_code(path: Path) -> list[str]:
+    """The page's lines, fenced code blocks blanked out."""
+    lines, fenced = [], False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            lines.append("")
+        else:
+            lines.append("" if fenced else line)
+    return lines
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_tables_are_whole(page: str) -> None:
+    """Every Markdown table has its header and separator: rows after a blank line would
+    start a second table with no header (rendered as text)."""
+    block: list[str] = []
+    for line in [*_outside_code(ROOT / page), ""]:
+        if line.lstrip().startswith("|"):
+            block.append(line)
+            continue
+        if block:
+            assert len(block) >= 2 and re.fullmatch(r"\s*\|[\s:|-]*-[\s:|-]*", block[1]), (
+                f"{page}: a table without a header row and separator starts with {block[0]!r}")
+        block = []
+
+
+def test_readme_links_every_page() -> None:
+    """The README links every page of docs/, and says how to run several processes."""
+    readme = (ROOT / "README.md").read_text()
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"](docs/{page.name})" in readme, page.name
+    assert "torchrun" in readme

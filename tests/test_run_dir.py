@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from training_helpers import Noop, UnevenData, tiny_model
 
 from schedtrain import Schedule, every, on
@@ -112,3 +114,28 @@ class TestLock:
         junk.write_bytes(b"x" * 100)
         RunDirectory(tmp_path).acquire()
         assert not junk.exists()
+
+
+@given(st.sampled_from(["finished", "stopped", "failed", "running", "preempted"]),
+       st.integers(0, 5), st.integers(0, 30),
+       st.one_of(st.none(), st.integers(1, 6)), st.one_of(st.none(), st.integers(1, 30)))
+def test_ended_is_what_a_resume_refuses(status: str, epoch: int, step: int,
+                                        max_epochs: int | None, max_steps: int | None) -> None:
+    """``RunDirectory.ended`` (which decides whether ``--resume auto`` says it resumed) is
+    true exactly when resuming there is refused with ``RunEnded``."""
+    import tempfile
+
+    from schedtrain.training import RunEnded
+
+    with tempfile.TemporaryDirectory() as folder:
+        directory = RunDirectory(Path(folder))
+        directory.record(status, step=step, epoch=epoch)
+        said = directory.ended(max_epochs, max_steps)
+        try:
+            directory.open_for_run(fresh=False, overwrite=False, ends_at=(max_epochs, max_steps))
+            refused = False
+        except RunEnded:
+            refused = True
+        finally:
+            directory.release()
+        assert said == refused

@@ -1,11 +1,11 @@
 """``ProgressBar``: a tqdm bar with the epoch, step and the latest scalars.
 
-It never forces a device sync: it shows only values already brought to the
-host (by a flush or a callback that read them), and redraws only when fired
-(default: every 20 steps and at each epoch end) and when it closes an epoch's
-bar, after the epoch-end flush, so the epoch's validation metrics are shown.
-Where a bar cannot be drawn (the stream is not a terminal: a pipe, a log file, CI;
-or ``TERM=dumb``) it prints one plain line at each of those moments instead.
+It redraws only when fired (default: every 20 steps and at each epoch end) and when it
+closes an epoch's bar, after the epoch-end flush, so the epoch's validation metrics are
+shown. At each firing it brings the values put so far to the host (the store's flush:
+one transfer, a device sync), so what it shows is as of its step, ``train/loss``
+included. Where a bar cannot be drawn (the stream is not a terminal: a pipe, a log
+file, CI; or ``TERM=dumb``) it prints exactly one plain line per firing instead.
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ class ProgressBar(Callback):
     """Show training progress per epoch (only on the chief process).
 
     On a terminal a tqdm bar per epoch; elsewhere (a pipe or log file, ``TERM=dumb``)
-    a plain line each time it fires, such as
-    ``epoch 2 step 30/45 (67%)  train/loss=0.312  val/loss=0.298``.
+    one plain line each time it fires, and at no other time, such as
+    ``epoch 2 step 30/45 (67%)  [step 75]  train/loss=0.312  val/loss=0.298``. A firing at
+    an epoch's last step prints its line once the epoch has ended, with the values its
+    end computed (validation); firings at that step's ``step_end`` and the ``epoch_end``
+    right after it are one moment and print one line.
 
     Args:
         names: the scalars to show (default: every scalar).
@@ -50,8 +53,9 @@ class ProgressBar(Callback):
         self._bar: Any = None
         self._shown = 0
         self._lines: bool | None = None  # plain lines instead of a bar; decided at start
-        self._last_line = ""
-        self._epoch = self._done = 0
+        self._epoch = 0
+        self._pending: tuple[int, int] | None = None  # (done, step) of a deferred line
+        self._epoch_over = False  # the epoch has ended (its epoch_end firings come)
 
     def _before_train(self) -> None:
         out = self.stream or sys.stderr
@@ -61,6 +65,7 @@ class ProgressBar(Callback):
         if not self.is_chief:
             return
         self._close()
+        self._epoch_over = False
         self._epoch = self.now.epoch + 1  # 1-based, as the bar's title says it
         if self._lines:
             return
@@ -73,38 +78,40 @@ class ProgressBar(Callback):
 
     def _trigger(self) -> None:
         if self._lines:
-            done = self.now.step_in_epoch
-            # An epoch's last step is printed once, when the epoch closes: with the
-            # values its end computes.
-            if self.is_chief and done != self.trainer.steps_in_epoch:
-                self._print_line(done)
+            if not self.is_chief:
+                return
+            now = self.now
+            if self._epoch_over or now.step_in_epoch == self.trainer.steps_in_epoch:
+                # The epoch's last step: printed once the epoch has ended, with what its
+                # end computes (one line for its step_end and epoch_end firings).
+                self._pending = (now.step_in_epoch, now.step)
+            else:
+                self._print_line(now.step_in_epoch, now.step)
             return
         self._advance()
         self._show_scalars()
 
     def _scalars(self) -> dict[str, float]:
+        self.metrics.flush()  # the values put so far, on the host: as of this step
         scalars = self.metrics.materialized()
         if self.names is not None:
             scalars = {n: v for n, v in scalars.items() if n in self.names}
         return scalars
 
-    def _print_line(self, done: int) -> None:
-        now, total = self.now, self.trainer.steps_in_epoch
+    def _print_line(self, done: int, step: int) -> None:
+        total = self.trainer.steps_in_epoch
         where = f"epoch {self._epoch} step {done}"
         if total:
             where += f"/{total} ({100 * done // total}%)"
         values = "  ".join(f"{n}={v:.4g}" for n, v in self._scalars().items())
-        line = f"{where}  [step {now.step}]" + (f"  {values}" if values else "")
-        if line != self._last_line:
-            print(line, file=self.stream or sys.stderr, flush=True)
-            self._last_line = line
+        line = f"{where}  [step {step}]" + (f"  {values}" if values else "")
+        print(line, file=self.stream or sys.stderr, flush=True)
 
     def _after_epoch(self) -> None:
-        self._advance()  # the epoch's last steps, whatever the trigger
-        self._done = self.now.step_in_epoch
+        self._epoch_over = True
+        self._advance()  # the bar: the epoch's last steps, whatever the trigger
 
     def _after_train(self) -> None:
-        self._done = self.now.step_in_epoch  # also where max_steps cut an epoch
         self._close()
 
     def _advance(self) -> None:
@@ -128,10 +135,11 @@ class ProgressBar(Callback):
             self._show_scalars()
             self._bar.close()
             self._bar = None
-        elif self._lines and self.is_chief and self.now.step:
-            # The epoch's last line, with what its end computed; the clock may already
-            # be in the next epoch.
-            self._print_line(self._done)
+        elif self._pending is not None:
+            # A firing at the epoch's last step, with what its end computed; the clock
+            # may already be in the next epoch.
+            self._print_line(*self._pending)
+        self._pending = None
 
 
 def can_draw(stream: TextIO) -> bool:

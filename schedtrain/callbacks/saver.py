@@ -12,11 +12,15 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
+import structlog
+
 from schedtrain.callbacks.base import Callback
 from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
+
+_log = structlog.get_logger("schedtrain.callbacks")
 
 
 def _save_folder(cb: Callback, folder: str | None, default: str) -> Path:
@@ -89,7 +93,30 @@ class ModelSaver(Callback):
         return {}
 
 
-class _BestSaver(Callback):
+class _Ranking(Callback):
+    """A saver that ranks the weights it saves by ``monitor``."""
+
+    monitor: str
+    _stale_logged = False
+
+    def _fresh(self) -> bool:
+        """Whether the newest value of ``monitor`` was put at this step, so it measures
+        the weights a save now writes. One from an earlier step measured older weights:
+        ranking these by it would keep them under another's score. The first stale
+        firing is logged."""
+        put = self.metrics.put_at(self.monitor)
+        if put is None or put[0] == self.now.step:
+            return True
+        if not self._stale_logged:
+            self._stale_logged = True
+            _log.warning("stale_metric", callback=self.name, metric=self.monitor,
+                         put_at_step=put[0], step=self.now.step,
+                         note="not ranked: the weights changed since; fire it with what "
+                              "produces the metric (schedtrain check warns)")
+        return False
+
+
+class _BestSaver(_Ranking):
     may_stop_alone: ClassVar[bool] = False
     mode = "min"
     default_trigger: ClassVar[Trigger] = every("1 epoch")
@@ -105,7 +132,7 @@ class _BestSaver(Callback):
 
     def _trigger(self) -> None:
         got = self.metrics.latest(self.monitor)
-        if got is None or math.isnan(got.value):
+        if got is None or math.isnan(got.value) or not self._fresh():
             return
         better = self.best is None or (got.value < self.best if self.mode == "min"
                                        else got.value > self.best)
@@ -123,6 +150,9 @@ class _BestSaver(Callback):
 
 class MinSaver(_BestSaver):
     """Save a checkpoint to ``RUN_DIR/best/`` whenever ``monitor`` reaches a new minimum.
+
+    Only a value put at the firing's own step counts: one put earlier measured older
+    weights.
 
     Args:
         monitor: the metric (default ``val/loss``).
@@ -147,7 +177,7 @@ class MaxSaver(_BestSaver):
         super().__init__(monitor, filename, folder)
 
 
-class TopKSaver(Callback):
+class TopKSaver(_Ranking):
     """Keep the ``save_top_k`` best checkpoints by ``monitor``, and the last one.
 
     Lightning's ``ModelCheckpoint(save_top_k, monitor, mode, save_last)``. When fired
@@ -155,6 +185,8 @@ class TopKSaver(Callback):
     (or fewer than ``save_top_k`` kept), it writes ``FOLDER/val-loss-step-00000120.pt``
     and deletes the one that fell out; a tie keeps the earlier. A NaN or missing value,
     or a checkpoint of non-finite weights (``-nonfinite``), never displaces a kept one.
+    Nor does a value put at an earlier step than the firing's: it measured older weights
+    (``schedtrain check`` warns where that happens; fire it with the validation).
     With ``save_last`` every firing also writes ``FOLDER/last.pt``. Which files are the
     best is checkpointed state, so a resumed run keeps ranking the same files.
 
@@ -197,7 +229,8 @@ class TopKSaver(Callback):
         got = self.metrics.latest(self.monitor)
         if self.save_last:
             self.trainer.save_checkpoint(self._dir() / "last.pt")
-        if got is None or not math.isfinite(got.value) or self.save_top_k == 0:
+        if (got is None or not math.isfinite(got.value) or self.save_top_k == 0
+                or not self._fresh()):
             return
         value = got.value
         if (len(self.best) >= self.save_top_k

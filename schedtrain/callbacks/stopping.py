@@ -9,7 +9,7 @@ import torch
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.triggers import Trigger, every, plateau
-from schedtrain.triggers.metric import Plateau
+from schedtrain.triggers.metric import Plateau, better
 
 __all__ = ["EarlyStopping", "TerminateOnNaN"]
 
@@ -63,8 +63,7 @@ class EarlyStopping(Callback):
         if got is None:
             return
         v = got.value
-        if self.best is None or (v < self.best - self.min_delta if self.mode == "min"
-                                 else v > self.best + self.min_delta):
+        if better(v, self.best, self.mode, self.min_delta):
             self.best, self.wait = v, 0
             return
         self.wait += 1

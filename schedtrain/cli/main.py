@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn
 
+from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
     Preempted,
     Problem,
@@ -28,7 +29,7 @@ from schedtrain.errors import (
 )
 from schedtrain.planning.plan import PlanError
 from schedtrain.simulation.metric_stream import MetricStreamError
-from schedtrain.spec import Spec, load_spec
+from schedtrain.spec import load_spec
 
 __all__ = ["main"]
 
@@ -39,10 +40,6 @@ EXIT_BAD_INPUT: Final = 2
 #: (sysexits' EX_TEMPFAIL, "try again later").
 EXIT_PREEMPTED: Final = 75
 
-
-
-class UsageError(Exception):
-    """Bad input found after argument parsing (exit 2, message only)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -169,19 +166,14 @@ def _plural(n: int, word: str) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from schedtrain.spec.metrics import metric_problems, static_producers
-
     failed = False
     for path in args.specs:
         try:
             spec = load_spec(path, imports=args.do_import)
-            if args.do_import:
-                spec.callback_classes()
-            problems, notes = metric_problems(spec, *static_producers(spec))
-            if problems:
-                raise ScheduleError(problems)
-            spec, shape_notes = _derived_clock(spec, args.do_import)
-            notes += shape_notes
+            prepared, notes = check_spec(spec, args.do_import)
+            task = prepared.task if prepared is not None else None
+            spec, shape_notes = derived_clock(spec, args.do_import, task)
+            notes += shape_notes + stale_notes(spec, prepared)
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
@@ -199,33 +191,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
-# -- plan -------------------------------------------------------------------------------
-
-
-def _derived_clock(spec: Spec, do_import: bool) -> tuple[Spec, list[str]]:
-    """``[clock]``'s missing keys from ``[run]`` (and, with ``--import``, the steps per
-    epoch counted from the task's data), with a warning for each disagreement."""
-    from schedtrain.spec.shape import derive_clock
-
-    counted = None
-    if do_import and spec.run is not None and spec.run.task:
-        try:
-            from schedtrain.training.main import count_steps_per_epoch
-        except ImportError as exc:
-            raise UsageError(f"--import counts the task's batches with schedtrain.training "
-                             f"(and torch), which cannot be imported: {exc}") from None
-        counted = count_steps_per_epoch(spec)
-    return derive_clock(spec, counted)
-
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain.planning import render as plan_render
     from schedtrain.planning.plan import plan_spec
     from schedtrain.simulation.metric_stream import read_metrics
 
     spec = load_spec(args.spec, imports=args.do_import)
-    spec, notes = _derived_clock(spec, args.do_import)
+    spec, notes = derived_clock(spec, args.do_import)
     for note in notes:
         print(f"warning: {args.spec}: {note}", file=sys.stderr)
     metrics = read_metrics(args.metrics) if args.metrics else None
@@ -257,13 +229,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, imports=True)  # custom trigger classes run in training
     try:
         from schedtrain.training import train_from_spec
+        from schedtrain.training.threads import limit_cpu_threads
     except ImportError as exc:
         print("error: schedtrain train needs schedtrain.training (and torch), which cannot "
               f"be imported: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    if spec.run is not None:
+        limit_cpu_threads(spec.run.device)  # unless OMP_NUM_THREADS says otherwise
     try:
         with warnings.catch_warnings():
             # A schedule's warnings as the user's lines, not as Python's (file:line).

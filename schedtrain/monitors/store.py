@@ -140,6 +140,12 @@ class MetricStore:
         hist = self._history.get(name)
         return None if not hist else (hist[-1].value, self._counts[name])
 
+    def put_at(self, name: str) -> tuple[int, int] | None:
+        """``(step, epoch)`` of the clock when the newest value of ``name`` was put, or
+        ``None``: a value put at an earlier step measured other weights."""
+        hist = self._history.get(name)
+        return None if not hist else (hist[-1].step, hist[-1].epoch)
+
     def value(self, name: str, default: float = math.nan) -> float:
         """The newest value of ``name`` as a float, or ``default``."""
         got = self.latest(name)

@@ -12,6 +12,7 @@ from typing import Final
 
 import attrs
 
+from schedtrain.planning.stops import stop_rules
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.metric_stream import MetricRecord
@@ -43,6 +44,8 @@ class Plan:
         table: the compiled table, for what it reports (``always_evaluated``).
         truncated: the run had more firings than ``log`` holds.
         notes: what the plan cannot predict exactly, one sentence each.
+        stopped: where and why a callback stops the run (``schedtrain.planning.stops``),
+            or ``None``: the log ends with that event's firings and ``train_end`` there.
     """
 
     spec: Spec
@@ -51,6 +54,7 @@ class Plan:
     table: TriggerTable
     truncated: bool = False
     notes: tuple[str, ...] = ()
+    stopped: str | None = None
 
     @property
     def always(self) -> tuple[str, ...]:
@@ -107,13 +111,22 @@ def plan_spec(
             f"{shape.total_steps:,} steps; give each a clock part (e.g. every = \"1 epoch\") "
             "or plan a shorter run with --epochs/--steps-per-epoch")
     notes = _notes(spec)
+    rules = stop_rules(spec)
+    stopped: str | None = None
     firings: list[Firing] = []
     for firing in sim.iter_firings():
         if len(firings) >= max_firings:
             return Plan(spec, shape, FiringLog(firings), sim.table, truncated=True,
-                        notes=notes)
+                        notes=notes, stopped=stopped)
         firings.append(firing)
-    return Plan(spec, shape, FiringLog(firings), sim.table, notes=notes)
+        rule = rules.get(firing.callback)
+        why = rule(firing, sim.metrics) if rule is not None and stopped is None else None
+        if why is not None:
+            sim.stop()  # the rest of this event's firings, then train_end here
+            where = (f"epoch {firing.epoch}" if firing.event == "epoch_end"
+                     else f"{firing.event} of step {firing.step}")
+            stopped = f"the run stops at {where} (step {firing.step}): {why}"
+    return Plan(spec, shape, FiringLog(firings), sim.table, notes=notes, stopped=stopped)
 
 
 def _notes(spec: Spec) -> tuple[str, ...]:

@@ -93,6 +93,8 @@ def render_table(plan: Plan, first: int) -> str:
     if any(f.conditional for f in plan.log):
         lines.append("'?': conditional, fires only if its runtime condition or metric "
                      "allows (--metrics FILE resolves them)")
+    if plan.stopped:
+        lines.append(f"{plan.stopped}; nothing is planned after its train_end")
     if plan.truncated:
         lines.append(f"note: stopped after {len(plan.log):,} firings")
     lines.append("")

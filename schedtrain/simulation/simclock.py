@@ -282,6 +282,10 @@ class SimClock(Clock):
         self._move((sh.total_steps, PH_TRAIN_END, 0),
                    sh.at_steps(sh.total_steps, sh.ended_epochs, last))
 
+    def to_stop(self) -> None:
+        """Move to ``train_end`` where the clock is: the run stopped here."""
+        self._move((self._key[0], PH_TRAIN_END, 0), self.now())
+
     def advance(self, steps: int) -> None:
         """Move ``steps`` optimizer steps forward, to a step end."""
         if steps < 0:

@@ -159,12 +159,26 @@ class Simulation:
         i = bisect.bisect_right(self._custom_keys, key)
         if i < len(self._custom):
             cands.append((self._custom_keys[i], self._custom[i][2], i))
-        end_key = (sh.total_steps, PH_TRAIN_END, 0)
+        end_key = (key[0] if self._stopping else sh.total_steps, PH_TRAIN_END, 0)
+        if self._stopping:  # the run ends where it stopped
+            return (end_key, "train_end", 0) if key < end_key else None
         if key < end_key:
             cands.append((end_key, "train_end", 0))
         return min(cands) if cands else None
 
     _started = False
+    _stopping = False
+
+    def stop(self) -> None:
+        """End the run after the current evaluation point, as a callback's stop does:
+        the other callbacks firing at this point still run, then ``train_end`` fires
+        here and nothing more."""
+        self._stopping = True
+
+    @property
+    def metrics(self) -> StreamMetrics | None:
+        """The metric values visible at the current point (``None``: no stream given)."""
+        return self._metrics
 
     # -- running ----------------------------------------------------------------------------
     def iter_firings(self, until: Key | None = None) -> Iterator[Firing]:
@@ -187,7 +201,10 @@ class Simulation:
             elif event == "epoch_start":
                 clock.to_epoch_start(index)
             elif event == "train_end":
-                clock.to_train_end()
+                if self._stopping:
+                    clock.to_stop()
+                else:
+                    clock.to_train_end()
             else:
                 clock.to_custom(key[0], key[2] - 1)
             if self._metrics is not None:
@@ -206,12 +223,13 @@ class Simulation:
     def state_dict(self) -> dict[str, Any]:
         """Clock position and trigger state: load into a new ``Simulation`` to resume."""
         return {"clock": self.clock.state_dict(), "table": self.table.state_dict(),
-                "started": self._started}
+                "started": self._started, "stopping": self._stopping}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict``."""
         self.clock.load_state_dict(state["clock"])
         self._started = bool(state["started"])
+        self._stopping = bool(state.get("stopping", False))
         self.table.load_state_dict(state["table"])
         self.table.attach(self.clock, self._metrics, self.table.predicates)
 

@@ -16,7 +16,9 @@ from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
 from schedtrain.schedule.analysis import analyze
 from schedtrain.spec.callbacks import read_callback
+from schedtrain.spec.direction import direction_notes
 from schedtrain.spec.document import parse_toml, read_document
+from schedtrain.spec.hints import with_hints
 from schedtrain.spec.metrics import check_early_stopping
 from schedtrain.spec.model import CallbackSpec, Spec
 from schedtrain.spec.problems import Problems
@@ -63,7 +65,8 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
         problems.add("callbacks", "a spec needs at least one [callbacks.NAME] table",
                      expected="a [callbacks.NAME] table", found="none")
     problems.raise_if_any()
-    analysis = analyze(list(located.items()), doc.events, file=file)
+    analysis = with_hints(analyze(list(located.items()), doc.events, file=file),
+                          located.values())
     if analysis.problems:
         raise SpecError(list(dict.fromkeys(analysis.problems)))
     run = doc.run
@@ -76,7 +79,7 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
     stops = check_early_stopping(spec)
     if stops:
         raise SpecError(stops)
-    return spec
+    return attrs.evolve(spec, warnings=(*spec.warnings, *direction_notes(spec)))
 
 
 def load_spec(path: str | Path, *, imports: bool = False) -> Spec:

@@ -14,6 +14,7 @@ from typing import Any
 from schedtrain.errors import did_you_mean
 from schedtrain.names import is_name
 from schedtrain.schedule.analysis import Located, locate
+from schedtrain.spec.hints import clock_condition_hint
 from schedtrain.spec.problems import Problems, Rel, key_path
 from schedtrain.spec.vocabulary import (
     COMPOSITE_KEYS,
@@ -24,6 +25,7 @@ from schedtrain.spec.vocabulary import (
 )
 from schedtrain.time import Time
 from schedtrain.triggers import MAX_DEPTH, AllOf, AnyOf, Not
+from schedtrain.triggers.conditions import When
 
 __all__ = ["TriggerReader"]
 
@@ -130,6 +132,12 @@ class TriggerReader:
         parts: list[Located] = []
         for term in active:
             trigger = term.read(table, rel, problems)
+            if isinstance(trigger, When):
+                hint = clock_condition_hint(trigger.tree)
+                if hint is not None:
+                    problems.add((*rel, "if"), hint, expected="a condition on metrics",
+                                 found=trigger.text)
+                    continue
             if trigger is not None:
                 where = next(k for k in term.keys if k in table)
                 # One key may build a composition (a window over two units, points in

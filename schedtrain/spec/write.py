@@ -19,7 +19,7 @@ from schedtrain.spec.model import ClockSpec, RunSpec, Spec
 from schedtrain.spec.vocabulary import TERMS, term_of
 from schedtrain.triggers import AllOf, AnyOf, Not, Trigger
 
-__all__ = ["dump_spec", "schedule_to_toml", "toml_value", "trigger_to_toml"]
+__all__ = ["dump_spec", "schedule_to_toml", "toml_value", "trigger_table", "trigger_to_toml"]
 
 
 _BARE_KEY_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
@@ -72,7 +72,8 @@ def toml_value(value: object) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def _trigger_table(trigger: Trigger) -> dict[str, Any]:
+def trigger_table(trigger: Trigger) -> dict[str, Any]:
+    """A trigger as the table the reader reads back to it."""
     term = term_of(trigger)
     if term is not None:
         return term.write(trigger)
@@ -82,9 +83,9 @@ def _trigger_table(trigger: Trigger) -> dict[str, Any]:
             return merged
     if isinstance(trigger, AllOf | AnyOf):
         key = "all" if isinstance(trigger, AllOf) else "any"
-        return {key: [_trigger_table(t) for t in trigger.triggers]}
+        return {key: [trigger_table(t) for t in trigger.triggers]}
     if isinstance(trigger, Not):
-        return {"not": _trigger_table(trigger.trigger)}
+        return {"not": trigger_table(trigger.trigger)}
     raise ValueError(f"{trigger!r} ({type(trigger).__name__}) has no TOML form; a trigger "
                      "class of your own is written as {{ custom = \"package.module:Class\" }}")
 
@@ -103,7 +104,7 @@ def _merged(children: Sequence[Trigger]) -> dict[str, Any] | None:
         return None
     table: dict[str, Any] = {}
     for t in children:
-        table.update(_trigger_table(t))
+        table.update(trigger_table(t))
     return table
 
 
@@ -113,7 +114,7 @@ def trigger_to_toml(trigger: Trigger) -> str:
     Raises:
         ValueError: the trigger wraps a Python callable (``when(fn)``) or has no TOML form.
     """
-    return toml_value(_trigger_table(trigger))
+    return toml_value(trigger_table(trigger))
 
 
 def _header(*keys: str) -> str:
@@ -139,7 +140,7 @@ def _write(
         if values:
             lines += ["", f"[{title}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()]
     for name, trigger in (triggers or {}).items():
-        table = _trigger_table(trigger)
+        table = trigger_table(trigger)
         lines += ["", _header("triggers", name)]
         lines += [f"{_toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
     for name, (type_name, args, trigger) in callbacks.items():

@@ -18,7 +18,7 @@ from schedtrain.callbacks.base import Callback
 from schedtrain.errors import ScheduleError, did_you_mean
 from schedtrain.schedule.schedule import Schedule, Scheduled
 
-__all__ = ["FunctionCallback", "bind", "check_order"]
+__all__ = ["FunctionCallback", "bind", "check_order", "order_problems"]
 
 
 class FunctionCallback(Callback):
@@ -144,6 +144,15 @@ def check_order(schedule: Schedule, callbacks: list[Callback]) -> None:
     Callbacks at one event run in declared order, so such a callback would read a
     stale value: a clear error at start rather than a silent miss.
     """
+    problems = [message for _, message in order_problems(schedule, callbacks)]
+    if problems:
+        raise ScheduleError("; ".join(problems) if len(problems) == 1 else
+                            "\n".join(problems))
+
+
+def order_problems(schedule: Schedule, callbacks: list[Callback]) -> list[tuple[str, str]]:
+    """``(callback name, message)`` for each metric a callback reads (``needs`` or its
+    trigger) that only a callback declared after it produces (``check_order``)."""
     produced_at: dict[str, int] = {}
     for i, cb in enumerate(callbacks):
         for m in cb.produces:
@@ -156,10 +165,8 @@ def check_order(schedule: Schedule, callbacks: list[Callback]) -> None:
                 (m, "its trigger reads") for m in sorted(reads[cb.name] - set(cb.needs))]:
             j = produced_at.get(m)
             if j is not None and j > i:
-                problems.append(
+                problems.append((cb.name, (
                     f"callback {cb.name!r} {how} metric {m!r}, which {callbacks[j].name!r} "
                     f"produces, but {callbacks[j].name!r} is declared after it; declare "
-                    f"{callbacks[j].name!r} first")
-    if problems:
-        raise ScheduleError("; ".join(problems) if len(problems) == 1 else
-                            "\n".join(problems))
+                    f"{callbacks[j].name!r} first")))
+    return problems

@@ -1,15 +1,16 @@
 """The main job: train from a loaded spec (``schedtrain train SPEC``).
 
 All glue between the spec (``schedtrain.spec.Spec``) and the ``Trainer`` lives
-here. The task is ``[run] task = "module:function"``; the module is imported with
-the current directory and the spec file's parent directory's parent on
-``sys.path`` (so ``specs/digits.toml`` next to ``examples/`` finds
-``examples.digits:make_task``). The function takes no arguments and returns a ``Task``.
+here. The task is ``[run] task = "module:function"``; the module is looked up in the spec
+file's folder, its parent (so ``specs/digits.toml`` next to ``examples/`` finds
+``examples.digits:make_task``) and the current directory, then among installed
+packages. The function takes no arguments and returns a ``Task``.
 """
 
 from __future__ import annotations
 
-import importlib
+import os
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,16 +19,19 @@ import attrs
 import structlog
 import torch
 
-from schedtrain.errors import Problem, SpecError
-from schedtrain.imports import add_user_paths
+from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
+from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
-from schedtrain.spec import Spec
+from schedtrain.spec import Spec, load_spec
 from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
+from schedtrain.spec.readiness import train_problems
+from schedtrain.training.run_dir import RunDirectory
 
 if TYPE_CHECKING:
     from schedtrain.training.trainer import Trainer
 
-__all__ = ["Task", "count_steps_per_epoch", "load_task", "train_from_spec"]
+__all__ = ["Prepared", "Task", "build_callbacks", "count_steps_per_epoch", "load_task",
+           "prepare_run", "train_from_spec"]
 
 _log = structlog.get_logger("schedtrain.training")
 
@@ -68,12 +72,14 @@ def load_task(spec: Any, target: str) -> Task:
         raise _problem(spec, "run.task", f"expected 'module:function', got {target!r}")
     add_user_paths(getattr(spec, "path", None))
     try:
-        module = importlib.import_module(module_name)
+        module = import_module(module_name)
     except ImportError as exc:
-        raise _problem(spec, "run.task", f"cannot import {module_name!r}: {exc}") from exc
+        raise _problem(spec, "run.task", f"cannot import {module_name!r}: {exc}") from None
     factory = getattr(module, func_name, None)
     if not callable(factory):
-        raise _problem(spec, "run.task", f"{module_name!r} has no function {func_name!r}")
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise _problem(spec, "run.task", f"{module_name!r} has no function {func_name!r}"
+                       f"{did_you_mean(func_name, names)}")
     task = factory()
     if not isinstance(task, Task):
         raise TypeError(f"task factory {target!r} must return a schedtrain.training.Task, "
@@ -81,17 +87,18 @@ def load_task(spec: Any, target: str) -> Task:
     return task
 
 
-def count_steps_per_epoch(spec: Spec) -> int | None:
+def count_steps_per_epoch(spec: Spec, task: Task | None = None) -> int | None:
     """Optimizer steps per epoch of ``spec``'s task: its training data's length over
-    ``[run] grad_accum`` (``None`` without a task, or data without a length). This builds
-    the task (seeded as ``train`` seeds it)."""
+    ``[run] grad_accum`` (``None`` without a task, or data without a length). Without
+    ``task`` this builds the task (seeded as ``train`` seeds it)."""
     from schedtrain.training.data_position import seed_everything
 
     run = spec.run
     if run is None or not run.task:
         return None
-    seed_everything(run.seed)
-    task = load_task(spec, run.task)
+    if task is None:
+        seed_everything(run.seed)
+        task = load_task(spec, run.task)
     try:
         n = len(task.train_data)  # type: ignore[arg-type]
     except TypeError:
@@ -99,13 +106,16 @@ def count_steps_per_epoch(spec: Spec) -> int | None:
     return -(-n // run.grad_accum)
 
 
-def build_callbacks(spec: Spec) -> dict[str, Any]:
-    """Instantiate every typed callback of ``spec``; every problem is listed."""
-    problems: list[Problem] = [
-        Problem(f"callbacks.{name}", "no `type`: only Python code can bind this callback; "
-                "`schedtrain train` needs a type", spec.path)
-        for name, cs in spec.callbacks.items() if cs.type is None
-    ]
+def build_callbacks(spec: Spec, *, untyped_ok: bool = False) -> dict[str, Any]:
+    """Instantiate every typed callback of ``spec``; every problem is listed.
+
+    Args:
+        spec: a loaded spec.
+        untyped_ok: leave callbacks without a ``type`` out (Python binds them) instead
+            of refusing them, as ``train`` does.
+    """
+    problems: list[Problem] = [] if untyped_ok else [
+        p for p in train_problems(spec) if p.path.startswith("callbacks.")]
     if problems:
         raise SpecError(problems)
     classes = spec.callback_classes()  # imports, checks arguments; raises SpecError
@@ -118,6 +128,79 @@ def build_callbacks(spec: Spec) -> dict[str, Any]:
     if problems:
         raise SpecError(problems)
     return out
+
+
+@attrs.frozen
+class Prepared:
+    """What ``prepare_run`` built and checked: the callbacks, and the task (built last).
+
+    Args:
+        bindings: callback name -> the built callback, in declared order.
+        task: the task, or ``None`` when not asked for.
+        notes: warnings about the spec, one sentence each.
+    """
+
+    bindings: dict[str, Any]
+    task: Task | None
+    notes: tuple[str, ...] = ()
+
+
+def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
+    """Everything ``train`` checks and builds before it trains; ``check --import`` runs
+    this very function, so it finds all that ``train`` refuses.
+
+    Cheap checks first, the task (the user's code, maybe slow) last: ``[run]`` has a task
+    and an end and every callback a type; every callback's class imports, takes its
+    arguments and is built; every metric read is produced by a built callback or the
+    trainer; no callback reads a metric only a later one produces. A spec without
+    ``[run]`` is checked as far as it goes: its typed callbacks (untyped ones are bound
+    from Python and may produce anything: a metric only they could put is a note).
+
+    Raises:
+        SpecError: every problem found in one phase, with its key path.
+    """
+    from schedtrain.training.data_position import seed_everything
+
+    trains = spec.run is not None
+    problems = train_problems(spec) if trains else []
+    if problems:
+        raise SpecError(problems)
+    bindings = build_callbacks(spec, untyped_ok=not trains)
+    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in bindings.values()))
+    untyped = [n for n in spec.callbacks if n not in bindings]
+    problems, notes = metric_problems(spec, produced, untyped)
+    problems += _order_problems(spec, bindings)
+    if problems:  # it would train and never save or stop on it: refuse before training
+        raise SpecError(problems)
+    task = None
+    if trains and build_task:
+        assert spec.run is not None and spec.run.task
+        seed_everything(spec.run.seed)  # before the task builds its model
+        task = load_task(spec, spec.run.task)
+    return Prepared(bindings, task, tuple(notes))
+
+
+def run_notes(spec: Spec, prepared: Prepared) -> list[str]:
+    """Warnings only the run's shape shows: callbacks judging a metric at firings where
+    it has no new value (``schedtrain.planning.staleness``), over the shape ``train``
+    runs (``[run]``, the task's data)."""
+    from schedtrain.planning.staleness import stale_notes
+    from schedtrain.spec.shape import derive_clock
+
+    counted = count_steps_per_epoch(spec, prepared.task) if prepared.task is not None else None
+    shaped, _ = derive_clock(spec, counted)
+    return stale_notes(shaped, {n: tuple(cb.produces) for n, cb in prepared.bindings.items()})
+
+
+def _order_problems(spec: Spec, bindings: dict[str, Any]) -> list[Problem]:
+    from schedtrain.schedule.schedule import Schedule, Scheduled
+    from schedtrain.training.binding import bind, order_problems
+
+    schedule, callbacks = bind(Schedule(
+        [Scheduled(spec.callbacks[n].trigger, cb, n) for n, cb in bindings.items()],
+        events=spec.events))
+    return [Problem(f"callbacks.{name}", message, spec.path)
+            for name, message in order_problems(schedule, callbacks)]
 
 
 def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
@@ -137,22 +220,22 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         RunDirError: the run directory is in use, holds a run, or its run finished.
         Preempted: SIGTERM or SIGINT stopped the run after a checkpoint.
     """
-    from schedtrain.training.data_position import seed_everything
     from schedtrain.training.trainer import Trainer
 
-    run = spec.run
-    if run is None or not run.task:
-        raise _problem(spec, "run.task", "`schedtrain train` needs a [run] table with "
-                       "task = 'module:function'")
+    if spec.unimported and spec.path:  # custom trigger classes: `train` imports them
+        spec = load_spec(spec.path, imports=True)
+    if spec.run is None:  # a spec for planning and Python
+        raise SpecError(train_problems(spec))
+    prepared = prepare_run(spec)
+    if os.environ.get("RANK", "0") == "0":  # the chief warns for every rank
+        compiled = set(spec.analysis.notes) if spec.analysis is not None else set()
+        for note in (*spec.warnings, *prepared.notes, *run_notes(spec, prepared)):
+            if note not in compiled:  # the trainer warns those when it compiles
+                warnings.warn(note, ScheduleWarning, stacklevel=2)
+    run, task, bindings = spec.run, prepared.task, prepared.bindings
+    assert run is not None and task is not None
     stem = Path(spec.path).stem if spec.path else "run"
     out_dir = Path(run_dir or run.run_dir or f"runs/{stem}")
-    seed_everything(run.seed)  # before the task builds its model
-    task = load_task(spec, run.task)
-    bindings = build_callbacks(spec)
-    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in bindings.values()))
-    problems, _ = metric_problems(spec, produced)
-    if problems:  # it would train and never save or stop on it: refuse before training
-        raise SpecError(problems)
     trainer = Trainer(
         task.model, task.optimizer, task.train_data, task.loss_fn, task.step_fn,
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
@@ -174,7 +257,9 @@ def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None
         found = trainer.checkpoints.newest_valid(out_dir / "checkpoints", _skipped)
         if found is not None:
             trainer.resume(found)
-            if trainer.rank == 0:
+            ended = trainer.rank == 0 and RunDirectory(out_dir).ended(
+                trainer.max_epochs, trainer.max_steps, trainer.clock.step)  # fit says so
+            if trainer.rank == 0 and not ended:
                 _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
         else:
             trainer.start_over()  # nothing valid to resume from: the run starts again

@@ -64,6 +64,13 @@ class RunDirectory:
             return None
         return data if isinstance(data, dict) else None
 
+    def ended(self, max_epochs: int | None, max_steps: int | None,
+              resumed_step: int | None = None) -> bool:
+        """Whether the run here ended with nothing left to resume for these limits, from
+        a checkpoint at ``resumed_step`` (a resume would be refused with ``RunEnded``)."""
+        status = self.status()
+        return status is not None and _ended(status, max_epochs, max_steps, resumed_step)
+
     def holds_a_run(self) -> bool:
         """Whether a run has used this directory (``run.json``, a log or checkpoints)."""
         return (self.status() is not None or self.events.exists()
@@ -140,8 +147,8 @@ class RunDirectory:
                     raise RunDirError(f"run directory {str(self.path)!r} holds a run{shown}; "
                                       "resume it (--resume auto) or start over (--overwrite)")
                 self.clear()
-            if (ends_at is not None and status is not None and _ended(status, *ends_at)
-                    and (resumed_step is None or resumed_step >= int(status.get("step", 0)))):
+            if ends_at is not None and status is not None and _ended(status, *ends_at,
+                                                                     resumed_step):
                 raise RunEnded(f"the run in {str(self.path)!r} {status['status']} at step "
                                f"{status.get('step')}; there is nothing left to resume "
                                "(start over with --overwrite, or use another --run-dir)",
@@ -175,9 +182,13 @@ class RunDirectory:
         return f"RunDirectory({str(self.path)!r})"
 
 
-def _ended(status: dict[str, Any], max_epochs: int | None, max_steps: int | None) -> bool:
+def _ended(status: dict[str, Any], max_epochs: int | None, max_steps: int | None,
+           resumed_step: int | None = None) -> bool:
     """Whether a run that ended would end again at once: it stopped (its stop condition
-    would hold again), or finished and its end was not moved later."""
+    would hold again), or finished and its end was not moved later. A checkpoint older
+    than the step it ended at (its newer ones damaged) has steps left to train."""
+    if resumed_step is not None and resumed_step < int(status.get("step", 0) or 0):
+        return False
     if status.get("status") == "stopped":
         return True
     if status.get("status") != "finished":

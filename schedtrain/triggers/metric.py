@@ -16,7 +16,7 @@ from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
 
-__all__ = ["Improved", "MetricTrigger", "Plateau", "improved", "plateau"]
+__all__ = ["Improved", "MetricTrigger", "Plateau", "better", "improved", "plateau"]
 
 Mode = Literal["min", "max"]
 
@@ -46,7 +46,9 @@ def _check_delta(_i: object, _a: object, value: float) -> None:
                             f"{value!r}", expected="a finite number >= 0", found=repr(value))
 
 
-def _better(value: float, best: float | None, mode: str, min_delta: float) -> bool:
+def better(value: float, best: float | None, mode: str, min_delta: float) -> bool:
+    """Whether ``value`` is a new best: beats ``best`` (``None``: there is none yet) by
+    more than ``min_delta`` in the direction ``mode``."""
     if best is None:
         return True
     if mode == "min":
@@ -160,9 +162,9 @@ class _MetricNode:
 class _ImprovedNode(_MetricNode):
     def _judge(self, value: float) -> tuple[bool, float | None, int, str]:
         t = self.trigger
-        better = _better(value, self.best, t.mode, t.min_delta)
-        best = value if better else self.best
-        return better, best, 0, f"{t.metric}={value:g}, best before {_show(self.best)}"
+        new = better(value, self.best, t.mode, t.min_delta)
+        best = value if new else self.best
+        return new, best, 0, f"{t.metric}={value:g}, best before {_show(self.best)}"
 
 
 class _PlateauNode(_MetricNode):
@@ -171,7 +173,7 @@ class _PlateauNode(_MetricNode):
     def _judge(self, value: float) -> tuple[bool, float | None, int, str]:
         t = self.trigger
         best: float | None
-        if _better(value, self.best, t.mode, t.min_delta):
+        if better(value, self.best, t.mode, t.min_delta):
             best, wait = value, 0
         else:
             best, wait = self.best, self.wait + 1

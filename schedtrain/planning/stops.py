@@ -1,0 +1,83 @@
+"""Which firings end the planned run, as they end the real one.
+
+A run stops after the event where a callback asked to (the other callbacks firing
+there still run), fires ``train_end`` there, and nothing more. The plan knows the
+built-ins that stop: ``EarlyStopping`` without ``patience`` stops whenever it fires
+(its trigger holds the metric part); with ``patience`` it counts the checks of
+``monitor`` without a new best, which a metric stream (``--metrics``) lets the plan
+count too; ``TerminateOnNaN`` stops when the training loss is not finite. A firing
+whose condition the plan cannot decide stops nothing: the plan goes on, marked ``?``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import attrs
+
+from schedtrain.schedule.firings import Firing
+from schedtrain.spec import Spec
+from schedtrain.triggers.metric import better
+from schedtrain.triggers.protocol import MetricsView
+
+__all__ = ["StopRule", "stop_rules"]
+
+#: Given a firing and the metric values visible then, why the run stops there, or None.
+StopRule = Callable[[Firing, MetricsView | None], str | None]
+
+
+def stop_rules(spec: Spec) -> dict[str, StopRule]:
+    """Callback name -> its stop rule, for the callbacks of ``spec`` that stop a run."""
+    rules: dict[str, StopRule] = {}
+    for name, cb in spec.callbacks.items():
+        if cb.type == "EarlyStopping" and "patience" not in cb.args:
+            rules[name] = _fires(name)
+        elif cb.type == "EarlyStopping":
+            rules[name] = _Patience(name, str(cb.args.get("monitor", "val/loss")),
+                                    int(cb.args["patience"]), str(cb.args.get("mode", "min")),
+                                    float(cb.args.get("min_delta", 0.0)))
+        elif cb.type == "TerminateOnNaN":
+            rules[name] = _not_finite(name)
+    return rules
+
+
+def _fires(name: str) -> StopRule:
+    def rule(f: Firing, _metrics: MetricsView | None) -> str | None:
+        return None if f.conditional else f"{name!r} (EarlyStopping) fired"
+    return rule
+
+
+def _not_finite(name: str) -> StopRule:
+    def rule(f: Firing, metrics: MetricsView | None) -> str | None:
+        got = metrics.latest("train/loss") if metrics is not None else None
+        if got is None or math.isfinite(got.value):
+            return None
+        return f"{name!r} (TerminateOnNaN) saw train/loss = {got.value}"
+    return rule
+
+
+@attrs.define
+class _Patience:
+    """EarlyStopping's own count of checks without a new best, on the stream's values."""
+
+    name: str
+    monitor: str
+    patience: int
+    mode: str
+    min_delta: float
+    best: float | None = None
+    wait: int = 0
+
+    def __call__(self, f: Firing, metrics: MetricsView | None) -> str | None:
+        got = metrics.latest(self.monitor) if metrics is not None else None
+        if got is None or f.conditional:
+            return None
+        if better(got.value, self.best, self.mode, self.min_delta):
+            self.best, self.wait = got.value, 0
+            return None
+        self.wait += 1
+        if self.wait < self.patience:
+            return None
+        return (f"{self.name!r} (EarlyStopping): {self.monitor} did not improve for "
+                f"{self.patience} checks")
