@@ -129,7 +129,10 @@ class Loop:
     def run(self) -> None:
         """Epochs until ``max_epochs``/``max_steps`` (exceptions end it early)."""
         clock, dispatch = self.clock, self.dispatch
-        while clock.epoch < self.max_epochs and clock.step < self.max_steps:
+        # A run resumed inside an epoch finishes it, even at max_steps: the checkpoint
+        # may be of the epoch's last step, taken before its epoch_end.
+        while self.resume_inside_epoch or (clock.epoch < self.max_epochs
+                                           and clock.step < self.max_steps):
             inside, self.resume_inside_epoch = self.resume_inside_epoch, False
             if not inside:
                 clock.start_epoch()  # before the hooks: they see step_in_epoch == 0
@@ -140,14 +143,17 @@ class Loop:
                 self.epoch_open = True
                 dispatch.fire("epoch_start")
                 it = self.position.start_epoch(clock.epoch)
-            if not self._steps(it):
+            # At max_steps already (resumed there): the epoch ends as the uninterrupted run
+            # decided, by whether its data was used up.
+            ends = self._exhausted(it) if clock.step >= self.max_steps else self._steps(it)
+            if not ends:
                 return  # max_steps reached mid-epoch: no epoch_end for a partial epoch
             clock.end_epoch()
             self.epoch_open = False
             now = clock.now()
+            self._publish_loss()  # the epoch's own train/loss, for its hooks and triggers
             dispatch.run_hooks("_after_epoch", now)
             dispatch.run_hooks("_trigger_epoch", now)
-            self._publish_loss()
             dispatch.fire("epoch_end")
             dispatch.metrics.flush()
             self.agreement.after_epoch_end()
