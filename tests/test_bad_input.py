@@ -83,7 +83,7 @@ class TestRefusedByCheck:
         code, err = _check(tmp_path, text, capsys, "--import")
         assert code == 2
         assert "callbacks.a.type: 'subprocess:Popen' is not a callback class" in err
-        from schedtrain.training.main import build_callbacks
+        from schedtrain.training.from_spec import build_callbacks
 
         with pytest.raises(SpecError, match="is not a callback class"):
             build_callbacks(loads_spec(text))  # what `train` does

@@ -13,6 +13,8 @@ import pytest
 import torch
 from jobs.trials import compare, env, final_weights, leftovers, lines, run_to_end, train, write_spec
 
+from schedtrain.checkpoints import newest_valid
+
 pytestmark = pytest.mark.slow
 EPOCHS = 6
 
@@ -119,6 +121,12 @@ def test_a_second_sigint_aborts_at_once(job: tuple[Path, Path], tmp_path: Path) 
     assert proc.returncode in (75, 130), err  # the second may land after the checkpoint
     assert "Traceback" not in err
     if proc.returncode == 130:
-        assert "interrupted" in err and not any(
+        # One line: no checkpoint of the step in progress, and where a resume continues.
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("interrupted") and "no checkpoint was written" in last
+        found = newest_valid(run_dir / "checkpoints")
+        assert (f"continues from {str(found)!r}" if found is not None
+                else "start again from step 0") in last
+        assert not any(
             p.name.startswith("step-") and torch.load(p, weights_only=True)["phase"] == "preempt"
             for p in (run_dir / "checkpoints").glob("*.pt"))

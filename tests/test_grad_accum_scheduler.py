@@ -17,7 +17,7 @@ from schedtrain import Schedule, SpecError, at, every, simulate
 from schedtrain.callbacks import Callback, GradientAccumulationScheduler, ModelSaver
 from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
-from schedtrain.training.main import build_callbacks
+from schedtrain.training.from_spec import build_callbacks
 
 BATCHES, BATCH_SIZE, EPOCHS = 7, 2, 4
 

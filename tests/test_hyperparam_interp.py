@@ -99,7 +99,7 @@ def test_toml_takes_the_interpolation_by_name() -> None:
     its key path with the choices."""
     from schedtrain import SpecError
     from schedtrain.spec import loads_spec
-    from schedtrain.training.main import build_callbacks
+    from schedtrain.training.from_spec import build_callbacks
 
     setter = build_callbacks(loads_spec(_toml("cosine")))["lr"]
     assert setter.interp == "cosine"

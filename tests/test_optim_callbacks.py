@@ -15,7 +15,7 @@ from schedtrain import Schedule, SpecError, at, every, on
 from schedtrain.callbacks import Callback, LearningRateMonitor, LRScheduler, ModelSaver
 from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
-from schedtrain.training.main import build_callbacks
+from schedtrain.training.from_spec import build_callbacks
 
 EPOCHS, STEPS = 3, 5
 

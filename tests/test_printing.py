@@ -14,7 +14,7 @@ from schedtrain import Scheduled, every
 from schedtrain.callbacks import Callback, PrintMetrics, PrintProgress
 from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
-from schedtrain.training.main import build_callbacks
+from schedtrain.training.from_spec import build_callbacks
 
 
 def _fit(callbacks: list[object], lengths: list[int], **kw: object) -> Trainer:

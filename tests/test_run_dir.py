@@ -139,3 +139,36 @@ def test_ended_is_what_a_resume_refuses(status: str, epoch: int, step: int,
         finally:
             directory.release()
         assert said == refused
+
+
+class TestProgressInRunJson:
+    """run.json says how far a run got, even after kill -9."""
+
+    def test_each_checkpoint_is_recorded(self, tmp_path: Path) -> None:
+        """While training, run.json holds the step of the newest checkpoint."""
+        seen: list[tuple[int, int]] = []
+
+        class Read(Noop):
+            def _trigger(self) -> None:
+                status = json.loads((tmp_path / "run.json").read_text())
+                seen.append((self.now.step, status["step"]))
+
+        model, opt = tiny_model()
+        Trainer(model, opt, UnevenData([3, 3]), mse,
+                schedule=Schedule({"save": every("2 steps"), "read": every("1 step")}),
+                bindings={"save": ModelSaver(keep=None), "read": Read()}, max_epochs=2,
+                run_dir=tmp_path, handle_signals=False).fit()
+        # The newest checkpoint before each step's reading: saves land after the event.
+        assert seen == [(s, 2 * ((s - 1) // 2)) for s in range(1, 7)]
+
+    def test_a_dead_run_is_described_as_such(self, tmp_path: Path) -> None:
+        """A plain train in the directory of a killed run names its step and its gone
+        process, not 'running at step 0'."""
+        _trainer(tmp_path, epochs=2).fit()
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+        status = json.loads((tmp_path / "run.json").read_text())
+        status.update(status="running", pid=int(gone.stdout))
+        (tmp_path / "run.json").write_text(json.dumps(status))
+        with pytest.raises(RunDirError, match=r"killed or lost at step 6 \(its process"):
+            _trainer(tmp_path, epochs=2).fit()

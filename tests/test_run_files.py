@@ -229,3 +229,25 @@ def test_a_full_disk_names_the_checkpoint_write(tmp_path: Path) -> None:
         read_checkpoint(path)
     with pytest.raises(CheckpointError):
         read_checkpoint(tmp_path / "run" / "checkpoints" / "step-00000003.pt")
+
+
+class TestTaskFactories:
+    """A task factory must return a Task: anything else is exit 2, with nothing trained."""
+
+    @pytest.mark.parametrize(("task", "says"), [
+        ("sys:exit", "standard library"), ("os:getcwd", "standard library"),
+        ("tasks:exits", "exited"), ("tasks:returns_none", "got NoneType"),
+    ])
+    def test_the_run_is_refused(self, tmp_path: Path, task: str, says: str) -> None:
+        (tmp_path / "tasks.py").write_text("import sys\n\ndef exits():\n    sys.exit(0)\n\n"
+                                           "def returns_none():\n    return None\n")
+        spec = tmp_path / "job.toml"
+        spec.write_text(f'[run]\ntask = "{task}"\nmax_epochs = 1\n\n'
+                        '[callbacks.save]\ntype = "ModelSaver"\ntrigger = { every = "1 epoch" }\n')
+        out = subprocess.run([sys.executable, "-m", "schedtrain", "train", str(spec),
+                              "--run-dir", str(tmp_path / "run")], capture_output=True,
+                             text=True, timeout=120, check=False, cwd=tmp_path)
+        assert out.returncode == 2, out.stderr
+        assert "run.task" in out.stderr and says in out.stderr
+        assert "Traceback" not in out.stderr
+        assert not (tmp_path / "run" / "checkpoints").exists()

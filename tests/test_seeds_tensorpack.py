@@ -14,7 +14,7 @@ import torch
 
 from schedtrain.callbacks import Callback
 from schedtrain.spec import load_spec
-from schedtrain.training.main import build_callbacks
+from schedtrain.training.from_spec import build_callbacks
 
 pytest.importorskip("sklearn")
 ROOT = Path(__file__).resolve().parent.parent

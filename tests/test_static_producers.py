@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from schedtrain.spec import loads_spec
 from schedtrain.spec.metrics import BUILTIN_PRODUCES, TRAINER_METRICS, static_producers
 from schedtrain.spec.registry import BUILTINS
-from schedtrain.training.main import build_callbacks
+from schedtrain.training.from_spec import build_callbacks
 
 _name = st.from_regex(r"[a-z][a-z0-9_]{0,8}(/[a-z][a-z0-9_]{0,8})?", fullmatch=True)
 _prefix = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)

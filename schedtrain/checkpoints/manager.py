@@ -95,6 +95,9 @@ class Checkpoints:
         self.log = False
         #: folders this process wrote checkpoints into: the only ones it deletes from
         self._folders: set[Path] = set()
+        #: told ``(path, phase, step, epoch)`` after each checkpoint is written (the run
+        #: directory records it in ``run.json``, so a killed run says how far it got)
+        self.on_written: Callable[[Path, str, int, int], None] | None = None
 
     # -- which checkpoints ---------------------------------------------------------------------
     def key(self, path: Path) -> str:
@@ -206,6 +209,8 @@ class Checkpoints:
             raise failed from exc
         if self.log:
             _log.debug("checkpoint", path=str(written), step=step, phase=phase)
+        if self.on_written is not None and (comm is None or comm.is_chief):
+            self.on_written(written, phase, step, epoch)
         return written
 
     def read(self, path: Path) -> dict[str, Any]:

@@ -39,6 +39,8 @@ EXIT_BAD_INPUT: Final = 2
 #: SIGTERM/SIGINT stopped training after a checkpoint: run again with --resume auto
 #: (sysexits' EX_TEMPFAIL, "try again later").
 EXIT_PREEMPTED: Final = 75
+#: A second Ctrl-C: stopped at once, no checkpoint of the step in progress (128 + SIGINT).
+EXIT_INTERRUPTED: Final = 130
 
 
 
@@ -255,6 +257,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # a second Ctrl-C: no checkpoint of the step in progress
+        from schedtrain.training.from_spec import interrupted_line
+
+        print(interrupted_line(spec, args.run_dir), file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Preempted as exc:
         if os.environ.get("RANK", "0") != "0":  # the chief reports for every rank
             return EXIT_PREEMPTED
@@ -332,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         if args.traceback:
             traceback.print_exc()

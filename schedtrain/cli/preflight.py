@@ -31,7 +31,7 @@ def check_spec(spec: Spec, do_import: bool) -> tuple[Any, list[str]]:
             raise ScheduleError([*problems, *more])
         return None, notes
     try:
-        from schedtrain.training.main import prepare_run
+        from schedtrain.training.from_spec import prepare_run
     except ImportError as exc:
         raise UsageError(f"--import checks callbacks and the task with schedtrain.training "
                          f"(and torch), which cannot be imported: {exc}") from None
@@ -58,7 +58,7 @@ def derived_clock(spec: Spec, do_import: bool, task: Any = None) -> tuple[Spec, 
     counted = None
     if do_import and spec.run is not None and spec.run.task:
         try:
-            from schedtrain.training.main import count_steps_per_epoch
+            from schedtrain.training.from_spec import count_steps_per_epoch
         except ImportError as exc:
             raise UsageError(f"--import counts the task's batches with schedtrain.training "
                              f"(and torch), which cannot be imported: {exc}") from None

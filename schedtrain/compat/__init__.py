@@ -43,6 +43,7 @@ MOVED: Final[dict[str, str]] = {
     "schedtrain.training.checkpoint": "schedtrain.checkpoints",
     "schedtrain.training.sharded": "schedtrain.checkpoints.sharded",
     "schedtrain.training.state": "schedtrain.training.data_position",
+    "schedtrain.training.main": "schedtrain.training.from_spec",
 }
 
 

@@ -3,8 +3,8 @@
 from schedtrain.errors import RunDirError as RunDirError
 from schedtrain.errors import RunEnded as RunEnded
 from schedtrain.training.data_position import seed_everything as seed_everything
-from schedtrain.training.main import Task as Task
-from schedtrain.training.main import train_from_spec as train_from_spec
+from schedtrain.training.from_spec import Task as Task
+from schedtrain.training.from_spec import train_from_spec as train_from_spec
 from schedtrain.training.trainer import Trainer as Trainer
 
 __all__ = ["RunDirError", "RunEnded", "Task", "Trainer", "seed_everything", "train_from_spec"]

@@ -142,8 +142,7 @@ class RunDirectory:
         try:
             if fresh and self.holds_a_run():
                 if not overwrite:
-                    shown = f" ({status['status']} at step {status.get('step')})" if status \
-                        else ""
+                    shown = f" ({_described(status)})" if status else ""
                     raise RunDirError(f"run directory {str(self.path)!r} holds a run{shown}; "
                                       "resume it (--resume auto) or start over (--overwrite)")
                 self.clear()
@@ -178,8 +177,34 @@ class RunDirectory:
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"
         write_atomic(self.path / RUN_FILE, lambda f: f.write(text.encode()))
 
+    def checkpoint_written(self, path: Path, phase: str, step: int, epoch: int) -> None:
+        """Record the run's progress at each checkpoint: after a ``kill -9``, ``run.json``
+        says how far the run got and which checkpoint it wrote last."""
+        # Still running: how it ends (finished, stopped, preempted) is recorded after.
+        self.record("running", step=step, epoch=epoch, checkpoint=str(path), phase=phase)
+
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
+
+
+def _described(status: dict[str, Any]) -> str:
+    """``running at step 300``, or for a run whose process is gone, ``killed or lost at
+    step 300 (its process 1234 is gone)``."""
+    step = status.get("step")
+    pid = status.get("pid")
+    if status.get("status") == "running" and isinstance(pid, int) and not _alive(pid):
+        return f"killed or lost at step {step} (its process {pid} is gone)"
+    return f"{status.get('status')} at step {step}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True
 
 
 def _ended(status: dict[str, Any], max_epochs: int | None, max_steps: int | None,

@@ -10,6 +10,7 @@ packages. The function takes no arguments and returns a ``Task``.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,6 +20,7 @@ import attrs
 import structlog
 import torch
 
+from schedtrain.checkpoints import newest_valid
 from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
@@ -30,8 +32,17 @@ from schedtrain.training.run_dir import RunDirectory
 if TYPE_CHECKING:
     from schedtrain.training.trainer import Trainer
 
-__all__ = ["Prepared", "Task", "build_callbacks", "count_steps_per_epoch", "load_task",
-           "prepare_run", "train_from_spec"]
+__all__ = [
+    "Prepared",
+    "Task",
+    "build_callbacks",
+    "count_steps_per_epoch",
+    "interrupted_line",
+    "load_task",
+    "prepare_run",
+    "run_dir_of",
+    "train_from_spec",
+]
 
 _log = structlog.get_logger("schedtrain.training")
 
@@ -70,6 +81,12 @@ def load_task(spec: Any, target: str) -> Task:
     module_name, _, func_name = target.partition(":")
     if not module_name or not func_name:
         raise _problem(spec, "run.task", f"expected 'module:function', got {target!r}")
+    if module_name.partition(".")[0] in sys.stdlib_module_names:
+        # Never call into the standard library: `sys:exit` ends the run with exit 0 having
+        # trained nothing, `os:system` runs a shell.
+        raise _problem(spec, "run.task", f"{target!r} is in Python's standard library, not "
+                       "a task factory: give 'module:function' of your own code, whose "
+                       "function returns a schedtrain.training.Task")
     add_user_paths(getattr(spec, "path", None))
     try:
         module = import_module(module_name)
@@ -80,10 +97,15 @@ def load_task(spec: Any, target: str) -> Task:
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
         raise _problem(spec, "run.task", f"{module_name!r} has no function {func_name!r}"
                        f"{did_you_mean(func_name, names)}")
-    task = factory()
+    try:
+        task = factory()
+    except SystemExit as exc:  # the factory's exit is not the run's: nothing was trained
+        raise _problem(spec, "run.task", f"task factory {target!r} exited (SystemExit("
+                       f"{exc.code!r})) instead of returning a schedtrain.training.Task"
+                       ) from None
     if not isinstance(task, Task):
-        raise TypeError(f"task factory {target!r} must return a schedtrain.training.Task, "
-                        f"got {type(task).__name__}")
+        raise _problem(spec, "run.task", f"task factory {target!r} must return a "
+                       f"schedtrain.training.Task, got {type(task).__name__}")
     return task
 
 
@@ -234,8 +256,7 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
                 warnings.warn(note, ScheduleWarning, stacklevel=2)
     run, task, bindings = spec.run, prepared.task, prepared.bindings
     assert run is not None and task is not None
-    stem = Path(spec.path).stem if spec.path else "run"
-    out_dir = Path(run_dir or run.run_dir or f"runs/{stem}")
+    out_dir = run_dir_of(spec, run_dir)
     trainer = Trainer(
         task.model, task.optimizer, task.train_data, task.loss_fn, task.step_fn,
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
@@ -250,6 +271,29 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
     finally:
         trainer.close()
     return trainer
+
+
+def run_dir_of(spec: Spec, run_dir: str | None) -> Path:
+    """The run directory ``train`` uses: ``--run-dir``, else ``[run] run_dir``, else
+    ``runs/<spec stem>``."""
+    stem = Path(spec.path).stem if spec.path else "run"
+    return Path(run_dir or (spec.run.run_dir if spec.run else None) or f"runs/{stem}")
+
+
+def interrupted_line(spec: Spec, run_dir: str | None) -> str:
+    """What a second Ctrl-C left: no checkpoint of the step in progress, and where a
+    resume would continue."""
+    out = run_dir_of(spec, run_dir)
+    status = RunDirectory(out).status() or {}
+    step = status.get("step")
+    at = f" at step {step}" if step is not None else ""
+    found = newest_valid(out / "checkpoints")
+    if found is None:
+        then = "`--resume auto` would start again from step 0 (no valid checkpoint in " \
+               f"{str(out / 'checkpoints')!r})"
+    else:
+        then = f"`--resume auto` continues from {str(found)!r}"
+    return f"interrupted{at} (a second Ctrl-C): no checkpoint was written for it; {then}"
 
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
