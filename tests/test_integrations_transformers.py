@@ -20,7 +20,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from schedtrain import Schedule, ScheduleWarning, Unit, every, simulate
+from schedtrain import Schedule, ScheduleWarning, Unit, every, simulate, when
 from schedtrain import on as on_
 from schedtrain.integrations.transformers import ScheduleCallback
 from tests.host_strategies import counters, host_schedules
@@ -78,11 +78,12 @@ def train(tmp: Path, cb: ScheduleCallback, shape: Shape, callbacks: list[Any],
 
 def simulated(schedule: Schedule, shape: Shape, losses: list[tuple[int, float]]
               ) -> list[tuple[object, ...]]:
-    """simulate() with the losses HF logged: a loss logged after step s is seen from step
-    s + 1, and at its epoch's end when s ended the epoch."""
+    """simulate() with the losses HF logged: HF logs after ``on_step_end``, so a loss
+    logged after step s is seen from the next micro-batch on (its ``batch_end``, and step
+    s + 1's end), and at its epoch's end when s ended the epoch."""
     epochs, steps, accum, rows = shape
-    stream = [((f"{s // steps} epochs" if s % steps == 0 else s + 1), "loss", v)
-              for s, v in losses]
+    stream = [((f"{s // steps} epochs" if s % steps == 0 else f"{s * accum + 1} batches"),
+               "loss", v) for s, v in losses]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ScheduleWarning)
         log = simulate(schedule, epochs=epochs, steps_per_epoch=steps, batches_per_step=accum,
@@ -102,6 +103,19 @@ quiet = pytest.mark.filterwarnings("ignore")
 @quiet
 class TestAgainstSimulation:
     """The firing list inside the HF Trainer is simulate()'s on HF's clock."""
+
+    @pytest.mark.parametrize("accum", [1, 2])
+    def test_a_logged_loss_is_seen_from_the_next_micro_batch(self, tmp_path: Path,
+                                                             accum: int) -> None:
+        """HF logs after ``on_step_end``: the loss of step s is read at the next
+        micro-batch's ``batch_end`` (before step s + 1 ends), as simulated."""
+        schedule = with_logging(Schedule({"cb0": every("1 batch") & when("loss > 0")}))
+        logged = Logged()
+        cb = schedule_callback(schedule)
+        train(tmp_path, cb, (1, 3, accum, 1), [logged])
+        fired = counters(cb.firings)
+        assert ("cb0", "batch_end") in {f[:2] for f in fired}
+        assert fired == simulated(schedule, (1, 3, accum, 1), logged.losses)
 
     @settings(max_examples=8, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
