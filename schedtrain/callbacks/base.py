@@ -43,6 +43,7 @@ from schedtrain.triggers import Trigger, every
 
 if TYPE_CHECKING:
     from schedtrain.callbacks.context import TrainingContext
+    from schedtrain.clock import Clock
     from schedtrain.monitors.store import MetricStore
     from schedtrain.time import Timestamp
 
@@ -220,6 +221,35 @@ class Callback:
         return self.trainer.clock.now()
 
     @property
+    def epoch_num(self) -> int:
+        """tensorpack's ``epoch_num``: the 1-based number of the current epoch (1 during the
+        first epoch and still 1 in its ``_after_epoch`` and ``_trigger_epoch``; 0 before the
+        first epoch starts). Read-only."""
+        clock = self._bound_clock("epoch_num")
+        return clock.epoch + 1 if clock.in_epoch else clock.epoch
+
+    @epoch_num.setter
+    def epoch_num(self, _value: object) -> None:
+        raise AttributeError(_read_only(self, "epoch_num", "the trainer's clock counts epochs"))
+
+    @property
+    def global_step(self) -> int:
+        """tensorpack's ``global_step``: the optimizer steps completed so far. Read-only."""
+        return self._bound_clock("global_step").step
+
+    @global_step.setter
+    def global_step(self, _value: object) -> None:
+        raise AttributeError(_read_only(self, "global_step", "the trainer's clock counts steps"))
+
+    def _bound_clock(self, what: str) -> Clock:
+        trainer: TrainingContext | None = getattr(self, "trainer", None)
+        if trainer is None:
+            raise AttributeError(
+                f"{type(self).__name__}.{what} is known only while training: the callback is "
+                "not bound to a trainer yet (it is, from its _setup on)")
+        return trainer.clock
+
+    @property
     def metrics(self) -> MetricStore:
         """The metric store: ``put(name, value)``, ``latest(name)``, ``history(name)``."""
         return self.trainer.metrics
@@ -250,6 +280,11 @@ STOP_PLACES_BEYOND_TRIGGER = (*PER_EVENT_HOOKS, "_setup", "_before_train",
                               "load_state_dict")
 _STOP_PLACES = ("_trigger", "trigger", *STOP_PLACES_BEYOND_TRIGGER,
                 *(h.lstrip("_") for h in STOP_PLACES_BEYOND_TRIGGER))
+
+
+def _read_only(callback: Callback, name: str, why: str) -> str:
+    return (f"{type(callback).__name__}.{name} is read-only ({why}); keep your own count "
+            "under another name")
 
 
 def stops_alone(callback: object) -> bool:

@@ -8,7 +8,8 @@ Each returns a ``Scheduled`` (callback + trigger + hook gate) for a trainer:
 * ``EnableCallbackIf(cb, pred)``: the callback's per-event hooks and its trigger
   run only while ``pred(cb)`` is true; ``pred`` is evaluated when each hook would run.
 * ``PeriodicCallback(cb, every_k_steps=, every_k_epochs=)``: ``EnableCallbackIf``
-  with the predicate ``step % k == 0 or epoch % k == 0``: it can only make a
+  with the predicate ``global_step % k == 0 or epoch_num % k == 0`` (tensorpack's
+  counters: ``epoch_num`` is 1-based, 1 during the first epoch): it can only make a
   callback *less* frequent.
 """
 
@@ -94,38 +95,65 @@ def EnableCallbackIf(callback: Any, pred: Callable[[Any], bool]) -> Scheduled:
     return Scheduled(all_of(trigger, when(check)), inner, name, _both(gate, check))
 
 
+#: Events inside an epoch: there tensorpack's ``epoch_num`` is the completed epochs + 1.
+_INSIDE_EPOCH = frozenset({"epoch_start", "batch_end", "step_end"})
+
+
 @attrs.frozen(repr=False)
 class Divisible(Trigger):
-    """True where ``step % steps == 0`` or ``epoch % epochs == 0`` (a clock state, not a crossing).
+    """True where ``global_step % steps == 0`` or ``epoch_num % epochs == 0`` (a clock state,
+    not a crossing), with tensorpack's counters: ``global_step`` the steps completed,
+    ``epoch_num`` the 1-based number of the current epoch (completed epochs + 1 at
+    ``epoch_start``, ``batch_end`` and ``step_end``; the completed epochs at other events).
 
-    tensorpack's ``PeriodicCallback`` predicate; also usable as a hook gate.
+    tensorpack's ``PeriodicCallback`` predicate.
     """
 
     steps: int | None
     epochs: int | None
 
-    def __call__(self, ts: Timestamp) -> bool:
-        if self.steps is not None and ts.step % self.steps == 0:
+    def holds(self, step: int, epoch_num: int) -> bool:
+        """The predicate at these tensorpack counters."""
+        if self.steps is not None and step % self.steps == 0:
             return True
-        return self.epochs is not None and ts.epoch % self.epochs == 0
+        return self.epochs is not None and epoch_num % self.epochs == 0
 
     def evaluate(self, pt: Point) -> bool:
-        return self(pt.now)
+        now = pt.now
+        return self.holds(now.step, now.epoch + (pt.event in _INSIDE_EPOCH))
 
     def __repr__(self) -> str:
         return f"Divisible(steps={self.steps!r}, epochs={self.epochs!r})"
 
 
+@attrs.frozen
+class _PeriodicGate:
+    """``PeriodicCallback``'s hook gate: the predicate at the callback's own ``global_step``
+    and ``epoch_num`` (tensorpack's counters, which know whether an epoch is open)."""
+
+    divisible: Divisible
+    callback: Any
+
+    def __call__(self, ts: Timestamp) -> bool:
+        epoch_num = getattr(self.callback, "epoch_num", None)
+        # Hooks run only on trainer-bound callbacks, which have epoch_num; an object
+        # without it (a stand-in in a test) is judged on the completed epochs.
+        return self.divisible.holds(ts.step, epoch_num if isinstance(epoch_num, int)
+                                    else ts.epoch)
+
+
 def PeriodicCallback(
     callback: Any, every_k_steps: int | None = None, every_k_epochs: int | None = None
 ) -> Scheduled:
-    """Enable ``callback`` only when ``step % k == 0`` or ``epoch % k == 0``."""
+    """Enable ``callback`` only when ``global_step % k == 0`` or ``epoch_num % k == 0``
+    (tensorpack's counters: ``epoch_num`` is 1 during the first epoch)."""
     _check_k("every_k_steps", every_k_steps)
     _check_k("every_k_epochs", every_k_epochs)
     if every_k_steps is None and every_k_epochs is None:
         raise ValueError("PeriodicCallback needs every_k_steps or every_k_epochs")
     inner, trigger, gate, name = _unwrap(callback)
     check = Divisible(every_k_steps, every_k_epochs)
-    return Scheduled(all_of(trigger, check), inner, name, _both(gate, check))
+    return Scheduled(all_of(trigger, check), inner, name,
+                     _both(gate, _PeriodicGate(check, inner)))
 
 
