@@ -204,6 +204,17 @@ class Callback:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
 
+    @property
+    def bare_trigger_epoch(self) -> str:
+        """How ``_trigger_epoch`` runs when the callback is given without a trigger
+        (``Scheduled.trigger_epoch``): ``"fires"`` when its class overrides
+        ``_trigger_epoch`` and keeps the base ``default_trigger``, as in tensorpack, where
+        an overridden ``_trigger_epoch`` *replaces* the per-epoch ``trigger()`` call (so
+        ``_trigger`` runs only when called, not every epoch as well); else ``"hook"``."""
+        if overrides(self, "_trigger_epoch") and self.default_trigger is Callback.default_trigger:
+            return "fires"
+        return "hook"
+
     # -- context -------------------------------------------------------------------------
     @property
     def model(self) -> torch.nn.Module:

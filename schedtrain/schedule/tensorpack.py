@@ -4,7 +4,8 @@ Each returns a ``Scheduled`` (callback + trigger + hook gate) for a trainer:
 
 * ``PeriodicTrigger(cb, every_k_steps=, every_k_epochs=, before_train=)``: run
   ``cb``'s ``_trigger`` when ``step % k == 0`` (at step end) or ``epoch % k == 0``
-  (at epoch end), or once before training. Its other hooks run as usual.
+  (at epoch end), or once before training. Its other hooks run as usual, except
+  ``_trigger_epoch``: as in tensorpack, the wrapper replaces that call.
 * ``EnableCallbackIf(cb, pred)``: the callback's per-event hooks and its trigger
   run only while ``pred(cb)`` is true; ``pred`` is evaluated when each hook would run.
 * ``PeriodicCallback(cb, every_k_steps=, every_k_epochs=)``: ``EnableCallbackIf``
@@ -33,11 +34,23 @@ __all__ = ["Divisible", "EnableCallbackIf", "PeriodicCallback", "PeriodicTrigger
 _DEFAULT = every("1 epoch")
 
 
-def _unwrap(callback: Any) -> tuple[Any, Trigger, Callable[[Timestamp], bool] | None, str | None]:
+@attrs.frozen
+class _Parts:
+    callback: Any
+    trigger: Trigger
+    gate: Callable[[Timestamp], bool] | None
+    name: str | None
+    trigger_epoch: str
+
+
+def _unwrap(callback: Any) -> _Parts:
     if isinstance(callback, Scheduled):
-        return callback.callback, callback.trigger, callback.gate, callback.name
+        return _Parts(callback.callback, callback.trigger, callback.gate, callback.name,
+                      callback.trigger_epoch)
     trigger = getattr(callback, "default_trigger", None)
-    return callback, trigger if isinstance(trigger, Trigger) else _DEFAULT, None, None
+    mode = getattr(callback, "bare_trigger_epoch", "hook")  # a Callback's, as bind() reads it
+    return _Parts(callback, trigger if isinstance(trigger, Trigger) else _DEFAULT, None, None,
+                  mode if isinstance(mode, str) else "hook")
 
 
 def _check_k(name: str, k: int | None) -> None:
@@ -64,8 +77,10 @@ def PeriodicTrigger(
     if not parts:
         raise ValueError(
             "PeriodicTrigger needs every_k_steps, every_k_epochs or before_train=True")
-    inner, _, gate, name = _unwrap(callback)
-    return Scheduled(any_of(*parts), inner, name, gate)
+    p = _unwrap(callback)
+    # tensorpack's PeriodicTrigger takes the epoch call over: the wrapped callback's
+    # trigger_epoch is never called, its trigger() is (every k).
+    return Scheduled(any_of(*parts), p.callback, p.name, p.gate, trigger_epoch="off")
 
 
 @attrs.frozen
@@ -90,9 +105,10 @@ def EnableCallbackIf(callback: Any, pred: Callable[[Any], bool]) -> Scheduled:
     """Run ``callback``'s hooks and trigger only while ``pred(callback)`` is true."""
     if not callable(pred):
         raise TypeError(f"EnableCallbackIf needs a callable predicate, got {pred!r}")
-    inner, trigger, gate, name = _unwrap(callback)
-    check = _CallbackPredicate(pred, inner)
-    return Scheduled(all_of(trigger, when(check)), inner, name, _both(gate, check))
+    p = _unwrap(callback)
+    check = _CallbackPredicate(pred, p.callback)
+    return Scheduled(all_of(p.trigger, when(check)), p.callback, p.name, _both(p.gate, check),
+                     trigger_epoch=p.trigger_epoch)
 
 
 #: Events inside an epoch: there tensorpack's ``epoch_num`` is the completed epochs + 1.
@@ -151,9 +167,10 @@ def PeriodicCallback(
     _check_k("every_k_epochs", every_k_epochs)
     if every_k_steps is None and every_k_epochs is None:
         raise ValueError("PeriodicCallback needs every_k_steps or every_k_epochs")
-    inner, trigger, gate, name = _unwrap(callback)
+    p = _unwrap(callback)
     check = Divisible(every_k_steps, every_k_epochs)
-    return Scheduled(all_of(trigger, check), inner, name,
-                     _both(gate, _PeriodicGate(check, inner)))
+    return Scheduled(all_of(p.trigger, check), p.callback, p.name,
+                     _both(p.gate, _PeriodicGate(check, p.callback)),
+                     trigger_epoch=p.trigger_epoch)
 
 
