@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 import torch
 
+from schedtrain.callbacks.porting import porting_message, uncalled
+from schedtrain.errors import PortingWarning
 from schedtrain.triggers import Trigger, every
 
 if TYPE_CHECKING:
@@ -97,6 +99,16 @@ class Callback:
     trainer: TrainingContext
     name: str | None = None
     _old_before_step = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Warn (``PortingWarning``) once for each lineage hook the class defines that
+        schedtrain never calls (``schedtrain.callbacks.porting``): it would be silently
+        ignored."""
+        super().__init_subclass__(**kwargs)
+        for hook in uncalled([cls]):
+            # stacklevel 2: the class statement (type.__new__ runs no Python frame)
+            warnings.warn(porting_message(cls.__qualname__, hook), PortingWarning,
+                          stacklevel=2)
 
     # -- public API, called by the trainer -------------------------------------------------
     def setup(self, trainer: TrainingContext) -> None:
