@@ -25,10 +25,18 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "migrating.md"
 CALLED = sorted(n for n in dir(Callback) if not n.startswith("__"))
 
 
-def _define(*hooks: str, name: str = "Ported") -> list[warnings.WarningMessage]:
+def _lightning(self: Any, trainer: Any, pl_module: Any, stage: Any) -> None:
+    """A hook with Lightning's arguments."""
+
+
+def _flexible(self: Any, *args: Any, **kwargs: Any) -> None:
+    """A hook taking whatever schedtrain passes."""
+
+
+def _define(*hooks: str, body: Any = _lightning) -> list[warnings.WarningMessage]:
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        type(name, (Callback,), {h: lambda self, *a, **k: None for h in hooks})
+        type("Ported", (Callback,), dict.fromkeys(hooks, body))
     return [w for w in seen if issubclass(w.category, PortingWarning)]
 
 
@@ -43,16 +51,31 @@ class TestWarning:
         entry = LINEAGE_HOOKS[hook]
         assert [str(w.message) for w in seen] == [porting_message("Ported", entry)]
         text = str(seen[0].message)
-        assert text.startswith(f"Ported defines {hook}, ")
+        assert text.startswith(f"Ported defines {hook}")
         assert entry.library in text and "\n" not in text
         assert entry.instead.replace("`", "") in text
 
     @pytest.mark.parametrize("name", CALLED)
     def test_names_schedtrain_calls_never_warn(self, name: str) -> None:
-        """A class overriding any name of ``Callback`` (hooks it calls, state_dict...) gets
-        no warning; the table shares no name with the base class."""
-        assert name not in LINEAGE_HOOKS
-        assert _define(name) == []
+        """A class overriding any name of ``Callback`` (hooks it calls, state_dict...) with
+        arguments schedtrain passes gets no warning; the table names none of them but those
+        it calls with fewer arguments than Lightning."""
+        assert name not in LINEAGE_HOOKS or LINEAGE_HOOKS[name].passes is not None
+        assert _define(name, body=_flexible) == []
+
+    @pytest.mark.parametrize("name", ["setup", "on_exception"])
+    def test_lightning_arguments_on_a_called_name(self, name: str) -> None:
+        """``setup(self, trainer, pl_module, stage)`` / ``on_exception(self, trainer,
+        pl_module, exc)`` warn (schedtrain calls them with one argument); the schedtrain
+        forms do not."""
+        [warning] = _define(name)
+        assert str(warning.message).startswith(
+            f"Ported defines {name} with Lightning's arguments, which schedtrain does not "
+            "pass: write _")
+
+        def one_arg(self: Any, arg: Any) -> None: ...
+
+        assert _define(name, body=one_arg) == []
 
     def test_once_per_class_and_hook(self) -> None:
         """Two hooks: two warnings; a subclass that does not define them again: none."""
@@ -85,13 +108,14 @@ class TestNeverCalled:
     """The table's claim holds: the trainer calls none of those names."""
 
     def test_training_calls_none(self) -> None:
-        """A callback defining every hook of the table trains 2 epochs without any of
-        them running."""
+        """A callback defining every hook of the table (but the two schedtrain calls with
+        its own arguments) trains 2 epochs without any of them running."""
         calls: list[str] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PortingWarning)
-            Everything = type("Everything", (Callback,), {h: _recorder(calls, h)
-                                                          for h in LINEAGE_HOOKS})
+            Everything = type("Everything", (Callback,), {
+                name: _recorder(calls, name) for name, hook in LINEAGE_HOOKS.items()
+                if hook.passes is None})
         model, opt = tiny_model()
         Trainer(model, opt, UnevenData([3, 3]), torch.nn.functional.mse_loss,
                 callbacks=[Everything()], max_epochs=2).fit()

@@ -8,6 +8,7 @@ schedtrain calls (``_before_epoch``, ``state_dict``...) is never in it. Plain da
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -32,6 +33,25 @@ class LineageHook:
     name: str
     library: str
     instead: str
+    #: For a name schedtrain *does* call (``setup``, ``on_exception``): how many arguments
+    #: it passes; a definition needing more has the lineage's signature and would fail.
+    passes: int | None = None
+
+    def clashes(self, function: object) -> bool:
+        """Whether ``function``, defined under this name, is the lineage's hook: any
+        definition when schedtrain never calls the name, else one needing more positional
+        arguments than schedtrain passes."""
+        if self.passes is None:
+            return True
+        if not callable(function):
+            return False
+        try:
+            params = list(inspect.signature(function).parameters.values())[1:]  # self
+        except (TypeError, ValueError):
+            return False
+        required = [p for p in params if p.default is p.empty
+                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return len(required) > self.passes
 
 
 def _on(event: str, hook: str | None = None) -> str:
@@ -115,25 +135,42 @@ _TABLE: Final[tuple[tuple[str, str, str], ...]] = (
     ("on_load_checkpoint", PL, "`load_state_dict(self, state)`"),
 )
 
+#: Names schedtrain calls with fewer arguments than Lightning: (name, arguments passed,
+#: what to write).
+_CALLED: Final[tuple[tuple[str, int, str], ...]] = (
+    ("setup", 1, "`_setup(self)` (schedtrain calls `setup(trainer)` to bind the callback)"),
+    ("on_exception", 1, "`_on_exception(self, exc)` (schedtrain calls `on_exception(exc)`)"),
+)
+
 #: Hook name -> what it is and what to write instead, in the order above.
 LINEAGE_HOOKS: Final[Mapping[str, LineageHook]] = {
-    name: LineageHook(name, library, instead) for name, library, instead in _TABLE}
+    **{name: LineageHook(name, library, instead) for name, library, instead in _TABLE},
+    **{name: LineageHook(name, PL, instead, passes) for name, passes, instead in _CALLED}}
 
 
 def porting_message(class_name: str, hook: LineageHook) -> str:
     """One line: the class, the hook and its library, and what to write instead."""
     article = "an" if hook.library[0] in "aeiou" else "a"
     instead = hook.instead.replace("`", "")
+    if hook.passes is not None:
+        return (f"{class_name} defines {hook.name} with {hook.library}'s arguments, which "
+                f"schedtrain does not pass: write {instead}")
     return (f"{class_name} defines {hook.name}, {article} {hook.library} hook that "
             f"schedtrain never calls: write {instead}")
 
 
 def uncalled(classes: Iterable[type]) -> list[LineageHook]:
-    """The lineage hooks defined in ``classes``' own bodies, each once, in table order."""
-    own = set().union(*(vars(c) for c in classes))
-    return [h for name, h in LINEAGE_HOOKS.items() if name in own]
+    """The lineage hooks defined in ``classes``' own bodies (the first definition of each
+    name counts), each once, in table order."""
+    found: dict[str, object] = {}
+    for klass in classes:
+        for name, value in vars(klass).items():
+            found.setdefault(name, value)
+    return [h for name, h in LINEAGE_HOOKS.items() if name in found and h.clashes(found[name])]
 
 
 def markdown_rows() -> list[str]:
     """The table as docs/migrating.md quotes it, one row a hook."""
-    return [f"| `{h.name}` | {h.library} | {h.instead} |" for h in LINEAGE_HOOKS.values()]
+    return [f"| `{h.name}` | {h.library} | {h.instead}"
+            f"{'; only when defined with its arguments' if h.passes is not None else ''} |"
+            for h in LINEAGE_HOOKS.values()]
