@@ -178,3 +178,32 @@ class TestCheckImport:
         assert not any("PortingWarning" in ln for ln in err)
         assert main(["check", str(spec)]) == 0  # without --import nothing is imported
         assert "never calls" not in capsys.readouterr().err
+
+    def test_trigger_epoch_and_trigger_in_a_spec(self, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+        """A spec gives every callback a trigger, so a tensorpack-style class overriding
+        ``_trigger_epoch`` and ``_trigger`` runs both: check --import says so, exit 0."""
+        (tmp_path / "tensorpack_style.py").write_text(textwrap.dedent("""
+            from schedtrain.callbacks import Callback
+
+            class Setter(Callback):
+                def _trigger_epoch(self):
+                    self.trigger()
+
+                def _trigger(self):
+                    pass
+        """))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        sys.modules.pop("tensorpack_style", None)
+        spec = tmp_path / "s.toml"
+        spec.write_text(textwrap.dedent("""
+            [callbacks.lr]
+            type = "tensorpack_style:Setter"
+            trigger = { every = "1 epoch" }
+        """))
+        assert main(["check", str(spec), "--import"]) == 0
+        err = capsys.readouterr().err
+        assert (f"warning: {spec}: callbacks.lr: Setter overrides _trigger_epoch and _trigger: "
+                "_trigger runs at this trigger and _trigger_epoch after every epoch as well"
+                in err)

@@ -218,8 +218,9 @@ def run_notes(spec: Spec, prepared: Prepared) -> list[str]:
 
 def porting_notes(bindings: dict[str, Any]) -> list[str]:
     """A line for each lineage hook a spec callback's class defines (or inherits) that
-    schedtrain never calls (``PortingWarning``'s message, with the callback's key path)."""
-    from schedtrain.callbacks.base import Callback
+    schedtrain never calls (``PortingWarning``'s message, with the callback's key path), and
+    for each class overriding both ``_trigger_epoch`` and ``_trigger`` (both run)."""
+    from schedtrain.callbacks.base import Callback, overrides
     from schedtrain.callbacks.porting import porting_message, uncalled
 
     notes = []
@@ -228,6 +229,14 @@ def porting_notes(bindings: dict[str, Any]) -> list[str]:
         own = mro[:mro.index(Callback)] if isinstance(cb, Callback) else mro[:-1]
         notes += [f"callbacks.{name}: {porting_message(type(cb).__qualname__, hook)}"
                   for hook in uncalled(own)]
+        if overrides(cb, "_trigger_epoch") and overrides(cb, "_trigger"):
+            # A spec gives every callback a trigger: the tensorpack rule (the epoch call
+            # replaces trigger()) applies only to callbacks given without one.
+            notes.append(
+                f"callbacks.{name}: {type(cb).__qualname__} overrides _trigger_epoch and "
+                "_trigger: _trigger runs at this trigger and _trigger_epoch after every epoch "
+                "as well (in tensorpack _trigger_epoch replaced the per-epoch trigger(); if "
+                "it calls self.trigger(), that work runs twice: drop _trigger_epoch)")
     return notes
 
 
