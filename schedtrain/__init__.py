@@ -19,6 +19,7 @@ _compat.install()  # moved import paths keep working, with a warning (schedtrain
 #: Public name -> the module that defines it.
 _EXPORTS: Final = {
     "Clock": "schedtrain.clock", "LoopClock": "schedtrain.clock",
+    "PortingWarning": "schedtrain.errors",
     "ScheduleError": "schedtrain.errors", "ScheduleWarning": "schedtrain.errors",
     "SpecError": "schedtrain.errors", "StopTraining": "schedtrain.errors",
     "Schedule": "schedtrain.schedule", "Scheduled": "schedtrain.schedule",
@@ -35,7 +36,8 @@ _EXPORTS: Final = {
 }  # fmt: skip
 
 __all__ = [
-    "Clock", "Firing", "FiringLog", "LoopClock", "Schedule", "ScheduleError", "ScheduleWarning",
+    "Clock", "Firing", "FiringLog", "LoopClock", "PortingWarning", "Schedule", "ScheduleError",
+    "ScheduleWarning",
     "Scheduled", "SimClock", "SpecError", "StopTraining", "Time", "Timestamp", "Trigger",
     "TriggerTable", "Unit", "all_of", "any_of", "at", "every", "improved", "next_firing",
     "not_", "on", "plateau", "simulate", "when", "window",
@@ -58,6 +60,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what static tools see; at run time the names load on first use
     from schedtrain.clock import Clock as Clock
     from schedtrain.clock import LoopClock as LoopClock
+    from schedtrain.errors import PortingWarning as PortingWarning
     from schedtrain.errors import ScheduleError as ScheduleError
     from schedtrain.errors import ScheduleWarning as ScheduleWarning
     from schedtrain.errors import SpecError as SpecError

@@ -35,6 +35,8 @@ class Clock(abc.ABC):
     sample: int
     token: int
     time_ns: int
+    #: Whether an epoch has started and not ended (tensorpack's ``epoch_num`` counts it).
+    in_epoch: bool
 
     @abc.abstractmethod
     def now(self) -> Timestamp:
@@ -88,14 +90,15 @@ class LoopClock(Clock):
     """
 
     # Slots: the loop updates these on every step, and slot access is the cheapest.
-    __slots__ = ("_base_ns", "_last", "_now_ns", "_prev", "_t0", "batch", "epoch", "sample",
-                 "step", "step_in_epoch", "time_ns", "token")
+    __slots__ = ("_base_ns", "_last", "_now_ns", "_prev", "_t0", "batch", "epoch", "in_epoch",
+                 "sample", "step", "step_in_epoch", "time_ns", "token")
 
     def __init__(self, time_source: Callable[[], int] = perf_counter_ns) -> None:
         self.step = 0
         self.batch = 0
         self.epoch = 0
         self.step_in_epoch = 0
+        self.in_epoch = False
         self.sample = 0
         self.token = 0
         self.time_ns = 0
@@ -132,6 +135,7 @@ class LoopClock(Clock):
     def start_epoch(self) -> None:
         """A new epoch begins: ``step_in_epoch`` restarts at 0."""
         self.step_in_epoch = 0
+        self.in_epoch = True
 
     def end_batch(self, samples: int = 0, tokens: int = 0) -> None:
         """A micro-batch completed, having seen ``samples`` samples and ``tokens`` tokens."""
@@ -180,6 +184,7 @@ class LoopClock(Clock):
     def end_epoch(self) -> None:
         """An epoch completed."""
         self.epoch += 1
+        self.in_epoch = False
 
     def now(self) -> Timestamp:
         return Timestamp.make(self.step, self.batch, self.epoch, self.step_in_epoch,

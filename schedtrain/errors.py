@@ -16,6 +16,7 @@ import attrs
 
 __all__ = [
     "ArgumentError",
+    "PortingWarning",
     "Preempted",
     "Problem",
     "RunDirError",
@@ -95,6 +96,11 @@ class SpecError(ScheduleError):
 
 class ScheduleWarning(UserWarning):
     """A schedule that will run but probably not as meant (e.g. a metric nobody produces)."""
+
+
+class PortingWarning(UserWarning):
+    """A callback written for tensorpack, pytorch-accelerated or Lightning defines a hook
+    schedtrain never calls; the message names what to write instead."""
 
 
 class StopTraining(Exception):

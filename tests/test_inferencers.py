@@ -238,3 +238,44 @@ class TestToml:
         """Each bad entry is reported at its own key path with what was expected."""
         problems = _problems(table)
         assert any(p == path and message in m for p, m in problems), problems
+
+
+class TestTensorpackForm:
+    """``InferenceRunner(data, [inferencers])``, tensorpack's positional form."""
+
+    def test_positional_list(self) -> None:
+        """A list in the second place is the inferencers: the run puts their metrics and
+        the trainer's loss function stays the loss."""
+        x = torch.randn(40, 4, generator=torch.Generator().manual_seed(1))
+        val = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=10)
+        runner = InferenceRunner(val, [ClassificationError(1, "val-error-top1"),
+                                       ScalarStats(("loss",))])
+        trainer = _trainer(runner)
+        trainer.fit()
+        assert runner.produces == ("val-error-top1", "val/loss")
+        assert len(trainer.metrics.history("val-error-top1")) == 2
+        assert runner.loss_fn is torch.nn.functional.cross_entropy
+
+    def test_positional_single_inferencer(self) -> None:
+        """One inferencer in the second place, as tensorpack also accepts."""
+        runner = InferenceRunner(None, ClassificationError(1, "err"))
+        assert runner.produces == ("err",)
+        assert runner.loss_fn is None
+
+    @pytest.mark.parametrize(("args", "kwargs", "message"), [
+        ((None, "loss"), {}, r"`loss_fn` \(the second argument\) must be a function"),
+        ((None, 3), {}, r"`loss_fn` .* or, as in tensorpack, a list of inferencers, got int 3"),
+        ((None, _ComputeOnly()), {}, r"`loss_fn`.*TorchMetric\(metric"),
+        ((None, [ClassificationError()]), {"inferencers": [ClassificationError()]},
+         "inferencers given twice"),
+        ((None, [object()]), {}, r"`inferencers\[0\]` must be an inferencer"),
+        ((5,), {}, r"`data` must be an iterable of \(inputs, targets\) batches"),
+        (("val.pt",), {}, r"`data` must be an iterable.*got str"),
+        ((), {"inferencers": "ClassificationError"}, r"`inferencers` must be a list"),
+    ])
+    def test_refused_at_construction(self, args: tuple[object, ...], kwargs: dict[str, object],
+                                     message: str) -> None:
+        """Anything unusable is refused when the runner is built, naming the argument,
+        not at the first epoch end."""
+        with pytest.raises(TypeError, match=message):
+            InferenceRunner(*args, **kwargs)  # type: ignore[arg-type]

@@ -101,10 +101,13 @@ class TestHooks:
             "after_epoch", "trigger_epoch", "trigger@2", "after_train"]
 
     def test_enable_callback_if_gates_hooks(self) -> None:
-        """EnableCallbackIf: per-event hooks and the trigger run only while the predicate holds."""
+        """EnableCallbackIf: per-event hooks and the trigger run only while the predicate holds.
+
+        The recorder overrides ``_trigger_epoch``, so it is given its trigger explicitly:
+        bare, its ``_trigger_epoch`` would replace the per-epoch ``_trigger`` (tensorpack)."""
         rec = Recorder()
-        _trainer([EnableCallbackIf(rec, lambda cb: cb.now.epoch >= 2)], epochs=3,
-                 lengths=1).fit()
+        _trainer([EnableCallbackIf(Scheduled(every("1 epoch"), rec),
+                                   lambda cb: cb.now.epoch >= 2)], epochs=3, lengths=1).fit()
         assert rec.calls.count("before_epoch") == 1  # before the third epoch only
         assert rec.calls.count("after_epoch") == 2  # the epoch counter already counts it
         assert [c for c in rec.calls if c.startswith("trigger@")] == ["trigger@2", "trigger@3"]

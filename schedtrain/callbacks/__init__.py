@@ -41,6 +41,7 @@ from schedtrain.callbacks.sendstat import SendStat as SendStat
 from schedtrain.callbacks.shell import InjectShell as InjectShell
 from schedtrain.callbacks.stopping import EarlyStopping as EarlyStopping
 from schedtrain.callbacks.stopping import TerminateOnNaN as TerminateOnNaN
+from schedtrain.errors import PortingWarning as PortingWarning
 from schedtrain.schedule.tensorpack import EnableCallbackIf as EnableCallbackIf
 from schedtrain.schedule.tensorpack import PeriodicCallback as PeriodicCallback
 from schedtrain.schedule.tensorpack import PeriodicTrigger as PeriodicTrigger
@@ -50,7 +51,8 @@ __all__ = ["Callback", "ClassificationError", "DeviceStatsMonitor", "EarlyStoppi
            "GPUUtilizationTracker", "GradientAccumulationScheduler", "HumanHyperParamSetter",
            "InferenceRunner", "Inferencer", "InjectShell", "LRScheduler",
            "LearningRateMonitor", "MaxSaver", "MinSaver", "ModelSaver",
-           "MovingAverageSummary", "PeriodicCallback", "PeriodicTrigger", "PrintMetrics",
+           "MovingAverageSummary", "PeriodicCallback", "PeriodicTrigger", "PortingWarning",
+           "PrintMetrics",
            "PrintProgress", "ProgressBar",
            "ScalarStats", "ScheduledHyperParamSetter", "SendStat", "StepOutputs",
            "TerminateOnNaN", "TopKSaver", "TorchMetric"]

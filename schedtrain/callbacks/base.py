@@ -39,10 +39,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 import torch
 
+from schedtrain.callbacks.porting import porting_message, uncalled
+from schedtrain.errors import PortingWarning
 from schedtrain.triggers import Trigger, every
 
 if TYPE_CHECKING:
     from schedtrain.callbacks.context import TrainingContext
+    from schedtrain.clock import Clock
     from schedtrain.monitors.store import MetricStore
     from schedtrain.time import Timestamp
 
@@ -96,6 +99,16 @@ class Callback:
     trainer: TrainingContext
     name: str | None = None
     _old_before_step = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Warn (``PortingWarning``) once for each lineage hook the class defines that
+        schedtrain never calls (``schedtrain.callbacks.porting``): it would be silently
+        ignored."""
+        super().__init_subclass__(**kwargs)
+        for hook in uncalled([cls]):
+            # stacklevel 2: the class statement (type.__new__ runs no Python frame)
+            warnings.warn(porting_message(cls.__qualname__, hook), PortingWarning,
+                          stacklevel=2)
 
     # -- public API, called by the trainer -------------------------------------------------
     def setup(self, trainer: TrainingContext) -> None:
@@ -203,6 +216,17 @@ class Callback:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
 
+    @property
+    def bare_trigger_epoch(self) -> str:
+        """How ``_trigger_epoch`` runs when the callback is given without a trigger
+        (``Scheduled.trigger_epoch``): ``"fires"`` when its class overrides
+        ``_trigger_epoch`` and keeps the base ``default_trigger``, as in tensorpack, where
+        an overridden ``_trigger_epoch`` *replaces* the per-epoch ``trigger()`` call (so
+        ``_trigger`` runs only when called, not every epoch as well); else ``"hook"``."""
+        if overrides(self, "_trigger_epoch") and self.default_trigger is Callback.default_trigger:
+            return "fires"
+        return "hook"
+
     # -- context -------------------------------------------------------------------------
     @property
     def model(self) -> torch.nn.Module:
@@ -218,6 +242,35 @@ class Callback:
     def now(self) -> Timestamp:
         """The clock's counters at this moment."""
         return self.trainer.clock.now()
+
+    @property
+    def epoch_num(self) -> int:
+        """tensorpack's ``epoch_num``: the 1-based number of the current epoch (1 during the
+        first epoch and still 1 in its ``_after_epoch`` and ``_trigger_epoch``; 0 before the
+        first epoch starts). Read-only."""
+        clock = self._bound_clock("epoch_num")
+        return clock.epoch + 1 if clock.in_epoch else clock.epoch
+
+    @epoch_num.setter
+    def epoch_num(self, _value: object) -> None:
+        raise AttributeError(_read_only(self, "epoch_num", "the trainer's clock counts epochs"))
+
+    @property
+    def global_step(self) -> int:
+        """tensorpack's ``global_step``: the optimizer steps completed so far. Read-only."""
+        return self._bound_clock("global_step").step
+
+    @global_step.setter
+    def global_step(self, _value: object) -> None:
+        raise AttributeError(_read_only(self, "global_step", "the trainer's clock counts steps"))
+
+    def _bound_clock(self, what: str) -> Clock:
+        trainer: TrainingContext | None = getattr(self, "trainer", None)
+        if trainer is None:
+            raise AttributeError(
+                f"{type(self).__name__}.{what} is known only while training: the callback is "
+                "not bound to a trainer yet (it is, from its _setup on)")
+        return trainer.clock
 
     @property
     def metrics(self) -> MetricStore:
@@ -250,6 +303,11 @@ STOP_PLACES_BEYOND_TRIGGER = (*PER_EVENT_HOOKS, "_setup", "_before_train",
                               "load_state_dict")
 _STOP_PLACES = ("_trigger", "trigger", *STOP_PLACES_BEYOND_TRIGGER,
                 *(h.lstrip("_") for h in STOP_PLACES_BEYOND_TRIGGER))
+
+
+def _read_only(callback: Callback, name: str, why: str) -> str:
+    return (f"{type(callback).__name__}.{name} is read-only ({why}); keep your own count "
+            "under another name")
 
 
 def stops_alone(callback: object) -> bool:

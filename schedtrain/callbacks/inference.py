@@ -59,9 +59,13 @@ class InferenceRunner(Callback):
     device, and the model's ``outputs``) and ``eval_end`` after the metrics are put, so
     triggers can name them (``on = "eval_end"``).
 
+    ``InferenceRunner(data, [inferencers])``, tensorpack's positional form, works too: a
+    list or tuple of inferencers, or one inferencer, in the second place is taken as
+    ``inferencers``.
+
     Args:
         data: validation batches (default: the trainer's ``val_data``).
-        loss_fn: default: the trainer's ``loss_fn``.
+        loss_fn: ``(outputs, targets) -> loss``; default: the trainer's ``loss_fn``.
         prefix: the default metrics' prefix (``val/loss``, ``val/accuracy``, ``val/error``).
         inferencers: what to compute instead of the default: inferencer objects, or TOML
             tables such as ``{"type": "ClassificationError", "k": 5,
@@ -76,7 +80,15 @@ class InferenceRunner(Callback):
     def __init__(self, data: Iterable[Any] | None = None,
                  loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
                  prefix: str = "val",
-                 inferencers: Sequence[Inferencer | Mapping[str, Any]] | None = None) -> None:
+                 inferencers: Sequence[Inferencer | Mapping[str, Any]] | Inferencer | None
+                 = None) -> None:
+        loss_fn, inferencers = _loss_and_inferencers(loss_fn, inferencers)
+        if data is not None and (isinstance(data, (str, bytes, Mapping))
+                                 or not isinstance(data, Iterable)):
+            raise TypeError(f"InferenceRunner: `data` must be an iterable of (inputs, "
+                            f"targets) batches such as a DataLoader, got {_kind(data)}")
+        if not isinstance(prefix, str):
+            raise TypeError(f"InferenceRunner: `prefix` must be a string, got {_kind(prefix)}")
         self.data = data
         self.loss_fn = loss_fn
         self.prefix = prefix
@@ -152,3 +164,43 @@ def _inferencer(item: Inferencer | Mapping[str, Any], index: int) -> Inferencer:
                         f"ClassificationError, TorchMetric) or a table naming one, got "
                         f"{type(item).__name__}{hint}")
     return item
+
+
+def _is_inferencers(value: object) -> bool:
+    """Whether ``value`` is what tensorpack puts second: inferencers, a list or one."""
+    # A list or tuple is never a loss function: its items are checked as inferencers,
+    # so a wrong one is named by its index.
+    return isinstance(value, (Inferencer, list, tuple))
+
+
+def _loss_and_inferencers(
+    loss_fn: object, inferencers: object,
+) -> tuple[Callable[[Any, Any], torch.Tensor] | None,
+           Sequence[Inferencer | Mapping[str, Any]] | None]:
+    """``loss_fn`` and ``inferencers`` checked, tensorpack's ``(data, infs)`` form accepted;
+    anything unusable is refused now rather than at the first evaluation."""
+    if loss_fn is not None and _is_inferencers(loss_fn):
+        if inferencers is not None:
+            raise TypeError("InferenceRunner: inferencers given twice, in the second place "
+                            "(tensorpack's InferenceRunner(data, infs)) and as `inferencers`")
+        loss_fn, inferencers = None, loss_fn
+    if loss_fn is not None and (not callable(loss_fn) or isinstance(loss_fn, Inferencer)
+                                or callable(getattr(loss_fn, "compute", None))):
+        hint = (" (a torchmetrics metric goes in `inferencers`: TorchMetric(metric, "
+                "name=...))" if callable(getattr(loss_fn, "compute", None)) else "")
+        raise TypeError(f"InferenceRunner: `loss_fn` (the second argument) must be a function "
+                        f"(outputs, targets) -> loss, or, as in tensorpack, a list of "
+                        f"inferencers, got {_kind(loss_fn)}{hint}")
+    if isinstance(inferencers, (Inferencer, Mapping)):
+        inferencers = [inferencers]
+    if inferencers is not None and not isinstance(inferencers, (list, tuple)):
+        raise TypeError(f"InferenceRunner: `inferencers` must be a list of inferencers "
+                        f"(ScalarStats, ClassificationError, TorchMetric) or tables naming "
+                        f"them, got {_kind(inferencers)}")
+    return loss_fn, inferencers
+
+
+def _kind(value: object) -> str:
+    """A short description of a wrong value for an error message."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

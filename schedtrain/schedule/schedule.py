@@ -17,7 +17,10 @@ from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import Predicate
 
-__all__ = ["Schedule", "Scheduled"]
+__all__ = ["TRIGGER_EPOCH_MODES", "Schedule", "Scheduled"]
+
+#: How a callback's ``_trigger_epoch`` runs (``Scheduled.trigger_epoch``).
+TRIGGER_EPOCH_MODES = ("hook", "fires", "off")
 
 HookGate = Callable[[Timestamp], bool]
 """Decides, at the moment a lifecycle hook would run, whether it runs (``EnableCallbackIf``)."""
@@ -45,12 +48,18 @@ class Scheduled:
         name: the name in the schedule; defaults to the callback's ``name`` or class name.
         gate: optional; decides whether the callback's other hooks run
             (tensorpack's ``EnableCallbackIf`` / ``PeriodicCallback``).
+        trigger_epoch: how the callback's ``_trigger_epoch`` runs: ``"hook"``, after each
+            epoch; ``"fires"``, as what a firing runs instead of ``_trigger`` (tensorpack's
+            default ``trigger_epoch``, which the class overrides); ``"off"``, never
+            (tensorpack's ``PeriodicTrigger`` replaces the call).
     """
 
     trigger: Trigger = attrs.field(validator=_check_trigger)
     callback: Any = None
     name: str | None = attrs.field(default=None, validator=_check_name)
     gate: HookGate | None = None
+    trigger_epoch: str = attrs.field(default="hook", kw_only=True,
+                                     validator=attrs.validators.in_(TRIGGER_EPOCH_MODES))
 
     def default_name(self) -> str:
         """The name to use when none was given."""

@@ -4,11 +4,13 @@ Each returns a ``Scheduled`` (callback + trigger + hook gate) for a trainer:
 
 * ``PeriodicTrigger(cb, every_k_steps=, every_k_epochs=, before_train=)``: run
   ``cb``'s ``_trigger`` when ``step % k == 0`` (at step end) or ``epoch % k == 0``
-  (at epoch end), or once before training. Its other hooks run as usual.
+  (at epoch end), or once before training. Its other hooks run as usual, except
+  ``_trigger_epoch``: as in tensorpack, the wrapper replaces that call.
 * ``EnableCallbackIf(cb, pred)``: the callback's per-event hooks and its trigger
   run only while ``pred(cb)`` is true; ``pred`` is evaluated when each hook would run.
 * ``PeriodicCallback(cb, every_k_steps=, every_k_epochs=)``: ``EnableCallbackIf``
-  with the predicate ``step % k == 0 or epoch % k == 0``: it can only make a
+  with the predicate ``global_step % k == 0 or epoch_num % k == 0`` (tensorpack's
+  counters: ``epoch_num`` is 1-based, 1 during the first epoch): it can only make a
   callback *less* frequent.
 """
 
@@ -32,11 +34,23 @@ __all__ = ["Divisible", "EnableCallbackIf", "PeriodicCallback", "PeriodicTrigger
 _DEFAULT = every("1 epoch")
 
 
-def _unwrap(callback: Any) -> tuple[Any, Trigger, Callable[[Timestamp], bool] | None, str | None]:
+@attrs.frozen
+class _Parts:
+    callback: Any
+    trigger: Trigger
+    gate: Callable[[Timestamp], bool] | None
+    name: str | None
+    trigger_epoch: str
+
+
+def _unwrap(callback: Any) -> _Parts:
     if isinstance(callback, Scheduled):
-        return callback.callback, callback.trigger, callback.gate, callback.name
+        return _Parts(callback.callback, callback.trigger, callback.gate, callback.name,
+                      callback.trigger_epoch)
     trigger = getattr(callback, "default_trigger", None)
-    return callback, trigger if isinstance(trigger, Trigger) else _DEFAULT, None, None
+    mode = getattr(callback, "bare_trigger_epoch", "hook")  # a Callback's, as bind() reads it
+    return _Parts(callback, trigger if isinstance(trigger, Trigger) else _DEFAULT, None, None,
+                  mode if isinstance(mode, str) else "hook")
 
 
 def _check_k(name: str, k: int | None) -> None:
@@ -63,8 +77,10 @@ def PeriodicTrigger(
     if not parts:
         raise ValueError(
             "PeriodicTrigger needs every_k_steps, every_k_epochs or before_train=True")
-    inner, _, gate, name = _unwrap(callback)
-    return Scheduled(any_of(*parts), inner, name, gate)
+    p = _unwrap(callback)
+    # tensorpack's PeriodicTrigger takes the epoch call over: the wrapped callback's
+    # trigger_epoch is never called, its trigger() is (every k).
+    return Scheduled(any_of(*parts), p.callback, p.name, p.gate, trigger_epoch="off")
 
 
 @attrs.frozen
@@ -89,43 +105,72 @@ def EnableCallbackIf(callback: Any, pred: Callable[[Any], bool]) -> Scheduled:
     """Run ``callback``'s hooks and trigger only while ``pred(callback)`` is true."""
     if not callable(pred):
         raise TypeError(f"EnableCallbackIf needs a callable predicate, got {pred!r}")
-    inner, trigger, gate, name = _unwrap(callback)
-    check = _CallbackPredicate(pred, inner)
-    return Scheduled(all_of(trigger, when(check)), inner, name, _both(gate, check))
+    p = _unwrap(callback)
+    check = _CallbackPredicate(pred, p.callback)
+    return Scheduled(all_of(p.trigger, when(check)), p.callback, p.name, _both(p.gate, check),
+                     trigger_epoch=p.trigger_epoch)
+
+
+#: Events inside an epoch: there tensorpack's ``epoch_num`` is the completed epochs + 1.
+_INSIDE_EPOCH = frozenset({"epoch_start", "batch_end", "step_end"})
 
 
 @attrs.frozen(repr=False)
 class Divisible(Trigger):
-    """True where ``step % steps == 0`` or ``epoch % epochs == 0`` (a clock state, not a crossing).
+    """True where ``global_step % steps == 0`` or ``epoch_num % epochs == 0`` (a clock state,
+    not a crossing), with tensorpack's counters: ``global_step`` the steps completed,
+    ``epoch_num`` the 1-based number of the current epoch (completed epochs + 1 at
+    ``epoch_start``, ``batch_end`` and ``step_end``; the completed epochs at other events).
 
-    tensorpack's ``PeriodicCallback`` predicate; also usable as a hook gate.
+    tensorpack's ``PeriodicCallback`` predicate.
     """
 
     steps: int | None
     epochs: int | None
 
-    def __call__(self, ts: Timestamp) -> bool:
-        if self.steps is not None and ts.step % self.steps == 0:
+    def holds(self, step: int, epoch_num: int) -> bool:
+        """The predicate at these tensorpack counters."""
+        if self.steps is not None and step % self.steps == 0:
             return True
-        return self.epochs is not None and ts.epoch % self.epochs == 0
+        return self.epochs is not None and epoch_num % self.epochs == 0
 
     def evaluate(self, pt: Point) -> bool:
-        return self(pt.now)
+        now = pt.now
+        return self.holds(now.step, now.epoch + (pt.event in _INSIDE_EPOCH))
 
     def __repr__(self) -> str:
         return f"Divisible(steps={self.steps!r}, epochs={self.epochs!r})"
 
 
+@attrs.frozen
+class _PeriodicGate:
+    """``PeriodicCallback``'s hook gate: the predicate at the callback's own ``global_step``
+    and ``epoch_num`` (tensorpack's counters, which know whether an epoch is open)."""
+
+    divisible: Divisible
+    callback: Any
+
+    def __call__(self, ts: Timestamp) -> bool:
+        epoch_num = getattr(self.callback, "epoch_num", None)
+        # Hooks run only on trainer-bound callbacks, which have epoch_num; an object
+        # without it (a stand-in in a test) is judged on the completed epochs.
+        return self.divisible.holds(ts.step, epoch_num if isinstance(epoch_num, int)
+                                    else ts.epoch)
+
+
 def PeriodicCallback(
     callback: Any, every_k_steps: int | None = None, every_k_epochs: int | None = None
 ) -> Scheduled:
-    """Enable ``callback`` only when ``step % k == 0`` or ``epoch % k == 0``."""
+    """Enable ``callback`` only when ``global_step % k == 0`` or ``epoch_num % k == 0``
+    (tensorpack's counters: ``epoch_num`` is 1 during the first epoch)."""
     _check_k("every_k_steps", every_k_steps)
     _check_k("every_k_epochs", every_k_epochs)
     if every_k_steps is None and every_k_epochs is None:
         raise ValueError("PeriodicCallback needs every_k_steps or every_k_epochs")
-    inner, trigger, gate, name = _unwrap(callback)
+    p = _unwrap(callback)
     check = Divisible(every_k_steps, every_k_epochs)
-    return Scheduled(all_of(trigger, check), inner, name, _both(gate, check))
+    return Scheduled(all_of(p.trigger, check), p.callback, p.name,
+                     _both(p.gate, _PeriodicGate(check, p.callback)),
+                     trigger_epoch=p.trigger_epoch)
 
 

@@ -231,6 +231,11 @@ class SimClock(Clock):
         self._set(ts)
 
     @property
+    def in_epoch(self) -> bool:  # type: ignore[override]
+        """Whether the clock is inside an epoch (its start, batches and steps)."""
+        return self._key != TRAIN_START and self._key[1] in (PH_BATCH, PH_STEP, PH_EPOCH_START)
+
+    @property
     def key(self) -> Key:
         """Where the clock is in the run's sequence of evaluation points."""
         return self._key

@@ -66,7 +66,8 @@ def bind(
             entries.append(attrs.evolve(item, callback=cb))
         else:
             cb = _as_callback(item, f"callbacks[{i}]")
-            entries.append(Scheduled(cb.default_trigger, cb, cb.name))
+            entries.append(Scheduled(cb.default_trigger, cb, cb.name,
+                                     trigger_epoch=cb.bare_trigger_epoch))
     if schedule is not None:
         events = schedule.events
         bindings = dict(bindings or {})

@@ -42,6 +42,8 @@ class Dispatcher:
         table: the compiled schedule.
         callbacks: name -> callback, in declared order.
         gates: name -> the callback's hook gate (or ``None``).
+        trigger_epoch: name -> how its ``_trigger_epoch`` runs (``Scheduled.trigger_epoch``;
+            ``"hook"`` when not given).
         metrics: the metric store (firings go to its sinks).
         before_firing: called before the first callback fires at an event (the trainer
             publishes ``train/loss`` there, so firing callbacks see it).
@@ -56,6 +58,7 @@ class Dispatcher:
         *,
         callbacks: Mapping[str, Callback],
         gates: Mapping[str, HookGate | None],
+        trigger_epoch: Mapping[str, str] | None = None,
         metrics: MetricStore,
         before_firing: Callable[[], None],
         saves: Checkpoints,
@@ -66,9 +69,14 @@ class Dispatcher:
         self.callbacks = dict(callbacks)
         self.metrics = metrics
         self.firings: collections.deque[Firing] = collections.deque(maxlen=keep_firings)
+        modes = trigger_epoch or {}
         self.hooks: dict[str, list[tuple[Callback, HookGate | None]]] = {
-            h: [(cb, gates.get(n)) for n, cb in callbacks.items() if overrides(cb, h)]
+            h: [(cb, gates.get(n)) for n, cb in callbacks.items() if overrides(cb, h)
+                and (h != "_trigger_epoch" or modes.get(n, "hook") == "hook")]
             for h in PER_EVENT_HOOKS}
+        #: what a firing runs: the callback (its ``trigger()``), or its ``trigger_epoch()``
+        self._fired: dict[str, Callback | _EpochCall] = {
+            n: _EpochCall(cb) if modes.get(n) == "fires" else cb for n, cb in callbacks.items()}
         self.log_firings = False
         self.payload: dict[str, Any] = {}
         self._before_firing = before_firing
@@ -121,7 +129,7 @@ class Dispatcher:
                        epoch=ts.epoch)
         self._depth += 1
         try:
-            self.agreement.run_callback(self, name, self.callbacks[name])
+            self.agreement.run_callback(self, name, self._fired[name])
         except Exception as exc:  # StopTraining too: the stop line says who stopped
             locate_failure(exc, f"callback {name!r} at {event} (step {ts.step}, "
                                 f"epoch {ts.epoch})")
@@ -176,6 +184,21 @@ class Dispatcher:
                     if not self._stop_asked(exc, cb):
                         _place_hook(exc, cb, "_after_step", now)
                         raise
+
+
+class _EpochCall:
+    """A callback whose firing is its ``trigger_epoch()`` (``Scheduled.trigger_epoch``
+    ``"fires"``): tensorpack's per-epoch call, which the class overrides, in place of
+    ``trigger()``; ``_trigger`` then runs only when that code calls ``self.trigger()``."""
+
+    __slots__ = ("callback", "produces")
+
+    def __init__(self, callback: Callback) -> None:
+        self.callback = callback
+        self.produces = callback.produces
+
+    def trigger(self) -> None:
+        self.callback.trigger_epoch()
 
 
 def _place_hook(exc: Exception, cb: Callback, hook: str, now: Timestamp) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "count_steps_per_epoch",
     "interrupted_line",
     "load_task",
+    "porting_notes",
     "prepare_run",
     "run_dir_of",
     "train_from_spec",
@@ -194,6 +195,7 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
     problems += _order_problems(spec, bindings)
     if problems:  # it would train and never save or stop on it: refuse before training
         raise SpecError(problems)
+    notes += porting_notes(bindings)
     task = None
     if trains and build_task:
         assert spec.run is not None and spec.run.task
@@ -212,6 +214,30 @@ def run_notes(spec: Spec, prepared: Prepared) -> list[str]:
     counted = count_steps_per_epoch(spec, prepared.task) if prepared.task is not None else None
     shaped, _ = derive_clock(spec, counted)
     return stale_notes(shaped, {n: tuple(cb.produces) for n, cb in prepared.bindings.items()})
+
+
+def porting_notes(bindings: dict[str, Any]) -> list[str]:
+    """A line for each lineage hook a spec callback's class defines (or inherits) that
+    schedtrain never calls (``PortingWarning``'s message, with the callback's key path), and
+    for each class overriding both ``_trigger_epoch`` and ``_trigger`` (both run)."""
+    from schedtrain.callbacks.base import Callback, overrides
+    from schedtrain.callbacks.porting import porting_message, uncalled
+
+    notes = []
+    for name, cb in bindings.items():
+        mro = type(cb).__mro__
+        own = mro[:mro.index(Callback)] if isinstance(cb, Callback) else mro[:-1]
+        notes += [f"callbacks.{name}: {porting_message(type(cb).__qualname__, hook)}"
+                  for hook in uncalled(own)]
+        if overrides(cb, "_trigger_epoch") and overrides(cb, "_trigger"):
+            # A spec gives every callback a trigger: the tensorpack rule (the epoch call
+            # replaces trigger()) applies only to callbacks given without one.
+            notes.append(
+                f"callbacks.{name}: {type(cb).__qualname__} overrides _trigger_epoch and "
+                "_trigger: _trigger runs at this trigger and _trigger_epoch after every epoch "
+                "as well (in tensorpack _trigger_epoch replaced the per-epoch trigger(); if "
+                "it calls self.trigger(), that work runs twice: drop _trigger_epoch)")
+    return notes
 
 
 def _order_problems(spec: Spec, bindings: dict[str, Any]) -> list[Problem]:

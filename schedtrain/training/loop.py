@@ -138,6 +138,7 @@ class Loop:
                 clock.start_epoch()  # before the hooks: they see step_in_epoch == 0
             dispatch.run_hooks("_before_epoch", clock.now())
             if inside:
+                clock.in_epoch = True  # resumed inside it: no start_epoch, the epoch is open
                 it = self.position.resume_epoch(clock.step_in_epoch * self._accum, clock.epoch)
             else:
                 self.epoch_open = True

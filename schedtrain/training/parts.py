@@ -151,6 +151,7 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
         gates={e.default_name(): e.gate for e in bound.entries}, metrics=metrics,
+        trigger_epoch={e.default_name(): e.trigger_epoch for e in bound.entries},
         before_firing=publish, keep_firings=options.keep_firings)
     loop = Loop.build(
         model=ready.train_model, optimizer=ready.optimizer, loss_fn=loss_fn, step_fn=step_fn,
