@@ -416,6 +416,7 @@ class TestTrain:
         fake = types.ModuleType("schedtrain.training")
         fake.train_from_spec = train_from_spec  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, "schedtrain.training", fake)
+        _fake_threads(monkeypatch)
         assert main(["train", RESNET, "--run-dir", "runs/x", "--resume", "auto"]) == 0
         assert calls == [(RESNET, "runs/x", "auto")]
         assert capsys.readouterr().out.strip().splitlines() == [
@@ -433,6 +434,7 @@ class TestTrain:
         fake = types.ModuleType("schedtrain.training")
         fake.train_from_spec = boom  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, "schedtrain.training", fake)
+        _fake_threads(monkeypatch)
         assert main(["train", RESNET]) == 1
         err = capsys.readouterr().err
         assert "error: RuntimeError: CUDA out of memory" in err
@@ -526,3 +528,13 @@ class TestSpecsDirectory:
         assert steps[-2:] == [10_000, 10_000]
         assert log.events("validate")[-1] == "train_end"
         assert log.steps("warmup_lr")[-1] == 2000
+
+
+def _fake_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train`` sets torch's threads from ``schedtrain.training.threads``: a stand-in, so a
+    fake ``schedtrain.training`` works whether or not an earlier test imported the real one."""
+    import types
+
+    threads = types.ModuleType("schedtrain.training.threads")
+    threads.limit_cpu_threads = lambda device: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "schedtrain.training.threads", threads)
