@@ -40,7 +40,13 @@ class Record:
 
 
 class Sink(Protocol):
-    """A writer the store and trainer report to."""
+    """A writer the store and trainer report to.
+
+    A sink may also define ``epoch_end(ts)`` (told after each epoch's values were
+    flushed) and ``state_dict()``/``load_state_dict(state)`` (kept in checkpoints, so a
+    resumed run reports what the uninterrupted one would); the store calls them where
+    they exist.
+    """
 
     def scalars(self, records: Sequence[Record]) -> None:
         """Materialised scalar records, in the order they were put."""
@@ -86,6 +92,10 @@ class MetricStore:
         #: when a list, every value put is also appended to it (the trainer collects a
         #: firing's values there to reduce them across ranks)
         self.recorder: list[Record] | None = None
+        self._epochs_ended = 0  # the epoch counter at the last ``epoch_ended``
+        #: restored from a checkpoint taken at an epoch_end before its values were flushed:
+        #: that epoch's end and how many of the pending values are from before it
+        self._owed: tuple[Timestamp, int] | None = None
 
     def put(self, name: str, value: Any) -> None:
         """Add a value of ``name`` (a number, or a one-element tensor kept lazy).
@@ -116,12 +126,34 @@ class MetricStore:
 
     def flush(self) -> None:
         """Materialise pending values (one device transfer) and hand them to the sinks."""
+        if self._owed is not None:
+            (ts, n), self._owed = self._owed, None
+            before, self._pending = self._pending[:n], self._pending[n:]
+            self._send(before)
+            self._tell_epoch_end(ts)
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        _materialize(pending)
+        self._send(pending)
+
+    def _send(self, pending: list[Record]) -> None:
+        if pending:
+            _materialize(pending)
+            for sink in self.sinks:
+                sink.scalars(pending)
+
+    def epoch_ended(self, ts: Timestamp) -> None:
+        """Flush, then tell the sinks that define ``epoch_end`` that an epoch ended (the
+        loop calls this once per epoch, after ``epoch_end`` fired)."""
+        self.flush()
+        self._tell_epoch_end(ts)
+
+    def _tell_epoch_end(self, ts: Timestamp) -> None:
+        self._epochs_ended = ts.epoch
         for sink in self.sinks:
-            sink.scalars(pending)
+            ended = getattr(sink, "epoch_end", None)
+            if ended is not None:
+                ended(ts)
 
     # -- reading (MetricsView) ---------------------------------------------------------
     def latest(self, name: str) -> MetricValue | None:
@@ -202,7 +234,14 @@ class MetricStore:
                             for n, h in self._history.items()},
                 "counts": dict(self._counts),
                 "pending": [[r.name, r.step, r.epoch, r.value, r.wall]
-                            for r in self._pending]}
+                            for r in self._pending],
+                "epochs_ended": self._epochs_ended,
+                "sinks": {key: sd() for key, sink in self._keyed_sinks()
+                          if (sd := getattr(sink, "state_dict", None)) is not None}}
+
+    def _keyed_sinks(self) -> list[tuple[str, Sink]]:
+        # The position and class name: a resumed run with other sinks restores none wrongly.
+        return [(f"{i}:{type(s).__name__}", s) for i, s in enumerate(self.sinks)]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore values saved by ``state_dict``; those the sinks had not received then
@@ -215,6 +254,16 @@ class MetricStore:
             for n, h in state["history"].items()}
         self._counts = {n: int(c) for n, c in state.get(
             "counts", {n: len(h) for n, h in self._history.items()}).items()}
+        # A checkpoint taken during an epoch_end, before the loop flushed its values: the
+        # first flush sends them and then ends the epoch for the sinks, as it would have.
+        now = self._now()
+        self._epochs_ended = int(state.get("epochs_ended", now.epoch))
+        self._owed = ((now, len(self._pending)) if now.epoch > self._epochs_ended else None)
+        saved = state.get("sinks", {})
+        for key, sink in self._keyed_sinks():
+            load = getattr(sink, "load_state_dict", None)
+            if key in saved and load is not None:
+                load(saved[key])
 
 
 def _materialize(records: Sequence[Record]) -> None:
