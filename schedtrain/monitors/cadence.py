@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from schedtrain.monitors.console import ConsolePrinter
+from schedtrain.monitors.media import MediaRecord
 from schedtrain.monitors.store import Record, Sink
 from schedtrain.time import Time, Timestamp, Unit
 
@@ -26,7 +27,7 @@ class Every:
       passes nothing for that partial epoch, as it fires no ``epoch_end``.
 
     A report's values all go, also when they reach the sink in several flushes. Firings
-    pass through.
+    and media (images, histograms, text) pass through unthinned.
 
     Args:
         sink: the sink to thin out.
@@ -72,6 +73,11 @@ class Every:
         ended = getattr(self.sink, "epoch_end", None)
         if ended is not None:
             ended(ts)
+
+    def media(self, records: Sequence[MediaRecord]) -> None:
+        got = getattr(self.sink, "media", None)
+        if got is not None:
+            got(records)
 
     def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
         self.sink.firing(callback, event, ts, wall)
