@@ -140,6 +140,14 @@ class TestToImage:
         assert "image 'val/samples'" in str(info.value)
         assert found in str(info.value)
 
+    def test_numpy_views_and_non_numbers(self) -> None:
+        """A reversed numpy view is an image like any other; an array of strings is
+        refused, naming the metric and the array's dtype."""
+        hwc = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
+        assert np.array_equal(to_image("x", hwc[::-1]).numpy(), hwc[::-1])
+        with pytest.raises(TypeError, match="image 'x' must hold numbers, got a numpy array"):
+            to_image("x", np.array([["a", "b"]]))
+
     def test_layout_must_fit_the_shape(self) -> None:
         """A layout that does not fit the array's dimensions is named with the choices."""
         with pytest.raises(ValueError, match=r"cannot have layout 'NHWC'.*\['CHW', 'HWC'\]"):
@@ -416,3 +424,16 @@ def test_resumed_run_writes_the_same_media(tmp_path_factory: pytest.TempPathFact
     assert len(files) == sum(1 for x in _media_log(tmp / "full") if x["kind"] == "media")
     assert {p.relative_to(tmp / "cut"): p.read_bytes()
             for p in (tmp / "cut" / "media").rglob("*") if p.is_file()} == files
+
+
+def test_plan_metrics_reads_a_log_with_media(tmp_path: Path) -> None:
+    """``plan --metrics RUN_DIR/events.jsonl`` reads the scalars of a log that also
+    names media files, leaving the media lines out."""
+    from schedtrain.simulation.metric_stream import read_metrics
+
+    store = _store(tmp_path)
+    store.put("val/loss", 0.5)
+    store.put_image("val/samples", torch.zeros(1, 2, 2))
+    store.put_text("note", "hi")
+    store.flush()
+    assert [r.name for r in read_metrics(tmp_path / "events.jsonl")] == ["val/loss"]

@@ -73,7 +73,11 @@ def _as_tensor(name: str, value: Any, what: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if hasattr(value, "__array__") and hasattr(value, "dtype"):  # a numpy array
-        return torch.as_tensor(value)
+        try:  # a copy: a view with negative strides (``a[::-1]``) is fine too
+            return torch.as_tensor(value.copy())
+        except TypeError:
+            raise TypeError(f"{what} {name!r} must hold numbers, got a numpy array of "
+                            f"{value.dtype}") from None
     raise TypeError(f"{what} {name!r} must be a torch tensor or a numpy array, got "
                     f"{type(value).__name__}")
 
