@@ -172,7 +172,8 @@ class TestLayers:
 CHECKPOINT_IO = ("torch.save", "torch.load", "shutil.rmtree", "os.remove", "os.unlink")
 #: Modules outside the checkpoint owner that delete files of their own (not checkpoints):
 #: the run directory's log, status and traceback, and InjectShell's trigger file.
-OWN_FILE_DELETERS = ("schedtrain.training.run_dir", "schedtrain.callbacks.shell")
+OWN_FILE_DELETERS = ("schedtrain.training.run_dir", "schedtrain.callbacks.shell",
+                     "schedtrain.monitors.jsonl")  # a media file's temporary file
 
 
 def _dotted(node: ast.expr) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from schedtrain.monitors.console import ConsolePrinter
+from schedtrain.monitors.media import MediaRecord
 from schedtrain.monitors.store import Record, Sink
 from schedtrain.time import Time, Timestamp, Unit
 
@@ -13,9 +15,19 @@ __all__ = ["Every", "build_sinks"]
 
 
 class Every:
-    """Pass ``sink`` the scalars of one report per ``period`` (steps or epochs), with
-    crossing semantics: a report whose step (or epoch) crosses a multiple of the period
-    goes through, with all its scalars; the others are left out. Firings pass through.
+    """Pass ``sink`` exactly one report per ``period``; a report is the values put at one
+    ``(step, epoch)`` of the clock (a step's ``step_end``, or an ``epoch_end``).
+
+    * ``"k steps"``: the first report whose step crosses a multiple of ``k`` (crossing
+      semantics, as ``every``): the ``step_end`` report of step 100 for ``"100 steps"``,
+      never also the ``epoch_end`` report made at that same step.
+    * ``"k epochs"``: at each ``epoch_end`` that completes a multiple of ``k`` epochs, the
+      last report made at or before it: that ``epoch_end``'s values (validation) when it
+      has any, else the epoch's last step's. A run cut inside an epoch (``max_steps``)
+      passes nothing for that partial epoch, as it fires no ``epoch_end``.
+
+    A report's values all go, also when they reach the sink in several flushes. Firings
+    and media (images, histograms, text) pass through unthinned.
 
     Args:
         sink: the sink to thin out.
@@ -28,31 +40,65 @@ class Every:
             raise ValueError(f"a sink's period must be a whole number >= 1 of steps or "
                              f"epochs, got {str(period)!r}")
         self.sink, self.period = sink, t
-        self._last = 0  # the counter at the last report passed on
-        self._accepted: int | None = None
-
-    def _counter(self, r: Record) -> int:
-        return r.epoch if self.period.unit is Unit.EPOCH else r.step
+        self._last = 0  # steps: the step of the last report passed on
+        self._accepted: tuple[int, int] | None = None  # steps: that report's (step, epoch)
+        self._held: list[Record] = []  # epochs: the newest report, until its epoch ends
 
     def scalars(self, records: Sequence[Record]) -> None:
-        # The report passed on last may go on in the next flush: its values still go.
+        if self.period.unit is Unit.EPOCH:
+            for r in records:
+                if not self._held or (self._held[0].step, self._held[0].epoch) != (
+                        r.step, r.epoch):
+                    self._held = []
+                self._held.append(r)
+            return
         k, last, accepted = self.period.base, self._last, self._accepted
         keep: list[Record] = []
         for r in records:
-            cur = self._counter(r)
-            if cur != accepted and cur // k != last // k:
-                accepted = last = cur
-            if cur == accepted:
+            key = (r.step, r.epoch)
+            if key != accepted and r.step // k != last // k:
+                accepted, last = key, r.step
+            if key == accepted:
                 keep.append(r)
         self._last, self._accepted = last, accepted
         if keep:
             self.sink.scalars(keep)
+
+    def epoch_end(self, ts: Timestamp) -> None:
+        """An epoch ended (after its ``epoch_end`` values were flushed): an epoch period
+        passes its held report when ``ts.epoch`` completes a period."""
+        if self.period.unit is Unit.EPOCH and self._held and ts.epoch % self.period.base == 0:
+            held, self._held = self._held, []
+            self.sink.scalars(held)
+        ended = getattr(self.sink, "epoch_end", None)
+        if ended is not None:
+            ended(ts)
+
+    def media(self, records: Sequence[MediaRecord]) -> None:
+        got = getattr(self.sink, "media", None)
+        if got is not None:
+            got(records)
 
     def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
         self.sink.firing(callback, event, ts, wall)
 
     def close(self) -> None:
         self.sink.close()
+
+    # -- resume: a resumed run passes the reports the uninterrupted one would ------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the period stands: the last report passed, the report held."""
+        return {"last": self._last,
+                "accepted": list(self._accepted) if self._accepted is not None else None,
+                "held": [[r.name, r.step, r.epoch, r.value, r.wall] for r in self._held]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict``."""
+        self._last = int(state["last"])
+        acc = state["accepted"]
+        self._accepted = None if acc is None else (int(acc[0]), int(acc[1]))
+        self._held = [Record(str(n), float(v), int(s), int(e), float(w))
+                      for n, s, e, v, w in state["held"]]
 
 
 def build_sinks(names: Sequence[str], every: Mapping[str, str],

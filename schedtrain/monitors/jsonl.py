@@ -1,12 +1,18 @@
-"""``JsonlWriter``: every scalar and every firing as one JSON line in ``events.jsonl``."""
+"""``JsonlWriter``: every scalar and every firing as one JSON line in ``events.jsonl``;
+images, histograms and text as files under ``media/`` beside it, each named by a line."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import torch
+
+from schedtrain.monitors.media import Histogram, MediaRecord
+from schedtrain.monitors.png import encode_png
 from schedtrain.monitors.store import Record
 from schedtrain.time import Timestamp
 
@@ -53,6 +59,20 @@ class JsonlWriter:
     def scalars(self, records: Sequence[Record]) -> None:
         self._write([r.to_dict() for r in records])
 
+    def media(self, records: Sequence[MediaRecord]) -> None:
+        """Write each value's file (``media/<name>/step-00000012.png``, ``.json``,
+        ``.txt``) atomically, then its line (``{"kind": "media", "type": "image", ...}``).
+
+        A resumed run writes the files of the lines it cut back again, over the old ones.
+        """
+        root = (self.path.parent / "media").resolve()
+        for r in records:
+            target = (self.path.parent / r.path).resolve()
+            if not target.is_relative_to(root):  # media_path never does this: a guard
+                raise ValueError(f"media file {r.path!r} of {r.name!r} is outside media/")
+            _write_atomic(target, _file_bytes(r))
+        self._write([r.to_dict() for r in records])
+
     def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
         self._write([{"kind": "firing", "callback": callback, "event": event,
                       "step": ts.step, "epoch": ts.epoch, "batch": ts.batch,
@@ -62,3 +82,27 @@ class JsonlWriter:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _file_bytes(r: MediaRecord) -> bytes:
+    if isinstance(r.payload, torch.Tensor):
+        h, w, c = r.payload.shape
+        return encode_png(r.payload.contiguous().numpy().tobytes(), h, w, c)
+    if isinstance(r.payload, Histogram):
+        return (json.dumps({"name": r.name, "step": r.step, "epoch": r.epoch,
+                            **r.payload.to_dict()}) + "\n").encode()
+    return r.payload.encode("utf-8", "surrogatepass")
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a temporary file in its folder and a rename,
+    so a reader never sees half a file (``open`` gives the file the usual mode)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            f.write(data)
+        tmp.replace(target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

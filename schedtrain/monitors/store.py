@@ -1,4 +1,5 @@
-"""``MetricStore``: scalar metrics with history, lazy until read.
+"""``MetricStore``: scalar metrics with history, lazy until read; and images,
+histograms and text, which go to the sinks only (``put_image`` ...).
 
 Values put as tensors stay on their device: nothing is copied to the host (no
 device sync) until a value is read (``latest``, ``history``) or the store is
@@ -9,7 +10,9 @@ hands the records to the sinks (JSONL, TensorBoard, console).
 from __future__ import annotations
 
 import collections
+import itertools
 import math
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -17,6 +20,8 @@ from typing import Any, Protocol
 import attrs
 import torch
 
+from schedtrain.monitors.media import MediaKind, MediaRecord, to_histogram, to_image, to_text
+from schedtrain.monitors.medialog import MediaLog
 from schedtrain.time import Timestamp
 from schedtrain.triggers.protocol import MetricValue
 
@@ -40,7 +45,14 @@ class Record:
 
 
 class Sink(Protocol):
-    """A writer the store and trainer report to."""
+    """A writer the store and trainer report to.
+
+    A sink may also define ``media(records)`` (images, histograms, text: a list of
+    ``MediaRecord``), ``epoch_end(ts)`` (told after each epoch's values were
+    flushed) and ``state_dict()``/``load_state_dict(state)`` (kept in checkpoints, so a
+    resumed run reports what the uninterrupted one would); the store calls them where
+    they exist.
+    """
 
     def scalars(self, records: Sequence[Record]) -> None:
         """Materialised scalar records, in the order they were put."""
@@ -55,8 +67,8 @@ class Sink(Protocol):
 def _as_float(name: str, value: Any) -> float:
     if isinstance(value, bool | str | bytes) or value is None:
         raise TypeError(f"metric {name!r} must be a number or a one-element tensor, got "
-                        f"{type(value).__name__} {value!r:.40}; images and histograms go to "
-                        "TensorBoard through their own calls")
+                        f"{type(value).__name__} {value!r:.40}; text, images and histograms "
+                        "have their own calls: put_text, put_image, put_histogram")
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -86,6 +98,11 @@ class MetricStore:
         #: when a list, every value put is also appended to it (the trainer collects a
         #: firing's values there to reduce them across ranks)
         self.recorder: list[Record] | None = None
+        self._epochs_ended = 0  # the epoch counter at the last ``epoch_ended``
+        #: restored from a checkpoint taken at an epoch_end before its values were flushed:
+        #: that epoch's end and how many of the pending values are from before it
+        self._owed: tuple[Timestamp, int, int] | None = None
+        self.media = MediaLog()
 
     def put(self, name: str, value: Any) -> None:
         """Add a value of ``name`` (a number, or a one-element tensor kept lazy).
@@ -103,6 +120,9 @@ class MetricStore:
             value = value.detach()
         elif type(value) is not float and type(value) is not int:
             value = _as_float(name, value)
+        if self.media.kinds and name in self.media.kinds:
+            raise ValueError(f"metric {name!r} is {self.media.describe(name)}; a scalar "
+                             "needs another name")
         ts = self._now()
         rec = Record(name, value, ts.step, ts.epoch, time.time())
         hist: collections.deque[Record] | None = self._history.get(name)
@@ -114,20 +134,98 @@ class MetricStore:
         if self.recorder is not None:
             self.recorder.append(rec)
 
+    # -- values that are not scalars -----------------------------------------------------
+    def put_image(self, name: str, image: Any, *, layout: str | None = None) -> None:
+        """Add an image of ``name``: a tensor or numpy array, ``uint8`` (0..255) or float
+        (0..1), ``HW``, ``CHW``/``HWC`` or a batch ``NCHW``/``NHWC`` (written as one grid).
+
+        By default a torch tensor is channels-first and a numpy array channels-last;
+        ``layout`` says otherwise. The image is copied to the host now.
+
+        Raises:
+            ValueError, TypeError: naming the metric, its shape or dtype and what was
+                expected.
+        """
+        self._put_media("image", name, lambda: to_image(name, image, layout))
+
+    def put_histogram(self, name: str, values: Any, *, bins: int = 30) -> None:
+        """Add a histogram of ``values`` (a tensor, numpy array or numbers, all finite) in
+        ``bins`` equal bins from their min to their max, computed now."""
+        self._put_media("histogram", name, lambda: to_histogram(name, values, bins))
+
+    def put_text(self, name: str, text: Any) -> None:
+        """Add text: a string, or a 2-D integer tensor (a confusion matrix, written as a
+        Markdown table; ``confusion_table`` names its classes)."""
+        self._put_media("text", name, lambda: to_text(name, text))
+
+    def _put_media(self, kind: MediaKind, name: str,
+                   convert: Callable[[], torch.Tensor | Any]) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a metric name must be a non-empty string, got {name!r}")
+        if name in self._history:
+            raise ValueError(f"metric {name!r} has scalar values; {kind} needs another name")
+        self.media.check(kind, name)
+        self.media.add(kind, name, convert(), ts=self._now(), wall=time.time(),
+                       position=len(self._pending))
+
+    def _no_scalars(self, name: str) -> None:
+        if name in self.media.kinds:
+            raise TypeError(f"metric {name!r} is {self.media.describe(name)}: conditions, "
+                            "metric triggers and latest() read scalars only")
+
+    # -- flushing -------------------------------------------------------------------------
     def flush(self) -> None:
         """Materialise pending values (one device transfer) and hand them to the sinks."""
-        if not self._pending:
+        if self._owed is not None:
+            (ts, n, m), self._owed = self._owed, None
+            before, self._pending = self._pending[:n], self._pending[n:]
+            self._send(before, self.media.take(m, n))
+            self._tell_epoch_end(ts)
+        if not self._pending and not self.media.pending:
             return
         pending, self._pending = self._pending, []
+        self._send(pending, self.media.take(len(self.media.pending), len(pending)))
+
+    def _send(self, pending: list[Record], media: list[tuple[int, MediaRecord]]) -> None:
         _materialize(pending)
+        done = 0
+        # In the order they were put: the scalars before each group of media, the group.
+        for pos, group in itertools.groupby(media, key=operator.itemgetter(0)):
+            self._to_sinks(pending[done:pos])
+            done = pos
+            self._media_to_sinks([r for _, r in group])
+        self._to_sinks(pending[done:])
+
+    def _to_sinks(self, records: list[Record]) -> None:
+        if records:
+            for sink in self.sinks:
+                sink.scalars(records)
+
+    def _media_to_sinks(self, records: list[MediaRecord]) -> None:
         for sink in self.sinks:
-            sink.scalars(pending)
+            got = getattr(sink, "media", None)
+            if got is not None:  # a sink that shows no media (the console) leaves them
+                got(records)
+
+    def epoch_ended(self, ts: Timestamp) -> None:
+        """Flush, then tell the sinks that define ``epoch_end`` that an epoch ended (the
+        loop calls this once per epoch, after ``epoch_end`` fired)."""
+        self.flush()
+        self._tell_epoch_end(ts)
+
+    def _tell_epoch_end(self, ts: Timestamp) -> None:
+        self._epochs_ended = ts.epoch
+        for sink in self.sinks:
+            ended = getattr(sink, "epoch_end", None)
+            if ended is not None:
+                ended(ts)
 
     # -- reading (MetricsView) ---------------------------------------------------------
     def latest(self, name: str) -> MetricValue | None:
         """The newest value of ``name`` and how many values it has had, or ``None``."""
         hist = self._history.get(name)
         if not hist:
+            self._no_scalars(name)
             return None
         rec = hist[-1]
         if not isinstance(rec.value, float):
@@ -153,6 +251,8 @@ class MetricStore:
 
     def history(self, name: str) -> list[tuple[int, float]]:
         """``(step, value)`` for each kept value of ``name`` (the last ``history_limit``)."""
+        if name not in self._history:
+            self._no_scalars(name)
         hist: Iterable[Record] = self._history.get(name, ())
         if any(not isinstance(r.value, float) for r in hist):
             self.flush()
@@ -202,7 +302,15 @@ class MetricStore:
                             for n, h in self._history.items()},
                 "counts": dict(self._counts),
                 "pending": [[r.name, r.step, r.epoch, r.value, r.wall]
-                            for r in self._pending]}
+                            for r in self._pending],
+                "epochs_ended": self._epochs_ended,
+                "media": self.media.state_dict(),
+                "sinks": {key: sd() for key, sink in self._keyed_sinks()
+                          if (sd := getattr(sink, "state_dict", None)) is not None}}
+
+    def _keyed_sinks(self) -> list[tuple[str, Sink]]:
+        # The position and class name: a resumed run with other sinks restores none wrongly.
+        return [(f"{i}:{type(s).__name__}", s) for i, s in enumerate(self.sinks)]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore values saved by ``state_dict``; those the sinks had not received then
@@ -215,6 +323,20 @@ class MetricStore:
             for n, h in state["history"].items()}
         self._counts = {n: int(c) for n, c in state.get(
             "counts", {n: len(h) for n, h in self._history.items()}).items()}
+        # A checkpoint taken during an epoch_end, before the loop flushed its values: the
+        # first flush sends them and then ends the epoch for the sinks, as it would have.
+        self.media = MediaLog()
+        if "media" in state:
+            self.media.load_state_dict(state["media"])
+        now = self._now()
+        self._epochs_ended = int(state.get("epochs_ended", now.epoch))
+        self._owed = ((now, len(self._pending), len(self.media.pending))
+                      if now.epoch > self._epochs_ended else None)
+        saved = state.get("sinks", {})
+        for key, sink in self._keyed_sinks():
+            load = getattr(sink, "load_state_dict", None)
+            if key in saved and load is not None:
+                load(saved[key])
 
 
 def _materialize(records: Sequence[Record]) -> None:

@@ -156,7 +156,7 @@ class Loop:
             dispatch.run_hooks("_after_epoch", now)
             dispatch.run_hooks("_trigger_epoch", now)
             dispatch.fire("epoch_end")
-            dispatch.metrics.flush()
+            dispatch.metrics.epoch_ended(now)  # flushes; a sink's epoch cadence ends
             self.agreement.after_epoch_end()
 
     @property

@@ -31,7 +31,7 @@ RUN_FILE: Final = "run.json"
 LOCK_FILE: Final = ".lock"
 #: What a run writes, and all that --overwrite removes.
 _OWNED_FILES: Final = ("events.jsonl", RUN_FILE, "traceback.txt")
-_OWNED_DIRS: Final = ("checkpoints", "best")
+_OWNED_DIRS: Final = ("checkpoints", "best", "media")
 
 
 class RunDirectory:
