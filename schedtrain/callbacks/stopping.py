@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 import structlog
@@ -9,7 +10,7 @@ import torch
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.triggers import Trigger, every, plateau
-from schedtrain.triggers.metric import Plateau, better
+from schedtrain.triggers.metric import Plateau, early_stop
 
 __all__ = ["EarlyStopping", "TerminateOnNaN"]
 
@@ -25,27 +26,52 @@ class EarlyStopping(Callback):
     firing.
     With ``patience`` it counts itself: each time it fires it reads ``monitor``
     and stops after ``patience`` firings without a new best (default trigger:
-    every epoch).
+    every epoch). Before counting, as Lightning's ``EarlyStopping`` does, it stops at
+    once when the value is not finite (``check_finite``), when it is better than
+    ``stopping_threshold``, or worse than ``divergence_threshold`` (both strictly).
 
     Args:
         monitor: the metric watched (default ``val/loss``).
         patience: firings without improvement before stopping, or ``None``.
         mode: ``"min"`` or ``"max"``.
         min_delta: the smallest change that counts as an improvement.
+        check_finite: stop when ``monitor`` is NaN or infinite.
+        stopping_threshold: stop once ``monitor`` is better than this (needs ``patience``).
+        divergence_threshold: stop once ``monitor`` is worse than this (needs
+            ``patience``).
     """
 
     #: stops only from what every rank shares (reduced metrics, its firing)
     may_stop_alone: ClassVar[bool] = False
 
     def __init__(self, monitor: str = "val/loss", patience: int | None = None,
-                 mode: Literal["min", "max"] = "min", min_delta: float = 0.0) -> None:
+                 mode: Literal["min", "max"] = "min", min_delta: float = 0.0, *,
+                 check_finite: bool = True, stopping_threshold: float | None = None,
+                 divergence_threshold: float | None = None) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"`mode` must be 'min' or 'max', got {mode!r}")
         if patience is not None and (isinstance(patience, bool)
                                      or not isinstance(patience, int) or patience < 1):
             raise ValueError(f"`patience` must be a whole number >= 1 or None, got {patience!r}")
+        if not isinstance(check_finite, bool):
+            raise ValueError(f"`check_finite` must be True or False, got {check_finite!r}")
+        for key, value in (("stopping_threshold", stopping_threshold),
+                           ("divergence_threshold", divergence_threshold)):
+            if value is None:
+                continue
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value)):
+                raise ValueError(f"`{key}` must be a finite number or None, got {value!r}")
+            if patience is None:
+                raise ValueError(f"`{key}` needs `patience`: without it EarlyStopping stops "
+                                 "whenever its trigger fires, and looks at nothing else")
         self.monitor, self.patience, self.mode, self.min_delta = (
             monitor, patience, mode, float(min_delta))
+        self.check_finite = check_finite
+        self.stopping_threshold = (None if stopping_threshold is None
+                                   else float(stopping_threshold))
+        self.divergence_threshold = (None if divergence_threshold is None
+                                     else float(divergence_threshold))
         self.default_trigger = (plateau(monitor, 3, mode=mode, min_delta=min_delta)  # type: ignore[misc]
                                 if patience is None else every("1 epoch"))
         if patience is not None:
@@ -62,16 +88,24 @@ class EarlyStopping(Callback):
         got = self.metrics.latest(self.monitor)
         if got is None:
             return
-        v = got.value
-        if better(v, self.best, self.mode, self.min_delta):
-            self.best, self.wait = v, 0
-            return
-        self.wait += 1
-        if self.wait >= self.patience:
-            _log.info("early_stopping", callback=self.name, step=self.now.step, best=self.best)
-            self.trainer.request_stop(f"stopped by {self.name} {where}: {self.monitor} did "
-                                      f"not improve for {self.patience} checks "
-                                      f"(best {self.best:.4g})")
+        why = self.check(float(got.value))
+        if why is not None:
+            _log.info("early_stopping", callback=self.name, step=self.now.step,
+                      best=self.best, reason=why)
+            self.trainer.request_stop(f"stopped by {self.name} {where}: {why}")
+
+    def check(self, value: float) -> str | None:
+        """Count one check of ``monitor`` at ``value``: why training stops now, or ``None``.
+
+        The order is Lightning's: not finite, the stopping threshold, the divergence
+        threshold, then ``patience`` checks without a new best."""
+        assert self.patience is not None
+        self.best, self.wait, why = early_stop(
+            value, best=self.best, wait=self.wait, monitor=self.monitor, mode=self.mode,
+            min_delta=self.min_delta, patience=self.patience, check_finite=self.check_finite,
+            stopping_threshold=self.stopping_threshold,
+            divergence_threshold=self.divergence_threshold)
+        return why
 
     def _why(self) -> str:
         """Why its trigger fired, from the metric parts of that trigger."""
