@@ -96,6 +96,14 @@ class TrainingContext(Protocol):
                         on_saved: Callable[[Path], None] | None = None) -> None:
         """Write a resumable checkpoint to ``path`` once the current event is over."""
 
+    def load_weights(self, path: str | Path) -> None:
+        """Load the model and optimizer states of a checkpoint (checked), nothing else."""
+
+    @property
+    def outcome(self) -> str | None:
+        """How the run ended, in ``after_train``: ``"finished"``, ``"stopped"``,
+        ``"failed"`` or ``"preempted"`` (``None`` while it runs)."""
+
     def written_checkpoints(self) -> list[Path]:
         """Checkpoints this run wrote (across resumes), oldest first."""
 

@@ -160,9 +160,11 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "ModelSaver": Builtin("schedtrain.callbacks.saver:ModelSaver", (
         Param("keep", "a whole number >= 1", _int(1)), _FOLDER)),
     "MinSaver": Builtin("schedtrain.callbacks.saver:MinSaver", (
-        _MONITOR, Param("filename", "a file name", _text), _FOLDER)),
+        _MONITOR, Param("filename", "a file name", _text), _FOLDER,
+        Param("load_best_at_end", "true or false", _flag))),
     "MaxSaver": Builtin("schedtrain.callbacks.saver:MaxSaver", (
-        _MONITOR, Param("filename", "a file name", _text), _FOLDER)),
+        _MONITOR, Param("filename", "a file name", _text), _FOLDER,
+        Param("load_best_at_end", "true or false", _flag))),
     "InferenceRunner": Builtin("schedtrain.callbacks.inference:InferenceRunner", (
         Param("prefix", "a metric prefix such as 'val'", is_name),
         Param("inferencers", "a list of tables such as { type = \"ClassificationError\", "

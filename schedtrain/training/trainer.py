@@ -257,6 +257,11 @@ class Trainer:
         alone. Returns whether it was one of this run's."""
         return self.checkpoints.delete(Path(path))
 
+    def load_weights(self, path: str | Path) -> None:
+        """Load the model and optimizer states of checkpoint ``path`` (checked against its
+        checksum), nothing else: the clock, metrics and callbacks stay as they are."""
+        self.checkpoints.load_weights(Path(path))
+
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
         self._run.resume(Path(path))
@@ -281,6 +286,12 @@ class Trainer:
     def stopped_early(self) -> bool:
         """Whether the last ``fit`` ended with a stop (``StopTraining``, ``request_stop``)."""
         return self._run.stopped_early
+
+    @property
+    def outcome(self) -> str | None:
+        """How the last ``fit`` ended (or is ending, in ``after_train`` hooks):
+        ``"finished"``, ``"stopped"``, ``"failed"``, ``"preempted"``; ``None`` while it runs."""
+        return self._run.outcome
 
     @property
     def stop_reason(self) -> str | None:
