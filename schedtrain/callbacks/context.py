@@ -71,6 +71,11 @@ class TrainingContext(Protocol):
     def last_loss(self) -> torch.Tensor | None:
         """The last optimizer step's loss, detached and on the device."""
 
+    def nonfinite_loss_step(self) -> int | None:
+        """The first step whose training loss was NaN or infinite (``None``: none), kept
+        for a callback whose class sets ``watches_loss``; reading it syncs. On several
+        processes, the first over the ranks: every rank must ask at the same point."""
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The autocast context of the run's precision (a no-op for fp32)."""
 

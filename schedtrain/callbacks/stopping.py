@@ -6,10 +6,9 @@ import math
 from typing import Any, ClassVar, Literal
 
 import structlog
-import torch
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.triggers import Trigger, every, plateau
+from schedtrain.triggers import Trigger, any_of, every, on, plateau
 from schedtrain.triggers.metric import Plateau, early_stop
 
 __all__ = ["EarlyStopping", "TerminateOnNaN"]
@@ -131,27 +130,61 @@ class EarlyStopping(Callback):
 
 
 class TerminateOnNaN(Callback):
-    """Stop when the last step's loss is NaN or infinite.
+    """Stop when a training step's loss was NaN or infinite, or an evaluation's loss is.
 
-    Reading the loss syncs with the device, so it only looks when fired: by
-    default every 100 steps (a NaN poisons the weights, so later losses stay NaN).
+    Every step's loss is looked at, on the device: the loss keeper notes the first
+    non-finite one as it folds the losses (every 64 steps), so a quiet step costs nothing
+    more and never syncs. The note is read (one sync) when this callback fires: by default
+    every 100 steps, at ``eval_end`` and at ``train_end``. The run stops after the firing
+    that finds it (its other callbacks still run, a checkpoint of non-finite weights never
+    replaces the last finite one), and the stop line names the first bad step.
+    At ``eval_end`` it reads the evaluation's ``.../loss`` metrics (``InferenceRunner``
+    names them in the event's payload) and stops when one is not finite, naming the
+    evaluation. On several processes the first bad step is the first over the ranks (one
+    collective at each of its firings), so every rank stops at once, naming one step.
     """
 
-    default_trigger: ClassVar[Trigger] = every("100 steps")
+    #: the loss keeper notes the first non-finite step for it
+    watches_loss: ClassVar[bool] = True
+    #: decides from what every rank shares: the first bad step over the ranks, reduced
+    #: evaluation metrics
+    may_stop_alone: ClassVar[bool] = False
+
+    default_trigger: ClassVar[Trigger] = any_of(every("100 steps"), on("eval_end"),
+                                                on("train_end"))
 
     def __init__(self) -> None:
+        #: the step at which it found a non-finite loss (``None``: not yet)
         self.triggered_at: int | None = None
+        #: the first step whose training loss was not finite, once found
+        self.first_bad_step: int | None = None
 
     def _trigger(self) -> None:
-        loss = self.trainer.last_loss
-        if loss is None:
+        now = self.now
+        where = f"at epoch {now.epoch} (step {now.step})"
+        names = self.trainer.payload.get("metrics")
+        if names is not None:  # an evaluation ended
+            self._check_eval(where, [n for n in names if n.rsplit("/", 1)[-1] == "loss"])
             return
-        if not bool(torch.isfinite(loss).all()):
-            self.triggered_at = self.now.step
-            _log.warning("nan_loss", callback=self.name, step=self.now.step)
-            value = float(loss.float().mean())
-            self.trainer.request_stop(f"stopped by {self.name} at epoch {self.now.epoch} "
-                                      f"(step {self.now.step}): the training loss is {value}")
+        bad = self.trainer.nonfinite_loss_step()
+        if bad is None:
+            return
+        self.triggered_at, self.first_bad_step = now.step, bad
+        _log.warning("nan_loss", callback=self.name, step=now.step, first_bad_step=bad)
+        self.trainer.request_stop(f"stopped by {self.name} {where}: the training loss was "
+                                  f"not finite at step {bad} (the first such step)")
+
+    def _check_eval(self, where: str, names: list[str]) -> None:
+        runner = self.trainer.payload.get("evaluation", "the evaluation")
+        for name in names:
+            got = self.metrics.latest(name)
+            if got is not None and not math.isfinite(got.value):
+                self.triggered_at = self.now.step
+                _log.warning("nan_eval_loss", callback=self.name, step=self.now.step,
+                             evaluation=runner, metric=name)
+                self.trainer.request_stop(f"stopped by {self.name} {where}: {name} = "
+                                          f"{got.value} after the evaluation {runner!r}")
+                return
 
     def state_dict(self) -> dict[str, Any]:
         return {}

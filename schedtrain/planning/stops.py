@@ -6,9 +6,10 @@ built-ins that stop: ``EarlyStopping`` without ``patience`` stops whenever it fi
 (its trigger holds the metric part); with ``patience`` it counts the checks of
 ``monitor`` without a new best and stops on a value that is not finite or past a
 threshold (``check_finite``, ``stopping_threshold``, ``divergence_threshold``), which a
-metric stream (``--metrics``) lets the plan decide too; ``TerminateOnNaN`` stops when
-the training loss is not finite. A firing whose condition the plan cannot decide stops
-nothing: the plan goes on, marked ``?``.
+metric stream (``--metrics``) lets the plan decide too; ``TerminateOnNaN`` stops
+at its first firing after a non-finite training loss (its ``eval_end`` part is not
+simulated). A firing whose condition the plan cannot decide stops nothing: the plan
+goes on, marked ``?``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import attrs
 
 from schedtrain.schedule.firings import Firing
+from schedtrain.simulation.metric_stream import StreamMetrics
 from schedtrain.spec import Spec
 from schedtrain.triggers.metric import early_stop
 from schedtrain.triggers.protocol import MetricsView
@@ -54,11 +56,17 @@ def _fires(name: str) -> StopRule:
 
 
 def _not_finite(name: str) -> StopRule:
+    """The real run notes every step's loss and reads the note at each firing: it stops
+    at the first firing after a step whose loss was not finite. Published ``train/loss``
+    values are means since the last one, so a stream holds a non-finite one exactly where
+    a step's loss was; the first firing that sees one stops, whatever came since."""
     def rule(f: Firing, metrics: MetricsView | None) -> str | None:
-        got = metrics.latest("train/loss") if metrics is not None else None
-        if got is None or math.isfinite(got.value):
+        if not isinstance(metrics, StreamMetrics) or f.event.startswith("eval_"):
             return None
-        return f"{name!r} (TerminateOnNaN) saw train/loss = {got.value}"
+        bad = next((v for v in metrics.visible("train/loss") if not math.isfinite(v)), None)
+        if bad is None:
+            return None
+        return f"{name!r} (TerminateOnNaN) saw train/loss = {bad}"
     return rule
 
 

@@ -210,6 +210,18 @@ class Trainer:
         """The last optimizer step's loss, detached and on the device (``None`` before one)."""
         return self._parts.losses.last
 
+    def nonfinite_loss_step(self) -> int | None:
+        """The first step whose training loss was NaN or infinite (``None``: none); kept
+        only when a callback's class sets ``watches_loss`` (``TerminateOnNaN``). Reading it
+        synchronises with the device. On several processes it is the first over the
+        ranks, the same on all: every rank must ask at the same point (one collective)."""
+        first = self._parts.losses.first_nonfinite(self.clock.step)
+        if self.comm is None:
+            return first
+        (agreed,), _ = self.comm.reduce_floats([None if first is None else float(first)],
+                                               ["min"])
+        return None if agreed is None else int(agreed)
+
     @property
     def firings(self) -> list[Firing]:
         """The most recent firings (``keep_firings`` of them), oldest first."""
