@@ -167,3 +167,40 @@ def test_two_ranks_stop_together_naming_the_first_bad_step_over_ranks(tmp_path: 
     assert (status["status"], status["step"]) == ("stopped", 8)
     assert "not finite at step 5 (the first such step)" in result.stdout
     assert "on rank" not in result.stdout  # every rank asked alike: no one rank's reason
+
+
+def test_under_gradient_accumulation_the_step_is_named() -> None:
+    """With two micro-batches a step (the loop's exact path), a NaN in the 9th micro-batch
+    is step 5's loss: found at the check at step 6, named step 5."""
+    model, opt = tiny_model()
+    nan = TerminateOnNaN()
+    t = Trainer(model, opt, _data(40), BadAt(9), schedule=Schedule({"nan": every("3 steps")}),
+                bindings={"nan": nan}, max_steps=12, grad_accum=2)
+    t.fit()
+    assert t.stopped_early and t.clock.step == 6 and nan.first_bad_step == 5
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 2000), st.sets(st.integers(1, 2000), max_size=3),
+       st.lists(st.integers(1, 2000), max_size=60), st.lists(st.integers(1, 2000), max_size=8))
+def test_the_keeper_finds_the_first_bad_step_however_it_folds(
+        steps: int, bad: set[int], folds: list[int], reads: list[int]) -> None:
+    """The loss keeper, folded at any steps (the loop every 64, publications anywhere,
+    past the batch of 16 unchecked folds) and read at any steps, gives the first step
+    whose loss was not finite so far; a checkpoint of it anywhere gives the same."""
+    from schedtrain.training.losses import LossKeeper
+
+    keeper = LossKeeper()
+    keeper.watch = True
+    fold_at, read_at = set(folds), set(reads)
+    for step in range(1, steps + 1):
+        keeper.losses.append(torch.tensor(math.inf if step in bad else float(step)))
+        if step in fold_at or len(keeper.losses) >= FOLD:
+            keeper.fold(step)
+        if step in read_at or step == steps:
+            expected = min((b for b in bad if b <= step), default=None)
+            assert keeper.first_nonfinite(step) == expected
+            copy = LossKeeper()
+            copy.watch = True
+            copy.load_state_dict(keeper.state_dict())
+            assert copy.first_nonfinite(step) == expected

@@ -132,9 +132,9 @@ class EarlyStopping(Callback):
 class TerminateOnNaN(Callback):
     """Stop when a training step's loss was NaN or infinite, or an evaluation's loss is.
 
-    Every step's loss is looked at, on the device: the loss keeper notes the first
-    non-finite one as it folds the losses (every 64 steps), so a quiet step costs nothing
-    more and never syncs. The note is read (one sync) when this callback fires: by default
+    Every step's loss is looked at, on the device: the loss keeper finds the first
+    non-finite one among the losses it keeps for ``train/loss``, so a quiet step costs
+    nothing more and never syncs. The note is read (one sync) when this callback fires: by default
     every 100 steps, at ``eval_end`` and at ``train_end``. The run stops after the firing
     that finds it (its other callbacks still run, a checkpoint of non-finite weights never
     replaces the last finite one), and the stop line names the first bad step.
