@@ -204,3 +204,26 @@ def test_the_keeper_finds_the_first_bad_step_however_it_folds(
             copy.watch = True
             copy.load_state_dict(keeper.state_dict())
             assert copy.first_nonfinite(step) == expected
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(),
+                    reason="torch.distributed is not available")
+def test_two_ranks_stop_together_on_one_ranks_nan_evaluation(tmp_path: Path) -> None:
+    """A NaN validation loss on rank 1 only (read at eval_end, before the evaluation's
+    metrics are reduced): the ranks agree, and both stop after that evaluation."""
+    import json
+
+    from test_distributed import torchrun
+
+    spec = tmp_path / "nan.toml"
+    spec.write_text('[run]\ntask = "jobs.ddp:make_nan_eval_task"\nmax_epochs = 3\n\n'
+                    '[callbacks.validate]\ntype = "InferenceRunner"\n'
+                    'trigger = { every = "1 epoch" }\n\n'
+                    '[callbacks.nan]\ntype = "TerminateOnNaN"\n'
+                    'trigger = { on = "eval_end" }\n\n'
+                    '[callbacks.save]\ntype = "ModelSaver"\ntrigger = { every = "1 epoch" }\n')
+    result = torchrun(spec, tmp_path / "run", timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (status["status"], status["epoch"]) == ("stopped", 1)
+    assert "after the evaluation 'validate'" in result.stdout

@@ -76,6 +76,10 @@ class TrainingContext(Protocol):
         for a callback whose class sets ``watches_loss``; reading it syncs. On several
         processes, the first over the ranks: every rank must ask at the same point."""
 
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank, the same answer on all (on several
+        processes one collective: every rank must ask at the same point)."""
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The autocast context of the run's precision (a no-op for fp32)."""
 

@@ -146,8 +146,8 @@ class TerminateOnNaN(Callback):
 
     #: the loss keeper notes the first non-finite step for it
     watches_loss: ClassVar[bool] = True
-    #: decides from what every rank shares: the first bad step over the ranks, reduced
-    #: evaluation metrics
+    #: decides from what every rank shares: the first bad step over the ranks, whether a
+    #: rank's evaluation loss was not finite
     may_stop_alone: ClassVar[bool] = False
 
     default_trigger: ClassVar[Trigger] = any_of(every("100 steps"), on("eval_end"),
@@ -175,16 +175,23 @@ class TerminateOnNaN(Callback):
                                   f"not finite at step {bad} (the first such step)")
 
     def _check_eval(self, where: str, names: list[str]) -> None:
+        """At ``eval_end`` the metrics are this rank's (reduced once the evaluation's
+        callback returns): the ranks agree whether one saw a non-finite loss."""
         runner = self.trainer.payload.get("evaluation", "the evaluation")
+        bad = None
         for name in names:
             got = self.metrics.latest(name)
             if got is not None and not math.isfinite(got.value):
-                self.triggered_at = self.now.step
-                _log.warning("nan_eval_loss", callback=self.name, step=self.now.step,
-                             evaluation=runner, metric=name)
-                self.trainer.request_stop(f"stopped by {self.name} {where}: {name} = "
-                                          f"{got.value} after the evaluation {runner!r}")
-                return
+                bad = f"{name} = {got.value}"
+                break
+        if not self.trainer.any_rank(bad is not None):
+            return
+        self.triggered_at = self.now.step
+        what = bad if bad is not None else "a loss was not finite on another rank"
+        _log.warning("nan_eval_loss", callback=self.name, step=self.now.step,
+                     evaluation=runner, loss=what)
+        self.trainer.request_stop(f"stopped by {self.name} {where}: {what} after the "
+                                  f"evaluation {runner!r}")
 
     def state_dict(self) -> dict[str, Any]:
         return {}

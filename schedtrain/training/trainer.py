@@ -222,6 +222,11 @@ class Trainer:
                                                ["min"])
         return None if agreed is None else int(agreed)
 
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank (on several processes one collective:
+        every rank must ask at the same point); ``flag`` itself on one process."""
+        return flag if self.comm is None else self.comm.any(flag)
+
     @property
     def firings(self) -> list[Firing]:
         """The most recent firings (``keep_firings`` of them), oldest first."""

@@ -48,6 +48,19 @@ def make_nan_task() -> Task:
                 val_data=task.val_data, loss_fn=_NaNOnRank(1, 5))
 
 
+def _nan_in_eval_on_rank_1(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    loss = torch.nn.functional.cross_entropy(out, target)
+    bad = torch.is_inference_mode_enabled() and torch.distributed.get_rank() == 1
+    return loss * float("nan") if bad else loss
+
+
+def make_nan_eval_task() -> Task:
+    """The job whose validation loss is NaN on rank 1 only (training is finite)."""
+    task = make_task()
+    return Task(model=task.model, optimizer=task.optimizer, train_data=task.train_data,
+                val_data=task.val_data, loss_fn=_nan_in_eval_on_rank_1)
+
+
 class RankMetric(Callback):
     """Puts ``rank/value``: the rank itself, so its mean differs from every rank's own."""
 
