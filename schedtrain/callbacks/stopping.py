@@ -134,17 +134,18 @@ class TerminateOnNaN(Callback):
 
     Every step's loss is looked at, on the device: the loss keeper finds the first
     non-finite one among the losses it keeps for ``train/loss``, so a quiet step costs
-    nothing more and never syncs. The note is read (one sync) when this callback fires: by default
-    every 100 steps, at ``eval_end`` and at ``train_end``. The run stops after the firing
-    that finds it (its other callbacks still run, a checkpoint of non-finite weights never
-    replaces the last finite one), and the stop line names the first bad step.
-    At ``eval_end`` it reads the evaluation's ``.../loss`` metrics (``InferenceRunner``
-    names them in the event's payload) and stops when one is not finite, naming the
-    evaluation. On several processes the first bad step is the first over the ranks (one
-    collective at each of its firings), so every rank stops at once, naming one step.
+    nothing more and never syncs. That step is read (one sync) when this callback fires:
+    by default every 100 steps, at ``eval_end`` and at ``train_end``. The run stops after
+    the firing that finds one (its other callbacks still run, a checkpoint of non-finite
+    weights never replaces the last finite one), and the stop line names the first bad
+    step. At ``eval_end`` it reads the evaluation's ``.../loss`` metrics
+    (``InferenceRunner`` names them in the event's payload) and stops when one is not
+    finite, naming the evaluation. On several processes the first bad step is the first
+    over the ranks, and an evaluation's loss is bad when it is on any rank (one
+    collective at each firing), so every rank stops at once.
     """
 
-    #: the loss keeper notes the first non-finite step for it
+    #: the loss keeper finds the first non-finite step for it
     watches_loss: ClassVar[bool] = True
     #: decides from what every rank shares: the first bad step over the ranks, whether a
     #: rank's evaluation loss was not finite
