@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from training_helpers import UnevenData
 
 from schedtrain import Schedule, SpecError, at, every, on
-from schedtrain.callbacks import Callback, LearningRateMonitor, LRScheduler, ModelSaver
+from schedtrain.callbacks import (
+    Callback,
+    LearningRateMonitor,
+    LRScheduler,
+    ModelSaver,
+    ScheduledHyperParamSetter,
+)
 from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
 from schedtrain.training.from_spec import build_callbacks
@@ -72,8 +78,8 @@ class TestLearningRateMonitor:
         trainer = _fit(_sgd, make, tmp_path)
         lrs = [v for _, v in trainer.metrics.history("lr/group0")]
         assert lrs == [v for _, v in trainer.metrics.history("lr")]
-        # logged after the scheduler stepped at step s: the lr of step s + 1
-        assert lrs == [0.1 * 0.5 ** (s // 4) for s in range(1, EPOCHS * STEPS + 1)]
+        # the lr step s used, though the scheduler (declared first) stepped at step s
+        assert lrs == [0.1 * 0.5 ** ((s - 1) // 4) for s in range(1, EPOCHS * STEPS + 1)]
         assert {v for _, v in trainer.metrics.history("momentum/group0")} == {0.9}
 
     def test_several_groups_log_each_and_adam_betas(self) -> None:
@@ -97,7 +103,7 @@ class TestLRScheduler:
 
     @pytest.mark.parametrize("kind", list(SCHEDULERS))
     def test_steps_like_a_plain_loop(self, kind: str, tmp_path: Path) -> None:
-        """The lr at every step is what stepping the scheduler by hand gives."""
+        """The lr of every step is what stepping the scheduler by hand gives."""
         trainer = _fit(_sgd, SCHEDULERS[kind], tmp_path)
         opt = _sgd(_model())
         s = SCHEDULERS[kind]
@@ -105,9 +111,9 @@ class TestLRScheduler:
                  else s(opt))
         expected = []
         for _ in range(EPOCHS * STEPS):
+            expected.append(opt.param_groups[0]["lr"])  # what this step uses
             opt.step()
             sched.step()
-            expected.append(opt.param_groups[0]["lr"])
         assert [v for _, v in trainer.metrics.history("lr")] == pytest.approx(expected, rel=0,
                                                                                 abs=0)
 
@@ -212,3 +218,78 @@ def test_monitor_steps_reduce_on_plateau_with_the_metric() -> None:
     trainer.fit()
     # best at epoch 1; epochs 2 and 3 without improvement exceed patience 1 at epoch 3
     assert lrs == [1.0, 1.0, 0.5, 0.5, 0.25]
+
+
+#: Who changes the lr, and when: a scheduler each step or each epoch, or tensorpack's setter.
+CHANGERS: dict[str, Any] = {
+    "StepLR every step": (lambda: LRScheduler(lambda o: torch.optim.lr_scheduler.StepLR(
+        o, step_size=2, gamma=0.5)), every("1 step")),
+    "StepLR every 3 steps": (lambda: LRScheduler(lambda o: torch.optim.lr_scheduler.StepLR(
+        o, step_size=1, gamma=0.5)), every("3 steps")),
+    "one-cycle": (lambda: LRScheduler(lambda o: torch.optim.lr_scheduler.OneCycleLR(
+        o, max_lr=0.5, total_steps=EPOCHS * STEPS + 1)), every("1 step")),
+    "epoch setter": (lambda: ScheduledHyperParamSetter("lr", [(0, 0.3), (1, 0.2), (2, 0.05)]),
+                     on("train_start") | every("1 epoch")),
+}
+
+
+def _monitored(changer: str, when: str, monitor_first: bool) -> tuple[
+        list[tuple[int, float]], list[tuple[int, float]], dict[int, tuple[float, float]]]:
+    """The monitor's lr and momentum logs, and (lr, momentum) at each optimizer.step()."""
+    model = _model()
+    opt = _sgd(model)
+    used: dict[int, tuple[float, float]] = {}
+    opt.register_step_pre_hook(lambda o, *_: used.__setitem__(
+        len(used) + 1, (o.param_groups[0]["lr"], o.param_groups[0]["momentum"])))
+    make, trigger = CHANGERS[changer]
+    entries = ({"lr": every(when), "change": trigger} if monitor_first
+               else {"change": trigger, "lr": every(when)})
+    trainer = Trainer(model, opt, UnevenData([STEPS] * EPOCHS), torch.nn.functional.mse_loss,
+                      schedule=Schedule(entries),
+                      bindings={"lr": LearningRateMonitor(), "change": make()},
+                      max_epochs=EPOCHS)
+    trainer.fit()
+    return trainer.metrics.history("lr"), trainer.metrics.history("momentum"), used
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(sorted(CHANGERS)), st.sampled_from(["1 step", "2 steps", "1 epoch"]))
+def test_monitor_logs_the_rate_each_step_used_wherever_it_is_declared(
+        changer: str, when: str) -> None:
+    """Declared before or after the callback that changes the lr, the monitor logs the
+    same values: at each firing, the lr and momentum the optimizer had when the last
+    step's optimizer.step() ran (recorded here by an optimizer step pre-hook)."""
+    logs = []
+    for monitor_first in (True, False):
+        lrs, momenta, used = _monitored(changer, when, monitor_first)
+        assert lrs and [v for _, v in lrs] == [used[s][0] for s, _ in lrs]
+        assert [v for _, v in momenta] == [used[s][1] for s, _ in momenta]
+        logs.append(lrs)
+    assert logs[0] == logs[1]
+
+
+def test_monitor_resumed_at_an_event_after_the_change_logs_the_used_rate(
+        tmp_path: Path) -> None:
+    """Resumed from a checkpoint of a step_end where the scheduler stepped, the monitor's
+    epoch_end firing at that step still logs the rate the step used."""
+    def fit(resume: Path | None) -> Trainer:
+        model = _model()
+        opt = _sgd(model)
+        trainer = Trainer(model, opt, UnevenData([STEPS] * EPOCHS),
+                          torch.nn.functional.mse_loss,
+                          schedule=Schedule({"change": every("1 step"),
+                                             "save": at(f"{STEPS} steps"),
+                                             "lr": every("1 epoch")}),
+                          bindings={"change": LRScheduler(
+                              lambda o: torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.5)),
+                              "save": ModelSaver(keep=None), "lr": LearningRateMonitor()},
+                          max_epochs=EPOCHS, run_dir=tmp_path / ("b" if resume else "a"))
+        if resume is not None:
+            trainer.resume(resume)
+        trainer.fit()
+        return trainer
+
+    full = fit(None)
+    resumed = fit(tmp_path / "a" / "checkpoints" / f"step-{STEPS:08d}.pt")
+    assert full.metrics.history("lr")[0] == (STEPS, 0.1 * 0.5 ** (STEPS - 1))
+    assert resumed.metrics.history("lr") == full.metrics.history("lr")

@@ -173,8 +173,10 @@ class TestStopAndFailure:
         assert t.stopped_early and nan.triggered_at == 8
 
     def test_terminate_on_nan_default_trigger(self) -> None:
-        """TerminateOnNaN checks every 100 steps by default (reading the loss syncs)."""
-        assert TerminateOnNaN.default_trigger == every("100 steps")
+        """TerminateOnNaN reads its note every 100 steps, after evaluations and at the end
+        by default (reading it syncs; the steps between are noted on the device)."""
+        assert TerminateOnNaN.default_trigger == (every("100 steps") | on("eval_end")
+                                                  | on("train_end"))
 
 
 class TestBuiltins:

@@ -6,6 +6,8 @@ call the overridable underscore methods, as in tensorpack. Where each hook runs:
     setup(trainer)                         once, before anything else
     before_train()
     [train_start]   _trigger() of callbacks whose trigger fires here
+                    (at every [event] where any callback fires, before_firings()
+                    runs first, on the callbacks that override it)
     for each epoch:
         before_epoch()
         [epoch_start]
@@ -165,6 +167,11 @@ class Callback:
         """The callback's trigger fired."""
         self._trigger()
 
+    def before_firings(self) -> None:
+        """At an event where callbacks fire, before the first of them runs: the state the
+        last step left, before any callback changes it (whether this one fires or not)."""
+        self._before_firings()
+
     def on_exception(self, exc: BaseException) -> None:
         """Training failed with ``exc`` (not called for ``StopTraining``)."""
         self._on_exception(exc)
@@ -204,6 +211,9 @@ class Callback:
         return None
 
     def _trigger(self) -> None:
+        return None
+
+    def _before_firings(self) -> None:
         return None
 
     def _on_exception(self, exc: BaseException) -> None:
@@ -299,8 +309,8 @@ class Callback:
 PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", "_after_backward",
                    "_before_optimizer_step", "_after_step", "_trigger_step", "_trigger_epoch")
 #: Where a callback can ask to stop besides its trigger: its hooks, setup and resume.
-STOP_PLACES_BEYOND_TRIGGER = (*PER_EVENT_HOOKS, "_setup", "_before_train",
-                              "load_state_dict")
+STOP_PLACES_BEYOND_TRIGGER = (*PER_EVENT_HOOKS, "_before_firings", "_setup",
+                              "_before_train", "load_state_dict")
 _STOP_PLACES = ("_trigger", "trigger", *STOP_PLACES_BEYOND_TRIGGER,
                 *(h.lstrip("_") for h in STOP_PLACES_BEYOND_TRIGGER))
 

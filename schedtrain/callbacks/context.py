@@ -71,6 +71,15 @@ class TrainingContext(Protocol):
     def last_loss(self) -> torch.Tensor | None:
         """The last optimizer step's loss, detached and on the device."""
 
+    def nonfinite_loss_step(self) -> int | None:
+        """The first step whose training loss was NaN or infinite (``None``: none), kept
+        for a callback whose class sets ``watches_loss``; reading it syncs. On several
+        processes, the first over the ranks: every rank must ask at the same point."""
+
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank, the same answer on all (on several
+        processes one collective: every rank must ask at the same point)."""
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The autocast context of the run's precision (a no-op for fp32)."""
 
@@ -95,6 +104,14 @@ class TrainingContext(Protocol):
     def save_checkpoint(self, path: str | Path,
                         on_saved: Callable[[Path], None] | None = None) -> None:
         """Write a resumable checkpoint to ``path`` once the current event is over."""
+
+    def load_weights(self, path: str | Path) -> None:
+        """Load the model and optimizer states of a checkpoint (checked), nothing else."""
+
+    @property
+    def outcome(self) -> str | None:
+        """How the run ended, in ``after_train``: ``"finished"``, ``"stopped"``,
+        ``"failed"`` or ``"preempted"`` (``None`` while it runs)."""
 
     def written_checkpoints(self) -> list[Path]:
         """Checkpoints this run wrote (across resumes), oldest first."""

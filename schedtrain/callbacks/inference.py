@@ -56,7 +56,8 @@ class InferenceRunner(Callback):
     ``loss_fn`` given here), computed only when an inferencer needs it. Sums stay on
     the device; the metrics are put lazily (reading them syncs). It fires ``eval_start``
     before the pass, ``eval_step_end`` after each batch (its payload: ``batch``, on the
-    device, and the model's ``outputs``) and ``eval_end`` after the metrics are put, so
+    device, and the model's ``outputs``) and ``eval_end`` after the metrics are put (its
+    payload: ``evaluation``, this callback's name, and ``metrics``, what it put), so
     triggers can name them (``on = "eval_end"``).
 
     ``InferenceRunner(data, [inferencers])``, tensorpack's positional form, works too: a
@@ -148,7 +149,7 @@ class InferenceRunner(Callback):
         for inf in self.inferencers:
             for name, value in inf.result().items():
                 self.metrics.put(name, value)
-        trainer.fire("eval_end")
+        trainer.fire("eval_end", evaluation=self.name, metrics=self.produces)
 
 
 def _inferencer(item: Inferencer | Mapping[str, Any], index: int) -> Inferencer:

@@ -30,6 +30,11 @@ class LearningRateMonitor(Callback):
     With a single param group, ``lr`` (and ``momentum``) are logged as well, so a
     condition can read ``lr < 1e-4``.
 
+    The values are those the last completed step used: read at the event, before any
+    callback firing there (an ``LRScheduler``, a ``ScheduledHyperParamSetter``) changes
+    them, so the log is the same wherever it is declared. Nothing is logged before the
+    first step (no step has used a rate yet).
+
     Args:
         momentum: also log the momentum.
     """
@@ -43,6 +48,9 @@ class LearningRateMonitor(Callback):
         # the names a single param group gives; made exact at setup
         self.produces = ("lr", "lr/group0") + (("momentum", "momentum/group0")
                                                if momentum else ())
+        #: (step, the values that step used, by metric name), read before the firings of
+        #: the first event at that step where anything fired
+        self._used: tuple[int, dict[str, float]] | None = None
 
     def _setup(self) -> None:
         groups = self.optimizer.param_groups
@@ -53,18 +61,40 @@ class LearningRateMonitor(Callback):
             names += [n.split("/")[0] for n in names]
         self.produces = tuple(names)
 
-    def _trigger(self) -> None:
+    def _read(self) -> dict[str, float]:
         groups = self.optimizer.param_groups
+        values: dict[str, float] = {}
         for i, group in enumerate(groups):
-            lr = float(group["lr"])
-            self.metrics.put(f"lr/group{i}", lr)
-            if len(groups) == 1:
-                self.metrics.put("lr", lr)
+            values[f"lr/group{i}"] = float(group["lr"])
             m = _momentum(group) if self.log_momentum else None
             if m is not None:
-                self.metrics.put(f"momentum/group{i}", m)
-                if len(groups) == 1:
-                    self.metrics.put("momentum", m)
+                values[f"momentum/group{i}"] = m
+        if len(groups) == 1:
+            values.update({n.split("/")[0]: v for n, v in list(values.items())})
+        return values
+
+    def _before_firings(self) -> None:
+        # The first event at a step where anything fires sees what that step used: only
+        # callbacks firing at events change the optimizer between steps.
+        step = self.now.step
+        if self._used is None or self._used[0] != step:
+            self._used = (step, self._read())
+
+    def _trigger(self) -> None:
+        step = self.now.step
+        if step == 0:
+            return
+        used = self._used[1] if self._used is not None and self._used[0] == step else None
+        for name, value in (used if used is not None else self._read()).items():
+            self.metrics.put(name, value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"used": None if self._used is None else [self._used[0], dict(self._used[1])]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        used = state.get("used")  # absent from checkpoints of 0.2
+        self._used = None if used is None else (int(used[0]), {str(k): float(v) for k, v
+                                                               in used[1].items()})
 
 
 def _momentum(group: Mapping[str, Any]) -> float | None:

@@ -122,13 +122,19 @@ class _BestSaver(_Ranking):
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 
     def __init__(self, monitor: str = "val/loss", filename: str | None = None,
-                 folder: str | None = None) -> None:
+                 folder: str | None = None, load_best_at_end: bool = False) -> None:
+        if not isinstance(load_best_at_end, bool):
+            raise ValueError(f"`load_best_at_end` must be True or False, got "
+                             f"{load_best_at_end!r}")
         self.monitor = monitor
         self.needs = (monitor,)
         self.filename = plain_name(filename or f"{self.mode}-{monitor.replace('/', '-')}.pt",
                                    "`filename`")
         self.folder = folder
+        self.load_best_at_end = load_best_at_end
         self.best: float | None = None
+        #: the step of the best checkpoint written (``None``: none yet)
+        self.best_step: int | None = None
 
     def _trigger(self) -> None:
         got = self.metrics.latest(self.monitor)
@@ -139,25 +145,56 @@ class _BestSaver(_Ranking):
         if not better:
             return
         self.best = got.value  # on every rank: they save together, the chief writes
-        self.trainer.save_checkpoint(_save_folder(self, self.folder, "best") / self.filename)
+        # Set now, so the checkpoint written at this event knows it is the best.
+        earlier, self.best_step = self.best_step, self.now.step
+        self.trainer.save_checkpoint(self._path(), on_saved=lambda p: self._saved(p, earlier))
+
+    def _path(self) -> Path:
+        return _save_folder(self, self.folder, "best") / self.filename
+
+    def _saved(self, written: Path, earlier: int | None) -> None:
+        """A ``-nonfinite`` file went beside the best one: the best to load is the earlier."""
+        if written.name != self.filename:
+            self.best_step = earlier
+
+    def _after_train(self) -> None:
+        """With ``load_best_at_end``, once training finished or stopped: the best
+        checkpoint's model (and optimizer) states go into the model."""
+        if not self.load_best_at_end or self.trainer.outcome not in ("finished", "stopped"):
+            return
+        if self.best_step is None:
+            _log.warning("no_best_checkpoint", callback=self.name, metric=self.monitor,
+                         note="load_best_at_end: no best checkpoint was saved; the model "
+                              "keeps its last weights")
+            return
+        path = self._path()
+        self.trainer.load_weights(path)
+        _log.info("best_checkpoint_loaded", callback=self.name, path=str(path),
+                  step=self.best_step, metric=self.monitor, best=self.best)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best}
+        return {"best": self.best, "best_step": self.best_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best = state["best"]
+        step = state.get("best_step")  # absent from checkpoints of 0.2
+        self.best_step = None if step is None else int(step)
 
 
 class MinSaver(_BestSaver):
     """Save a checkpoint to ``RUN_DIR/best/`` whenever ``monitor`` reaches a new minimum.
 
     Only a value put at the firing's own step counts: one put earlier measured older
-    weights.
+    weights. With ``load_best_at_end`` (pytorch-accelerated's ``SaveBestModelCallback``),
+    once training finishes or stops (``EarlyStopping`` too) the best checkpoint's weights
+    and optimizer state are loaded into the model, with a log line; a warning says so when
+    no best was saved. A failed or preempted run keeps its weights.
 
     Args:
         monitor: the metric (default ``val/loss``).
         filename: default ``min-val-loss.pt``.
         folder: default ``RUN_DIR/best``.
+        load_best_at_end: load the best weights when training ends.
     """
 
     may_stop_alone: ClassVar[bool] = False
@@ -166,15 +203,16 @@ class MinSaver(_BestSaver):
 
 
 class MaxSaver(_BestSaver):
-    """Save a checkpoint to ``RUN_DIR/best/`` whenever ``monitor`` reaches a new maximum."""
+    """Save a checkpoint to ``RUN_DIR/best/`` whenever ``monitor`` reaches a new maximum
+    (``load_best_at_end`` as ``MinSaver``'s)."""
 
     may_stop_alone: ClassVar[bool] = False
 
     mode = "max"
 
     def __init__(self, monitor: str = "val/accuracy", filename: str | None = None,
-                 folder: str | None = None) -> None:
-        super().__init__(monitor, filename, folder)
+                 folder: str | None = None, load_best_at_end: bool = False) -> None:
+        super().__init__(monitor, filename, folder, load_best_at_end)
 
 
 class TopKSaver(_Ranking):

@@ -228,6 +228,27 @@ class Checkpoints:
         run = state["run"]
         parts.check(path, run)
         rng, data = self._own_part(path, run)
+        self._load_model(path, state)
+        if parts.scaler is not None and state["scaler"] is not None:
+            parts.scaler.load_state_dict(state["scaler"])
+        parts.restore(run, rng, data)
+        self.written = list(run["written"])
+        return state
+
+    def load_weights(self, path: Path) -> dict[str, Any]:
+        """Load only the model and optimizer states of checkpoint ``path`` (checked), as
+        a saver's ``load_best_at_end`` does; the clock, metrics and callbacks stay as they
+        are. Returns the checkpoint. On several processes every rank calls it, after the
+        chief has finished writing."""
+        if self.comm is not None:
+            self.comm.barrier()  # the chief's last write is over before anyone reads
+        state = read_checkpoint(path, map_location="cpu")
+        self._load_model(path, state)
+        return state
+
+    def _load_model(self, path: Path, state: dict[str, Any]) -> None:
+        """Put a read checkpoint's model and optimizer states into the run's."""
+        parts = self.parts
         if state.get("shards") is not None:
             load_sharded(path, model=parts.model, optimizer=parts.optimizer)
         elif is_sharded(parts.model.state_dict()):
@@ -236,11 +257,6 @@ class Checkpoints:
         else:
             parts.model.load_state_dict(state["model"])
             parts.optimizer.load_state_dict(state["optimizer"])
-        if parts.scaler is not None and state["scaler"] is not None:
-            parts.scaler.load_state_dict(state["scaler"])
-        parts.restore(run, rng, data)
-        self.written = list(run["written"])
-        return state
 
     def _own_part(self, path: Path, run: dict[str, Any]) -> tuple[Any, Any]:
         """This rank's generators and data position in ``run``."""

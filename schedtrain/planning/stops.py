@@ -4,9 +4,12 @@ A run stops after the event where a callback asked to (the other callbacks firin
 there still run), fires ``train_end`` there, and nothing more. The plan knows the
 built-ins that stop: ``EarlyStopping`` without ``patience`` stops whenever it fires
 (its trigger holds the metric part); with ``patience`` it counts the checks of
-``monitor`` without a new best, which a metric stream (``--metrics``) lets the plan
-count too; ``TerminateOnNaN`` stops when the training loss is not finite. A firing
-whose condition the plan cannot decide stops nothing: the plan goes on, marked ``?``.
+``monitor`` without a new best and stops on a value that is not finite or past a
+threshold (``check_finite``, ``stopping_threshold``, ``divergence_threshold``), which a
+metric stream (``--metrics``) lets the plan decide too; ``TerminateOnNaN`` stops
+at its first firing after a non-finite training loss (its ``eval_end`` part is not
+simulated). A firing whose condition the plan cannot decide stops nothing: the plan
+goes on, marked ``?``.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from collections.abc import Callable
 import attrs
 
 from schedtrain.schedule.firings import Firing
+from schedtrain.simulation.metric_stream import StreamMetrics
 from schedtrain.spec import Spec
-from schedtrain.triggers.metric import better
+from schedtrain.triggers.metric import early_stop
 from schedtrain.triggers.protocol import MetricsView
 
 __all__ = ["StopRule", "stop_rules"]
@@ -36,7 +40,10 @@ def stop_rules(spec: Spec) -> dict[str, StopRule]:
         elif cb.type == "EarlyStopping":
             rules[name] = _Patience(name, str(cb.args.get("monitor", "val/loss")),
                                     int(cb.args["patience"]), str(cb.args.get("mode", "min")),
-                                    float(cb.args.get("min_delta", 0.0)))
+                                    float(cb.args.get("min_delta", 0.0)),
+                                    bool(cb.args.get("check_finite", True)),
+                                    _number(cb.args.get("stopping_threshold")),
+                                    _number(cb.args.get("divergence_threshold")))
         elif cb.type == "TerminateOnNaN":
             rules[name] = _not_finite(name)
     return rules
@@ -49,12 +56,22 @@ def _fires(name: str) -> StopRule:
 
 
 def _not_finite(name: str) -> StopRule:
+    """The real run notes every step's loss and reads the note at each firing: it stops
+    at the first firing after a step whose loss was not finite. Published ``train/loss``
+    values are means since the last one, so a stream holds a non-finite one exactly where
+    a step's loss was; the first firing that sees one stops, whatever came since."""
     def rule(f: Firing, metrics: MetricsView | None) -> str | None:
-        got = metrics.latest("train/loss") if metrics is not None else None
-        if got is None or math.isfinite(got.value):
+        if not isinstance(metrics, StreamMetrics) or f.event.startswith("eval_"):
             return None
-        return f"{name!r} (TerminateOnNaN) saw train/loss = {got.value}"
+        bad = next((v for v in metrics.visible("train/loss") if not math.isfinite(v)), None)
+        if bad is None:
+            return None
+        return f"{name!r} (TerminateOnNaN) saw train/loss = {bad}"
     return rule
+
+
+def _number(v: object) -> float | None:
+    return None if v is None else float(v)  # type: ignore[arg-type]
 
 
 @attrs.define
@@ -66,6 +83,9 @@ class _Patience:
     patience: int
     mode: str
     min_delta: float
+    check_finite: bool = True
+    stopping_threshold: float | None = None
+    divergence_threshold: float | None = None
     best: float | None = None
     wait: int = 0
 
@@ -73,11 +93,9 @@ class _Patience:
         got = metrics.latest(self.monitor) if metrics is not None else None
         if got is None or f.conditional:
             return None
-        if better(got.value, self.best, self.mode, self.min_delta):
-            self.best, self.wait = got.value, 0
-            return None
-        self.wait += 1
-        if self.wait < self.patience:
-            return None
-        return (f"{self.name!r} (EarlyStopping): {self.monitor} did not improve for "
-                f"{self.patience} checks")
+        self.best, self.wait, why = early_stop(
+            got.value, best=self.best, wait=self.wait, monitor=self.monitor, mode=self.mode,
+            min_delta=self.min_delta, patience=self.patience, check_finite=self.check_finite,
+            stopping_threshold=self.stopping_threshold,
+            divergence_threshold=self.divergence_threshold)
+        return None if why is None else f"{self.name!r} (EarlyStopping): {why}"

@@ -148,3 +148,8 @@ class StreamMetrics:
             return None
         n = bisect.bisect_right(keys, self.position)
         return MetricValue(self._values[name][n - 1], n) if n else None
+
+    def visible(self, name: str) -> list[float]:
+        """Every value of ``name`` visible at ``position``, oldest first."""
+        keys = self._keys.get(name, [])
+        return self._values[name][:bisect.bisect_right(keys, self.position)] if keys else []

@@ -129,6 +129,15 @@ def _inferencer_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
     return problems
 
 
+def _threshold_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
+    """An ``EarlyStopping`` threshold needs ``patience``: without it the callback stops
+    whenever its trigger fires and reads nothing else."""
+    return [((key,), "needs patience: without it EarlyStopping stops whenever its "
+             "trigger fires (give patience = 3, as Lightning's default)")
+            for key in ("stopping_threshold", "divergence_threshold")
+            if key in args and "patience" not in args]
+
+
 def _placeholder_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
     """Each ``{name}`` in a ``SendStat`` command is one of its metrics, step, epoch or
     run_dir."""
@@ -151,9 +160,11 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "ModelSaver": Builtin("schedtrain.callbacks.saver:ModelSaver", (
         Param("keep", "a whole number >= 1", _int(1)), _FOLDER)),
     "MinSaver": Builtin("schedtrain.callbacks.saver:MinSaver", (
-        _MONITOR, Param("filename", "a file name", _text), _FOLDER)),
+        _MONITOR, Param("filename", "a file name", _text), _FOLDER,
+        Param("load_best_at_end", "true or false", _flag))),
     "MaxSaver": Builtin("schedtrain.callbacks.saver:MaxSaver", (
-        _MONITOR, Param("filename", "a file name", _text), _FOLDER)),
+        _MONITOR, Param("filename", "a file name", _text), _FOLDER,
+        Param("load_best_at_end", "true or false", _flag))),
     "InferenceRunner": Builtin("schedtrain.callbacks.inference:InferenceRunner", (
         Param("prefix", "a metric prefix such as 'val'", is_name),
         Param("inferencers", "a list of tables such as { type = \"ClassificationError\", "
@@ -169,7 +180,11 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
             Param("step_based", "true or false", _flag))),
     "EarlyStopping": Builtin("schedtrain.callbacks.stopping:EarlyStopping", (
         _MONITOR, Param("patience", "a whole number >= 1", _int(1)), _MODE,
-        Param("min_delta", "a number >= 0", lambda v: _number(v) and v >= 0))),
+        Param("min_delta", "a number >= 0", lambda v: _number(v) and v >= 0),
+        Param("check_finite", "true or false", _flag),
+        Param("stopping_threshold", "a finite number", _number),
+        Param("divergence_threshold", "a finite number", _number)),
+        check=_threshold_problems),
     "TerminateOnNaN": Builtin("schedtrain.callbacks.stopping:TerminateOnNaN"),
     "ProgressBar": Builtin("schedtrain.callbacks.progress:ProgressBar", (
         Param("names", "a list of metric names",

@@ -77,6 +77,10 @@ class Dispatcher:
         #: what a firing runs: the callback (its ``trigger()``), or its ``trigger_epoch()``
         self._fired: dict[str, Callback | _EpochCall] = {
             n: _EpochCall(cb) if modes.get(n) == "fires" else cb for n, cb in callbacks.items()}
+        # Not a per-step hook, nor gated: it sees the state before an event's firings.
+        self.hooks["_before_firings"] = [(cb, None) for cb in callbacks.values()
+                                         if overrides(cb, "_before_firings")]
+        self._fresh = False  # an outermost event has started and nothing fired yet
         self.log_firings = False
         self.payload: dict[str, Any] = {}
         self._before_firing = before_firing
@@ -94,6 +98,7 @@ class Dispatcher:
         self.payload = dict(payload or {})
         if self._depth == 0:
             self.agreement.begin_event()
+            self._fresh = True
         try:
             names = self.table.decide(event, self._runner(event))
         finally:
@@ -120,6 +125,10 @@ class Dispatcher:
         return run
 
     def _run(self, name: str, event: str, ts: Timestamp) -> None:
+        if self._fresh:
+            self._fresh = False
+            if self.hooks["_before_firings"]:
+                self.run_hooks("_before_firings", ts)
         self._before_firing()
         self.firings.append(Firing(name, event, ts))
         if self.metrics.sinks:

@@ -70,6 +70,9 @@ class Lifecycle:
         self.checkpoint_phase: str | None = None
         self.checkpoint_step: int | None = None
         self.stopped_early = False
+        #: how the run is ending, for ``after_train`` hooks: "finished", "stopped",
+        #: "failed" or "preempted" (``None`` while it runs)
+        self.outcome: str | None = None
         self.stop_reason: str | None = None
         #: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)
         self.stop_place: str | None = None
@@ -163,7 +166,7 @@ class Lifecycle:
         resumed = self.checkpoint_phase is not None  # a checkpoint's run goes on
         self._open_directory()
         self._record("running")
-        parts.guard.requested = None
+        self.outcome = parts.guard.requested = None
         try:
             self._setup()
         except BaseException as exc:
@@ -242,6 +245,7 @@ class Lifecycle:
     def _finish(self, outcome: str, failed: BaseException | None, *,
                 fire_end: bool = True) -> None:
         parts = self.parts
+        self.outcome = outcome
         try:
             if failed is None and outcome != "preempted" and fire_end:
                 parts.clock.stop_train()
@@ -250,6 +254,7 @@ class Lifecycle:
                         parts.dispatch.fire("train_end")
                 except Exception as exc:  # a train_end callback failed: so did the run
                     outcome, failed = "failed", exc
+                    self.outcome = outcome
                     if parts.directory is not None:
                         parts.directory.save_traceback(exc)
                     raise

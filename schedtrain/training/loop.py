@@ -244,7 +244,7 @@ class Loop:
         hooks, ``step_end`` where a trigger is due, and a requested preemption."""
         dispatch, hooks = self.dispatch, self.dispatch.hooks
         if len(self.losses.losses) >= FOLD:
-            self.losses.fold()
+            self.losses.fold(step)
         after, trig = hooks["_after_step"], hooks["_trigger_step"]
         if after or trig:
             now = self.clock.now()

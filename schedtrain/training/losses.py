@@ -4,10 +4,17 @@ The loop appends each step's loss (a detached tensor: no host-device sync) to
 ``losses``; every ``FOLD`` steps they are summed into one tensor, so the list stays
 short. When something that fires needs them, the mean since the last publication is
 put as ``train/loss`` (still lazy; reading it syncs).
+
+When something watches for a non-finite loss (``TerminateOnNaN``: ``watch``), the
+first step whose loss was NaN or infinite is found on the device: each fold keeps its
+stacked losses (already made for the sum), and they are looked at together, in a few
+small kernels, when the watcher reads (one sync, at its firings) or every
+``CHECK_FOLDS`` folds, so memory stays bounded. Nothing is added per step.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -15,11 +22,18 @@ import torch
 
 from schedtrain.monitors.store import MetricStore
 
-__all__ = ["FOLD", "LossKeeper"]
+__all__ = ["FOLD", "NO_STEP", "LossKeeper"]
 
 #: Sum the kept step losses into one tensor every this many steps: holding fewer small
 #: tensors keeps the allocator's work per step down (measured in benchmarks/bench_loop.py).
 FOLD: Final = 64
+
+#: The first bad step kept on the device when every loss so far was finite.
+NO_STEP: Final = 2**62
+
+#: While watched, folds keep their stacked losses, looked at together (six small
+#: kernels) only when the watcher reads or after this many folds.
+CHECK_FOLDS: Final = 16
 
 
 class LossKeeper:
@@ -38,28 +52,86 @@ class LossKeeper:
         #: on several processes, the mean over ranks of a loss on the CPU, by the same
         #: arithmetic as ``agreed`` (a resumed run publishes what the first one did)
         self.reduce_number: Callable[[float], float] | None = None
+        #: keep the first step whose loss was not finite (a callback watches for it)
+        self.watch = False
+        #: that step on the device (``NO_STEP``: none yet); only while ``watch``
+        self._first_bad: torch.Tensor | None = None
+        self._index: dict[torch.device, torch.Tensor] = {}
+        #: folds whose losses are not yet looked at: (their losses stacked, their last step)
+        self._unchecked: list[tuple[torch.Tensor, int]] = []
 
     @property
     def last(self) -> torch.Tensor | None:
         """The last step's loss (``None`` before the first step)."""
         return self.losses[-1] if self.losses else self._last
 
-    def fold(self) -> None:
-        """Add the kept losses into the running sum (on the device; no sync)."""
+    def fold(self, step: int | None = None) -> None:
+        """Add the kept losses (those of the steps up to ``step``) into the running sum
+        (on the device; no sync); while ``watch``, keep them stacked for the check."""
         losses = self.losses
         if not losses:
             return
+        stacked = torch.stack(losses)
+        if self.watch and step is not None:
+            self._unchecked.append((stacked, step))
+            if len(self._unchecked) >= CHECK_FOLDS:
+                self._first_bad = self._checked()
         self._last = losses[-1]
-        self._sum = self._folded()
+        self._sum = self._folded(stacked)
         losses.clear()
 
-    def _folded(self) -> torch.Tensor | None:
-        """The running sum with the kept losses added (what ``fold`` keeps)."""
+    def _checked(self) -> torch.Tensor | None:
+        """The first bad step, the folds not yet checked counted in (then forgotten): in
+        one go where they are consecutive steps (each step keeps one loss, each fold
+        takes them all), else fold by fold."""
+        first, folds = self._first_bad, self._unchecked
+        if not folds:
+            return first
+        if all(b[1] - b[0].shape[0] == a[1] for a, b in itertools.pairwise(folds)):
+            first = self._bad_with(first, torch.cat([f for f, _ in folds]), folds[-1][1])
+        else:
+            for stacked, step in folds:
+                first = self._bad_with(first, stacked, step)
+        folds.clear()
+        return first
+
+    def _bad_with(self, first: torch.Tensor | None, stacked: torch.Tensor,
+                  step: int) -> torch.Tensor:
+        """``first`` with the ``stacked`` losses of the steps up to ``step`` counted in:
+        five small kernels (an index kept per device saves making one each time)."""
+        n = stacked.shape[0]
+        finite = torch.isfinite(stacked)
+        if finite.dim() > 1:  # a step function's loss of several values
+            finite = finite.flatten(1).all(dim=1)
+        index = self._index.get(stacked.device)
+        if index is None or index.shape[0] < n:
+            index = self._index[stacked.device] = torch.arange(max(n, FOLD),
+                                                               device=stacked.device)
+        # NO_STEP plus an offset stays >= NO_STEP: "none" survives the shift.
+        bad = torch.where(finite, NO_STEP, index[:n]).min() + (step - n + 1)
+        return bad if first is None else torch.minimum(first, bad)
+
+    def first_nonfinite(self, step: int) -> int | None:
+        """The first step up to ``step`` whose loss was NaN or infinite, while ``watch``
+        (``None``: none). Reading it synchronises with the device. The sums stay as they
+        are: the losses not yet folded are looked at where they are."""
+        self._first_bad = self._checked()
+        bad = self._first_bad
+        if self.losses:
+            bad = self._bad_with(bad, torch.stack(self.losses), step)
+        if bad is None:
+            return None
+        first = int(bad)
+        return None if first >= NO_STEP else first
+
+    def _folded(self, stacked: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The running sum with the kept losses (``stacked``, when already stacked) added
+        (what ``fold`` keeps)."""
         losses = self.losses
         if not losses:
             return self._sum
         dtype = torch.promote_types(losses[-1].dtype, torch.float32)  # no half-precision sums
-        total = torch.stack(losses).sum(dtype=dtype)
+        total = (torch.stack(losses) if stacked is None else stacked).sum(dtype=dtype)
         return total if self._sum is None else self._sum + total
 
     def host_mean(self, step: int) -> float | None:
@@ -82,7 +154,7 @@ class LossKeeper:
         agreed = self.agreed if self.agreed is not None and self.agreed[0] == step else None
         host = (self.host_mean(step) if self.reduce_number is not None and agreed is None
                 else None)
-        self.fold()
+        self.fold(step)
         n = step - self.since
         if n > 0 and self._sum is not None:
             if agreed is not None:
@@ -100,7 +172,9 @@ class LossKeeper:
         last loss. Nothing is folded: a checkpoint taken anywhere leaves the sums' grouping,
         and so their rounding, as in the uninterrupted run."""
         kept = torch.stack(self.losses) if self.losses else None
-        return {"sum": self._sum, "since": self.since, "last": self.last, "kept": kept}
+        self._first_bad = self._checked()  # on the device: no sync, the sums untouched
+        return {"sum": self._sum, "since": self.since, "last": self.last, "kept": kept,
+                "first_bad": self._first_bad}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
@@ -109,3 +183,5 @@ class LossKeeper:
         if kept is not None:
             self.losses.extend(kept.unbind())
         self._sum, self.since, self._last = state["sum"], int(state["since"]), state["last"]
+        self._first_bad = state.get("first_bad")  # absent from checkpoints of 0.2
+        self._unchecked.clear()

@@ -134,6 +134,7 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     losses, position, guard = LossKeeper(), DataPosition(ready.train_data), Guard()
     if comm is not None:
         losses.reduce, losses.reduce_number = comm.mean_tensor, comm.mean_number
+    losses.watch = any(getattr(cb, "watches_loss", False) for cb in cbs)
     scaler = (torch.amp.GradScaler(device.type)
               if options.precision == "fp16" else None)
     parts: Parts  # the callables below reach the record once it is made

@@ -210,6 +210,23 @@ class Trainer:
         """The last optimizer step's loss, detached and on the device (``None`` before one)."""
         return self._parts.losses.last
 
+    def nonfinite_loss_step(self) -> int | None:
+        """The first step whose training loss was NaN or infinite (``None``: none); kept
+        only when a callback's class sets ``watches_loss`` (``TerminateOnNaN``). Reading it
+        synchronises with the device. On several processes it is the first over the
+        ranks, the same on all: every rank must ask at the same point (one collective)."""
+        first = self._parts.losses.first_nonfinite(self.clock.step)
+        if self.comm is None:
+            return first
+        (agreed,), _ = self.comm.reduce_floats([None if first is None else float(first)],
+                                               ["min"])
+        return None if agreed is None else int(agreed)
+
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank (on several processes one collective:
+        every rank must ask at the same point); ``flag`` itself on one process."""
+        return flag if self.comm is None else self.comm.any(flag)
+
     @property
     def firings(self) -> list[Firing]:
         """The most recent firings (``keep_firings`` of them), oldest first."""
@@ -257,6 +274,11 @@ class Trainer:
         alone. Returns whether it was one of this run's."""
         return self.checkpoints.delete(Path(path))
 
+    def load_weights(self, path: str | Path) -> None:
+        """Load the model and optimizer states of checkpoint ``path`` (checked against its
+        checksum), nothing else: the clock, metrics and callbacks stay as they are."""
+        self.checkpoints.load_weights(Path(path))
+
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
         self._run.resume(Path(path))
@@ -281,6 +303,12 @@ class Trainer:
     def stopped_early(self) -> bool:
         """Whether the last ``fit`` ended with a stop (``StopTraining``, ``request_stop``)."""
         return self._run.stopped_early
+
+    @property
+    def outcome(self) -> str | None:
+        """How the last ``fit`` ended (or is ending, in ``after_train`` hooks):
+        ``"finished"``, ``"stopped"``, ``"failed"``, ``"preempted"``; ``None`` while it runs."""
+        return self._run.outcome
 
     @property
     def stop_reason(self) -> str | None:

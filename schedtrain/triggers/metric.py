@@ -7,6 +7,7 @@ They carry state (the best value, the wait), saved by ``state_dict``.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 import attrs
@@ -16,7 +17,7 @@ from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
 
-__all__ = ["Improved", "MetricTrigger", "Plateau", "better", "improved", "plateau"]
+__all__ = ["Improved", "MetricTrigger", "Plateau", "better", "early_stop", "improved", "plateau"]
 
 Mode = Literal["min", "max"]
 
@@ -54,6 +55,39 @@ def better(value: float, best: float | None, mode: str, min_delta: float) -> boo
     if mode == "min":
         return value < best - min_delta
     return value > best + min_delta
+
+
+def early_stop(value: float, *, best: float | None, wait: int, monitor: str, mode: str,
+               min_delta: float, patience: int, check_finite: bool = True,
+               stopping_threshold: float | None = None,
+               divergence_threshold: float | None = None,
+               ) -> tuple[float | None, int, str | None]:
+    """One check of ``EarlyStopping`` with ``patience`` (also what ``plan`` models):
+    the new best, the new count of checks without one, and why training stops now
+    (``None``: it goes on). Lightning's order: a value that is not finite
+    (``check_finite``), one strictly better than ``stopping_threshold``, one strictly
+    worse than ``divergence_threshold``, then ``patience`` checks without a new best."""
+    if check_finite and not math.isfinite(value):
+        was = "none" if best is None else f"{best:.4g}"
+        return best, wait, f"{monitor} = {value} is not finite (best {was})"
+    lower = mode == "min"
+    if stopping_threshold is not None and (value < stopping_threshold if lower
+                                           else value > stopping_threshold):
+        sign = "<" if lower else ">"
+        return best, wait, (f"{monitor} = {value:.4g} {sign} stopping_threshold "
+                            f"{stopping_threshold:.4g}")
+    if divergence_threshold is not None and (value > divergence_threshold if lower
+                                             else value < divergence_threshold):
+        sign = ">" if lower else "<"
+        return best, wait, (f"{monitor} = {value:.4g} {sign} divergence_threshold "
+                            f"{divergence_threshold:.4g}")
+    if better(value, best, mode, min_delta):
+        return value, 0, None
+    wait += 1
+    if wait < patience:
+        return best, wait, None
+    return best, wait, (f"{monitor} did not improve for {patience} checks (best "
+                        f"{'none' if best is None else f'{best:.4g}'})")
 
 
 class MetricTrigger(Trigger):

@@ -28,6 +28,39 @@ def make_momentum_task() -> Task:
     return make_task(momentum=0.9)
 
 
+class _NaNOnRank:
+    """Cross-entropy whose loss is NaN on one rank at one step (the step's one batch)."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step, self.calls = rank, step, 0
+
+    def __call__(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        loss = torch.nn.functional.cross_entropy(out, target)
+        bad = self.calls == self.step and torch.distributed.get_rank() == self.rank
+        return loss * float("nan") if bad else loss
+
+
+def make_nan_task() -> Task:
+    """The job with a NaN loss on rank 1 at step 5 only (DDP spreads it from step 6)."""
+    task = make_task()
+    return Task(model=task.model, optimizer=task.optimizer, train_data=task.train_data,
+                val_data=task.val_data, loss_fn=_NaNOnRank(1, 5))
+
+
+def _nan_in_eval_on_rank_1(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    loss = torch.nn.functional.cross_entropy(out, target)
+    bad = torch.is_inference_mode_enabled() and torch.distributed.get_rank() == 1
+    return loss * float("nan") if bad else loss
+
+
+def make_nan_eval_task() -> Task:
+    """The job whose validation loss is NaN on rank 1 only (training is finite)."""
+    task = make_task()
+    return Task(model=task.model, optimizer=task.optimizer, train_data=task.train_data,
+                val_data=task.val_data, loss_fn=_nan_in_eval_on_rank_1)
+
+
 class RankMetric(Callback):
     """Puts ``rank/value``: the rank itself, so its mean differs from every rank's own."""
 
