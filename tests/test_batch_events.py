@@ -198,3 +198,47 @@ class TestStepStrategy:
                     schedule=schedule, max_epochs=1)
         step = t._parts.loop.step
         assert isinstance(step, Step if general else PlainStep)
+
+
+class TestResumedIndexes:
+    """A run resumed inside an epoch numbers its micro-batches as the uninterrupted run."""
+
+    def test_indexes_and_batches_continue(self, tmp_path: Any) -> None:
+        """Killed at step 2 of an epoch of 4 steps under grad_accum = 2 and resumed from
+        step 1's checkpoint (step 2's event never finished): batch_end's payload indexes
+        go on at 2..7, with the same batches."""
+        from schedtrain.callbacks import ModelSaver
+
+        class Crash(Callback):
+            def __init__(self, at: int | None) -> None:
+                self.at = at
+
+            def _trigger(self) -> None:
+                if self.now.step == self.at:
+                    raise RuntimeError("killed")
+
+        def make(run_dir: Any, crash: int | None,
+                 seen: list[tuple[int, list[float]]]) -> Trainer:
+            model, opt = tiny_model()
+            return Trainer(model, opt, UnevenData([8]), mse, grad_accum=2, max_epochs=1,
+                           run_dir=run_dir, handle_signals=False, schedule=Schedule({
+                               "save": every("1 step"), "crash": every("1 step"),
+                               "seen": on("batch_end")}),
+                           bindings={"save": ModelSaver(keep=None), "crash": Crash(crash),
+                                     "seen": lambda t: seen.append(
+                                         (t.payload["index"],
+                                          t.payload["batch"][0].flatten().tolist()))})
+
+        full: list[tuple[int, list[float]]] = []
+        make(tmp_path / "full", None, full).fit()
+        cut: list[tuple[int, list[float]]] = []
+        with pytest.raises(RuntimeError, match="killed"):
+            make(tmp_path / "cut", 2, cut).fit()
+        rest: list[tuple[int, list[float]]] = []
+        resumed = make(tmp_path / "cut", None, rest)
+        found = resumed.checkpoints.newest_valid(tmp_path / "cut" / "checkpoints")
+        assert found is not None
+        resumed.resume(found)
+        resumed.fit()
+        assert [i for i, _ in full] == list(range(8))
+        assert rest == full[2:]

@@ -118,16 +118,17 @@ class Step:
         else:
             out = self.forward(batch)
         loss = out if isinstance(out, torch.Tensor) else out["loss"]
+        detached = loss.detach()
         if info is not None:
             assert self.batch_events is not None
-            info = self.batch_events.forwarded(info, loss.detach())
+            info = self.batch_events.forwarded(info, detached)
         back = loss / self.accum if self.accum > 1 else loss
         if self.scaler is not None:
             self.scaler.scale(back).backward()
         else:
             back.backward()
         self._graph = back
-        return loss.detach(), out, info
+        return detached, out, info
 
     def run(self, batch: Any, it: Iterator[Any]) -> StepResult:
         accum, events = self.accum, self.batch_events
