@@ -2,22 +2,24 @@
 
 The built-in events, in loop order::
 
+    (sanity_eval)           # once, before training, with [run] sanity_eval_batches > 0
     train_start
       epoch_start
-        (batch_end)*        # after each micro-batch
+        (batch_start)*      # before each micro-batch's forward
+        (batch_end)*        # after each micro-batch's backward
         step_end            # after each optimizer step
       epoch_end
     train_end
 
-    eval_start, eval_step_end, eval_end   # around an evaluation run
+    eval_start, (eval_step_start, eval_step_end)*, eval_end   # around an evaluation run
     preempt                               # SIGTERM/SIGINT, before the last checkpoint
 
 Custom events are declared on a schedule and fired by user code with ``fire()``.
 
 A trigger with no clock part (a window, a condition, a metric trigger, a ``not``)
 is evaluated at every *default* event: all events but the opt-in ones
-(``batch_end``, the ``eval_*`` events and ``preempt``), which are evaluated for a
-callback only when its own trigger names them.
+(``sanity_eval``, ``batch_start``, ``batch_end``, the ``eval_*`` events and
+``preempt``), which are evaluated for a callback only when its own trigger names them.
 """
 
 from __future__ import annotations
@@ -39,20 +41,23 @@ __all__ = [
 ]
 
 BUILTIN_EVENTS: Final = (
+    "sanity_eval",
     "train_start",
     "epoch_start",
+    "batch_start",
     "batch_end",
     "step_end",
     "epoch_end",
     "train_end",
     "eval_start",
+    "eval_step_start",
     "eval_step_end",
     "eval_end",
     "preempt",
 )
 #: Evaluated for a callback only when its own trigger names them.
-OPT_IN_EVENTS: Final = frozenset({"batch_end", "eval_start", "eval_step_end", "eval_end",
-                                  "preempt"})
+OPT_IN_EVENTS: Final = frozenset({"sanity_eval", "batch_start", "batch_end", "eval_start",
+                                  "eval_step_start", "eval_step_end", "eval_end", "preempt"})
 #: Events frequent enough that the table skips them with a precomputed due vector.
 BOUNDED_EVENTS: Final = ("batch_end", "step_end", "epoch_end")
 

@@ -157,6 +157,36 @@ class TestEvaluationEvents:
                         ("end", 4)]
 
 
+    def test_eval_step_payloads(self) -> None:
+        """eval_step_start and eval_step_end carry the batch, its index in the evaluation
+        and its loss (None before the forward); eval_step_end adds the outputs
+        (pytorch-accelerated's on_eval_step_start/end)."""
+        x = torch.randn(12, 4)
+        data = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=4)
+        model = torch.nn.Linear(4, 2)
+        seen: list[tuple[str, int, float | None, bool]] = []
+
+        def note(trainer: Trainer, event: str) -> None:
+            p = trainer.payload
+            inputs, targets = p["batch"]
+            want = float(torch.nn.functional.cross_entropy(model(inputs), targets))
+            loss = None if p["loss"] is None else float(p["loss"])
+            seen.append((event, p["index"], loss, loss is None or abs(loss - want) < 1e-6))
+
+        schedule = Schedule([
+            Scheduled(at("1 step"), InferenceRunner(), "validate"),
+            Scheduled(on("eval_step_start"), lambda t: note(t, "start"), "a"),
+            Scheduled(on("eval_step_end"), lambda t: note(t, "end"), "b"),
+        ])
+        Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), data,
+                torch.nn.functional.cross_entropy, val_data=data, schedule=schedule,
+                max_steps=1).fit()
+        assert [(e, i, loss is None, ok) for e, i, loss, ok in seen] == [
+            ("start", 0, True, True), ("end", 0, False, True),
+            ("start", 1, True, True), ("end", 1, False, True),
+            ("start", 2, True, True), ("end", 2, False, True)]
+
+
 class TestStopAndPayload:
     """request_stop ends training after the event; custom events carry a payload."""
 

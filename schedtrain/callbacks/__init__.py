@@ -14,6 +14,7 @@ PrintMetrics), ``averages`` (MovingAverageSummary), ``devicestats``
 """
 
 from schedtrain.callbacks.averages import MovingAverageSummary as MovingAverageSummary
+from schedtrain.callbacks.base import BatchInfo as BatchInfo
 from schedtrain.callbacks.base import Callback as Callback
 from schedtrain.callbacks.base import StepOutputs as StepOutputs
 from schedtrain.callbacks.devicestats import DeviceStatsMonitor as DeviceStatsMonitor
@@ -46,7 +47,7 @@ from schedtrain.schedule.tensorpack import EnableCallbackIf as EnableCallbackIf
 from schedtrain.schedule.tensorpack import PeriodicCallback as PeriodicCallback
 from schedtrain.schedule.tensorpack import PeriodicTrigger as PeriodicTrigger
 
-__all__ = ["Callback", "ClassificationError", "DeviceStatsMonitor", "EarlyStopping",
+__all__ = ["BatchInfo", "Callback", "ClassificationError", "DeviceStatsMonitor", "EarlyStopping",
            "EnableCallbackIf",
            "GPUUtilizationTracker", "GradientAccumulationScheduler", "HumanHyperParamSetter",
            "InferenceRunner", "Inferencer", "InjectShell", "LRScheduler",

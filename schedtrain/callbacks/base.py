@@ -5,6 +5,7 @@ call the overridable underscore methods, as in tensorpack. Where each hook runs:
 
     setup(trainer)                         once, before anything else
     before_train()
+    [sanity_eval]   with sanity_eval_batches > 0, on a fresh run only
     [train_start]   _trigger() of callbacks whose trigger fires here
                     (at every [event] where any callback fires, before_firings()
                     runs first, on the callbacks that override it)
@@ -13,7 +14,12 @@ call the overridable underscore methods, as in tensorpack. Where each hook runs:
         [epoch_start]
         for each optimizer step:
             before_step(step, batch)       may return fetches: {name: fn()}
-            for each micro-batch: forward, backward; [batch_end]
+            for each micro-batch (grad_accum of them):
+                before_batch(info); [batch_start]
+                forward
+                before_backward(info)      info.loss set
+                backward
+                after_batch(info); [batch_end]
             after_backward(step)           the step's gradients, as accumulated
             before_optimizer_step(step)    unscaled gradients, before clipping
             optimizer step
@@ -27,8 +33,10 @@ call the overridable underscore methods, as in tensorpack. Where each hook runs:
 
 ``[event]`` marks where the trigger table is evaluated. Per-event hooks are
 called only on callbacks that override them, and only while the callback's
-gate (``EnableCallbackIf``/``PeriodicCallback``) is open. A callback sees the loop
-through ``self.trainer``, a ``TrainingContext``.
+gate (``EnableCallbackIf``/``PeriodicCallback``) is open. The three per-micro-batch
+hooks run once per micro-batch (``grad_accum`` times a step); the others once per
+optimizer step. A callback sees the loop through ``self.trainer``, a
+``TrainingContext``.
 """
 
 from __future__ import annotations
@@ -51,8 +59,8 @@ if TYPE_CHECKING:
     from schedtrain.monitors.store import MetricStore
     from schedtrain.time import Timestamp
 
-__all__ = ["PER_EVENT_HOOKS", "STOP_PLACES_BEYOND_TRIGGER", "Callback", "Fetches",
-           "StepOutputs", "overrides", "stops_alone"]
+__all__ = ["BATCH_HOOKS", "PER_EVENT_HOOKS", "STOP_PLACES_BEYOND_TRIGGER", "BatchInfo",
+           "Callback", "Fetches", "StepOutputs", "overrides", "stops_alone"]
 
 Fetches = Mapping[str, Callable[[], Any]]
 """What a ``before_step`` hook asks the step for: name -> a function evaluated right after
@@ -74,6 +82,26 @@ class StepOutputs:
     outputs: Mapping[str, Any]
     batch: Any = None
     fetched: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class BatchInfo:
+    """One micro-batch, as the per-micro-batch hooks and the ``batch_start`` /
+    ``batch_end`` events' payload see it.
+
+    Args:
+        batch: the micro-batch as the data gave it (not moved to the device).
+        index: its 0-based index in the epoch, counted in micro-batches.
+        step: the 1-based optimizer step it belongs to.
+        accum_index: its 0-based place in that step's accumulation (0 to grad_accum - 1).
+        loss: its loss, detached on the device; ``None`` before its forward.
+    """
+
+    batch: Any
+    index: int
+    step: int
+    accum_index: int
+    loss: torch.Tensor | None = None
 
 
 class Callback:
@@ -143,6 +171,18 @@ class Callback:
             return None
         return self._before_step(step, batch)
 
+    def before_batch(self, info: BatchInfo) -> None:
+        """Before each micro-batch's forward (``info.loss`` is ``None``)."""
+        self._before_batch(info)
+
+    def before_backward(self, info: BatchInfo) -> None:
+        """After each micro-batch's forward, before its backward (``info.loss`` set)."""
+        self._before_backward(info)
+
+    def after_batch(self, info: BatchInfo) -> None:
+        """After each micro-batch's backward (its gradients added to the step's)."""
+        self._after_batch(info)
+
     def after_backward(self, step: int) -> None:
         """After the step's backward: gradients as accumulated (scaled under fp16)."""
         self._after_backward(step)
@@ -193,6 +233,15 @@ class Callback:
         return None
 
     def _before_step(self, step: int, batch: Any) -> Fetches | None:
+        return None
+
+    def _before_batch(self, info: BatchInfo) -> None:
+        return None
+
+    def _before_backward(self, info: BatchInfo) -> None:
+        return None
+
+    def _after_batch(self, info: BatchInfo) -> None:
         return None
 
     def _after_backward(self, step: int) -> None:
@@ -306,8 +355,12 @@ class Callback:
 
 
 #: Hooks the trainer calls only on callbacks that override them (see ``overrides``).
-PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", "_after_backward",
-                   "_before_optimizer_step", "_after_step", "_trigger_step", "_trigger_epoch")
+#: The per-micro-batch hooks (Lightning's on_train_batch_start, on_before_backward,
+#: on_after_backward); any of them makes the loop take the general step.
+BATCH_HOOKS = ("_before_batch", "_before_backward", "_after_batch")
+PER_EVENT_HOOKS = ("_before_epoch", "_after_epoch", "_before_step", *BATCH_HOOKS,
+                   "_after_backward", "_before_optimizer_step", "_after_step",
+                   "_trigger_step", "_trigger_epoch")
 #: Where a callback can ask to stop besides its trigger: its hooks, setup and resume.
 STOP_PLACES_BEYOND_TRIGGER = (*PER_EVENT_HOOKS, "_before_firings", "_setup",
                               "_before_train", "load_state_dict")

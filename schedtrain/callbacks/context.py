@@ -87,8 +87,9 @@ class TrainingContext(Protocol):
         """``batch`` with every tensor moved to the training device."""
 
     def fire(self, event: str, **payload: Any) -> tuple[str, ...]:
-        """Fire an event now: a declared custom event, or ``eval_start``, ``eval_step_end``,
-        ``eval_end``; returns the names of the callbacks that ran."""
+        """Fire an event now: a declared custom event, or ``eval_start``,
+        ``eval_step_start``, ``eval_step_end``, ``eval_end``; returns the names of the
+        callbacks that ran."""
 
     def request_stop(self, reason: str) -> None:
         """End training after the current event, as ``StopTraining`` does, saying why."""

@@ -7,6 +7,7 @@ writes what they produce instead.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -55,10 +56,18 @@ class InferenceRunner(Callback):
     Batches are ``(inputs, targets)``; the loss is the trainer's ``loss_fn`` (or
     ``loss_fn`` given here), computed only when an inferencer needs it. Sums stay on
     the device; the metrics are put lazily (reading them syncs). It fires ``eval_start``
-    before the pass, ``eval_step_end`` after each batch (its payload: ``batch``, on the
-    device, and the model's ``outputs``) and ``eval_end`` after the metrics are put (its
-    payload: ``evaluation``, this callback's name, and ``metrics``, what it put), so
-    triggers can name them (``on = "eval_end"``).
+    before the pass, ``eval_step_start`` before each batch's forward and ``eval_step_end``
+    after it, and ``eval_end`` after the metrics are put (its payload: ``evaluation``,
+    this callback's name, and ``metrics``, what it put), so triggers can name them
+    (``on = "eval_end"``). Both step events carry ``batch`` (on the device), ``index``
+    (0-based in this evaluation) and ``loss`` (the batch's loss, ``None`` before the
+    forward or when no inferencer needs it); ``eval_step_end`` adds the model's
+    ``outputs``.
+
+    Fired at ``sanity_eval`` (``[run] sanity_eval_batches = N``), it is a sanity check,
+    as Lightning's ``num_sanity_val_steps``: it evaluates at most N batches, fires no
+    ``eval_*`` event and puts no metric (a metric trigger or a best-checkpoint saver
+    never sees a value from it); a broken validation step fails before training starts.
 
     ``InferenceRunner(data, [inferencers])``, tensorpack's positional form, works too: a
     list or tuple of inferencers, or one inferencer, in the second place is taken as
@@ -124,16 +133,26 @@ class InferenceRunner(Callback):
     def _trigger(self) -> None:
         model, trainer = self.model, self.trainer
         assert self.data is not None
+        # At sanity_eval the event's payload says how many batches; none: a full pass.
+        given = trainer.payload.get("sanity_eval_batches")
+        limit = given if isinstance(given, int) and not isinstance(given, bool) else None
+        sanity = limit is not None
         loss_fn = self.loss_fn if self._needs_loss else None
         was_training = model.training
         model.eval()
         for inf in self.inferencers:
             inf.reset(trainer.device)
         n = 0
-        trainer.fire("eval_start")
+        if not sanity:
+            trainer.fire("eval_start")
         with torch.inference_mode(), trainer.autocast():
-            for batch in self.data:
+            # islice: a sanity check draws no batch beyond its N
+            data = self.data if limit is None else itertools.islice(self.data, limit)
+            for index, batch in enumerate(data):
                 inputs, targets = trainer.to_device(batch)
+                if not sanity:
+                    trainer.fire("eval_step_start", batch=(inputs, targets), index=index,
+                                 loss=None)
                 out = model(inputs)
                 size = targets.shape[0]
                 loss = loss_fn(out, targets).float() if loss_fn is not None else None
@@ -141,13 +160,18 @@ class InferenceRunner(Callback):
                 for inf in self.inferencers:
                     inf.update(seen)
                 n += size
-                trainer.fire("eval_step_end", batch=(inputs, targets), outputs=out)
+                if not sanity:
+                    trainer.fire("eval_step_end", batch=(inputs, targets), index=index,
+                                 loss=loss, outputs=out)
         model.train(was_training)
         if n == 0:
             raise ValueError(f"callback {self.name!r} (InferenceRunner): validation data is "
                              "empty")
-        for inf in self.inferencers:
-            for name, value in inf.result().items():
+        results = [inf.result() for inf in self.inferencers]  # computed: a sanity check
+        if sanity:
+            return
+        for result in results:
+            for name, value in result.items():
                 self.metrics.put(name, value)
         trainer.fire("eval_end", evaluation=self.name, metrics=self.produces)
 

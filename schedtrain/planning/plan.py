@@ -103,7 +103,8 @@ def plan_spec(
         raise PlanError(f"{spec.path}: custom trigger {spec.unimported[0]!r} is not imported; "
                         "plan it with --import (which imports and runs that module)")
     shape = shape if shape is not None else _shape(spec, epochs, steps_per_epoch)
-    sim = Simulation(spec.schedule(), shape, metrics=None if metrics is None else list(metrics))
+    sim = Simulation(spec.schedule(), shape, metrics=None if metrics is None else list(metrics),
+                     sanity_eval=bool(spec.clock.sanity_eval))
     always = sim.table.always_evaluated
     if always and shape.total_steps > MAX_ALWAYS_STEPS:
         raise PlanError(

@@ -120,6 +120,8 @@ class TriggerTable:
         self.step_due: float = math.inf
         #: Whether any callback is evaluated at ``batch_end`` (its trigger names it).
         self.needs_batch_end = bool(self.listeners("batch_end"))
+        #: Whether any callback is evaluated at ``batch_start`` (its trigger names it).
+        self.needs_batch_start = bool(self.listeners("batch_start"))
 
     # -- structure ------------------------------------------------------------------------
     def listeners(self, event: str) -> tuple[int, ...]:

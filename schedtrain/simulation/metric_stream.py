@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from schedtrain.simulation.simclock import (
-    PH_BATCH,
     PH_EPOCH_END,
     PH_STEP,
     TRAIN_START,
     Key,
     RunShape,
+    batch_key,
 )
 from schedtrain.time import Time, Unit, as_time
 from schedtrain.triggers.protocol import MetricValue
@@ -122,7 +122,7 @@ def visible_from(at: Time, shape: RunShape) -> Key:
         return never if e > shape.ended_epochs else (shape.start(e), PH_EPOCH_END, 0)
     if at.unit is Unit.BATCH:
         b = at.base
-        return ((b - 1) // shape.batches_per_step + 1, PH_BATCH, b) if b else TRAIN_START
+        return batch_key(b, shape) if b else TRAIN_START
     s = shape.min_steps(at.counter, at.base)
     if s == 0:
         return TRAIN_START

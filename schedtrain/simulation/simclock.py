@@ -20,12 +20,19 @@ import attrs
 from schedtrain.clock import Clock, step_back
 from schedtrain.time import MAX_COUNT, Timestamp, exact_ns
 
-__all__ = ["Key", "RunShape", "SimClock"]
+__all__ = ["Key", "RunShape", "SimClock", "batch_key"]
 
 #: Position of a point in a run: (completed steps, phase, sub-position).
 Key = tuple[int, int, int]
 TRAIN_START: Key = (0, -1, 0)
 PH_BATCH, PH_STEP, PH_EPOCH_END, PH_EPOCH_START, PH_TRAIN_END = 0, 1, 2, 3, 4
+
+
+def batch_key(batch: int, shape: RunShape, *, start: bool = False) -> Key:
+    """The position of micro-batch ``batch``'s end (or start): under ``PH_BATCH`` of the
+    step it belongs to, sub-position ``2 * batch`` for its end and one less for its start,
+    so each batch's start falls between the previous batch's end and its own."""
+    return ((batch - 1) // shape.batches_per_step + 1, PH_BATCH, 2 * batch - start)
 
 
 def ceil_div(due: float, rate: int) -> float:
@@ -263,7 +270,17 @@ class SimClock(Clock):
         ts = attrs.evolve(sh.at_steps(done, e, done - sh.start(e)), batch=batch,
                           sample=batch * sh.samples_per_batch,
                           token=batch * sh.tokens_per_batch)
-        self._move((done + 1, PH_BATCH, batch), ts)
+        self._move(batch_key(batch, sh), ts)
+
+    def to_batch_start(self, batch: int) -> None:
+        """Move to the start of global micro-batch ``batch``: the batches before it done."""
+        sh = self.shape
+        done = (batch - 1) // sh.batches_per_step
+        e = sh.epoch_of_step(done + 1)
+        ts = attrs.evolve(sh.at_steps(done, e, done - sh.start(e)), batch=batch - 1,
+                          sample=(batch - 1) * sh.samples_per_batch,
+                          token=(batch - 1) * sh.tokens_per_batch)
+        self._move(batch_key(batch, sh, start=True), ts)
 
     def to_epoch_start(self, epoch: int) -> None:
         """Move to the start of epoch ``epoch`` (0-based)."""

@@ -29,6 +29,7 @@ from schedtrain.simulation.simclock import (
     Key,
     RunShape,
     SimClock,
+    batch_key,
     ceil_div,
 )
 from schedtrain.time import COUNTERS
@@ -50,10 +51,13 @@ class Simulation:
         metrics: Any = None,
         predicates: Mapping[str, Predicate] | None = None,
         events: Mapping[str, Iterable[int]] | None = None,
+        sanity_eval: bool = False,
     ) -> None:
         self.table = schedule if isinstance(schedule, TriggerTable) else schedule.compile(
             predicates=predicates)
         self.shape = shape
+        #: ``sanity_eval`` fires once, first (the run's ``sanity_eval_batches`` > 0)
+        self.sanity_eval = sanity_eval
         self.clock = SimClock(shape)
         self._metrics = None if metrics is None else StreamMetrics(records(metrics), shape)
         declared = set(self.table.events)
@@ -90,7 +94,8 @@ class Simulation:
     def _next_batch_end(self, key: Key, due: Due) -> float:
         sh = self.shape
         b_rate = sh.batches_per_step
-        first = key[2] + 1 if key[1] == PH_BATCH else key[0] * b_rate + 1
+        # at a batch's start (2b - 1) or end (2b), the next end is of b or b + 1
+        first = key[2] // 2 + 1 if key[1] == PH_BATCH else key[0] * b_rate + 1
         best = math.inf
         b: float
         for k, d in enumerate(due):
@@ -136,6 +141,8 @@ class Simulation:
         """The next point that may fire, after the clock's position: (key, event, index)."""
         key = self.clock.key
         table, sh = self.table, self.shape
+        if self.sanity_eval and not self._sanity_done:
+            return TRAIN_START, "sanity_eval", 0  # before anything else
         cands: list[tuple[Key, str, int]] = []
         if key < TRAIN_START or (key == TRAIN_START and not self._started):
             cands.append((TRAIN_START, "train_start", 0))
@@ -146,8 +153,13 @@ class Simulation:
             b = self._next_batch_end(key, table.due("batch_end"))
             if b != math.inf:
                 bi = int(b)
-                cands.append((((bi - 1) // sh.batches_per_step + 1, PH_BATCH, bi),
-                              "batch_end", bi))
+                cands.append((batch_key(bi, sh), "batch_end", bi))
+        if table.needs_batch_start:
+            # the batch after the one whose start or end the clock is at (2b - 1, 2b)
+            bi = ((key[2] + 1) // 2 + 1 if key[1] == PH_BATCH
+                  else key[0] * sh.batches_per_step + 1)
+            if bi <= sh.total_steps * sh.batches_per_step:
+                cands.append((batch_key(bi, sh, start=True), "batch_start", bi))
         j = self._next_epoch_end(key, table.due("epoch_end"))
         if j != math.inf:
             ji = int(j)
@@ -168,6 +180,7 @@ class Simulation:
 
     _started = False
     _stopping = False
+    _sanity_done = False
 
     def stop(self) -> None:
         """End the run after the current evaluation point, as a callback's stop does:
@@ -190,12 +203,16 @@ class Simulation:
                 return
             key, event, index = nxt
             clock = self.clock
-            if event == "train_start":
+            if event == "sanity_eval":
+                self._sanity_done = True
+            elif event == "train_start":
                 self._started = True
             elif event == "step_end":
                 clock.to_step_end(index)
             elif event == "batch_end":
                 clock.to_batch_end(index)
+            elif event == "batch_start":
+                clock.to_batch_start(index)
             elif event == "epoch_end":
                 clock.to_epoch_end(index)
             elif event == "epoch_start":
@@ -223,13 +240,15 @@ class Simulation:
     def state_dict(self) -> dict[str, Any]:
         """Clock position and trigger state: load into a new ``Simulation`` to resume."""
         return {"clock": self.clock.state_dict(), "table": self.table.state_dict(),
-                "started": self._started, "stopping": self._stopping}
+                "started": self._started, "stopping": self._stopping,
+                "sanity_done": self._sanity_done}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict``."""
         self.clock.load_state_dict(state["clock"])
         self._started = bool(state["started"])
         self._stopping = bool(state.get("stopping", False))
+        self._sanity_done = bool(state.get("sanity_done", self._started))
         self.table.load_state_dict(state["table"])
         self.table.attach(self.clock, self._metrics, self.table.predicates)
 
@@ -249,6 +268,7 @@ def simulate(
     events: Mapping[str, Iterable[int]] | None = None,
     max_steps: int | None = None,
     shape: RunShape | None = None,
+    sanity_eval: bool = False,
 ) -> FiringLog:
     """Simulate a run and return every firing, in order.
 
@@ -265,6 +285,8 @@ def simulate(
             for an epoch cut short).
         shape: instead of the keywords above that shape the run, a ``RunShape`` built
             once (``RunShape.build(...)``) and passed as is.
+        sanity_eval: the run has ``sanity_eval_batches`` > 0: ``sanity_eval`` fires once,
+            before ``train_start``.
     """
     given = {"epochs": epochs, "steps_per_epoch": steps_per_epoch,
              "epoch_lengths": epoch_lengths, "batches_per_step": batches_per_step,
@@ -272,7 +294,7 @@ def simulate(
              "seconds_per_step": seconds_per_step, "max_steps": max_steps}
     shape = shape_of(shape, given)
     return Simulation(schedule, shape, metrics=metrics, predicates=predicates,
-                      events=events).run()
+                      events=events, sanity_eval=sanity_eval).run()
 
 
 def shape_of(shape: RunShape | None, given: Mapping[str, Any]) -> RunShape:

@@ -227,6 +227,7 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
         problems.expect(("run", "task"), "'module:function'", run.task)
     for key in ("max_epochs", "max_steps", "grad_accum"):
         _whole(problems, ("run", key), getattr(run, key), 1)
+    _whole(problems, ("run", "sanity_eval_batches"), run.sanity_eval_batches, 0)
     device = _DEVICE_RE.fullmatch(run.device)
     if device is None or int(device["index"] or 0) > MAX_DEVICE_INDEX:
         problems.expect(("run", "device"), f"'auto', 'cpu', 'cuda', 'cuda:N' (N from 0 to "

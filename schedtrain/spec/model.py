@@ -29,6 +29,8 @@ class ClockSpec:
         tokens_per_batch: tokens each micro-batch adds to the ``token`` counter.
         seconds_per_step: training wall time per optimizer step, for time triggers.
         max_steps: the run ends right after this step, as ``[run] max_steps`` does.
+        sanity_eval: ``sanity_eval`` fires once before ``train_start``, as with
+            ``[run] sanity_eval_batches`` > 0 (taken from there when not given).
     """
 
     epochs: int | None = None
@@ -39,6 +41,7 @@ class ClockSpec:
     tokens_per_batch: int | None = None
     seconds_per_step: float | None = None
     max_steps: int | None = None
+    sanity_eval: bool | None = None
 
     def shape(self, *, epochs: int | None = None,
               steps_per_epoch: int | None = None) -> RunShape | None:
@@ -97,6 +100,8 @@ class RunSpec:
             (a line per report on stdout), ``"tensorboard"`` (``RUN_DIR/tensorboard``).
         sink_every: sink name -> at most one report per this period (``"1 epoch"``,
             ``"100 steps"``); a sink not named reports every value.
+        sanity_eval_batches: with N > 0, ``sanity_eval`` fires once before ``train_start``
+            (not on resume); an ``InferenceRunner`` it fires evaluates at most N batches.
     """
 
     task: str | None = None
@@ -113,6 +118,7 @@ class RunSpec:
     reduce: Mapping[str, str] = attrs.field(factory=dict)
     sinks: tuple[str, ...] = ("jsonl",)
     sink_every: Mapping[str, str] = attrs.field(factory=dict)
+    sanity_eval_batches: int = 0
 
 
 @attrs.frozen

@@ -1,10 +1,11 @@
 """The run's shape for ``plan`` and ``check`` from ``[run]``, so ``[clock]`` need not repeat it.
 
-``[run]`` says how long training is (``max_epochs``, ``max_steps``, ``grad_accum``); the
-task's data says how many steps an epoch has (counted only when asked: it builds the
-task). A ``[clock]`` key that is missing is taken from there; one that is given wins,
-and a value that disagrees with ``[run]`` or the data is reported as a warning (the plan
-would show another run than ``train`` trains).
+``[run]`` says how long training is (``max_epochs``, ``max_steps``, ``grad_accum``) and
+whether ``sanity_eval`` fires (``sanity_eval_batches``); the task's data says how many
+steps an epoch has (counted only when asked: it builds the task). A ``[clock]`` key that
+is missing is taken from there; one that is given wins, and a value that disagrees with
+``[run]`` or the data is reported as a warning (the plan would show another run than
+``train`` trains).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def derive_clock(spec: Spec, steps_per_epoch: int | None = None) -> tuple[Spec, 
         return spec, []
     clock, notes = spec.clock, []
     accum = run.grad_accum if run.grad_accum != 1 else None
+    if clock.sanity_eval is not None and clock.sanity_eval != (run.sanity_eval_batches > 0):
+        notes.append(f"clock.sanity_eval: [clock] sanity_eval = "
+                     f"{str(clock.sanity_eval).lower()} but [run] sanity_eval_batches = "
+                     f"{run.sanity_eval_batches}: plan and train disagree on sanity_eval; "
+                     "drop clock.sanity_eval to plan what train runs")
     pairs = (("epochs", clock.epochs, "max_epochs", run.max_epochs),
              ("max_steps", clock.max_steps, "max_steps", run.max_steps),
              ("batches_per_step", clock.batches_per_step or 1, "grad_accum", run.grad_accum))
@@ -52,6 +58,8 @@ def derive_clock(spec: Spec, steps_per_epoch: int | None = None) -> tuple[Spec, 
         fill["epochs"] = None  # the lengths say how many
     missing: dict[str, Any] = {k: v for k, v in fill.items()
                                if v is not None and getattr(clock, k) is None}
+    if clock.sanity_eval is None and run.sanity_eval_batches > 0:
+        missing["sanity_eval"] = True
     if not missing:
         return spec, notes
     derived: ClockSpec = attrs.evolve(clock, **missing)

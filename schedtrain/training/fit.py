@@ -1,7 +1,8 @@
 """A run's lifecycle: one explicit stage, and ``fit`` from opening the run directory to
 recording how the run ended.
 
-``fit`` opens the run directory, sets callbacks up, fires ``train_start``, runs the loop,
+``fit`` opens the run directory, sets callbacks up, fires ``sanity_eval`` (a fresh run
+with ``sanity_eval_batches``) and ``train_start``, runs the loop,
 and ends as the run ended (finished, stopped, preempted, failed), recording it in
 ``run.json``. The stages::
 
@@ -21,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from schedtrain.checkpoints.rng import preserved_rng
 from schedtrain.distributed.comm import reraise_on_all
 from schedtrain.errors import (
     Preempted,
@@ -195,9 +197,7 @@ class Lifecycle:
                     except Exception as exc:
                         locate_failure(exc, f"callback {cb.name!r} in its before_train hook")
                         raise
-                parts.clock.start_train()
-                if not resumed:
-                    parts.dispatch.fire("train_start")
+                self._start_train(resumed)
                 if phase == "stopped":
                     raise StopTraining("the run had stopped when its checkpoint was taken")
                 if not ended:
@@ -219,6 +219,23 @@ class Lifecycle:
             self._failed(exc)
             raise
         self._finish(outcome, None, fire_end=not ended)
+
+    def _start_train(self, resumed: bool) -> None:
+        """Start training's clock; a fresh run first fires ``sanity_eval`` (with
+        ``sanity_eval_batches``), then ``train_start``.
+
+        The sanity evaluation runs before the clock starts (its time is not training's)
+        and only on a fresh run: a resumed run adds nothing to ``events.jsonl`` that the
+        uninterrupted run did not have. The random generators are restored after it, so
+        training draws what it would have drawn without it.
+        """
+        parts, batches = self.parts, self.options.sanity_eval_batches
+        if not resumed and batches:
+            with preserved_rng():
+                parts.dispatch.fire("sanity_eval", {"sanity_eval_batches": batches})
+        parts.clock.start_train()
+        if not resumed:
+            parts.dispatch.fire("train_start")
 
     def _setup(self) -> None:
         if self.stage is not Stage.OPENED:

@@ -6,8 +6,9 @@ can happen the loop does the step, keeps its loss on the device, counts it in lo
 variables and compares the step once with ``guard.limit``: the next step at which a
 trigger is due, the loss sum is folded, training ends or a signal asked to stop. Only
 then is the clock caught up and the slow path taken. When something must see every
-step (per-step hooks, ``batch_end``, a user step function that may read the clock), the
-limit is the next step, and the clock is exact after each.
+step (per-step or per-micro-batch hooks, ``batch_start``/``batch_end``, a user step
+function that may read the clock), the limit is the next step, and the clock is exact
+after each.
 
 The loop is the one-process loop: where ranks of a run on several processes must agree
 (counters, time and loss where a trigger may be due, a preemption) it asks its
@@ -22,10 +23,11 @@ from typing import Any, Final
 
 import torch
 
-from schedtrain.callbacks.base import StepOutputs
+from schedtrain.callbacks.base import BATCH_HOOKS, StepOutputs
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.training.batch_events import BatchEvents
 from schedtrain.training.data_position import DataPosition
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
@@ -99,10 +101,13 @@ class Loop:
         per_step = any(hooks[h] for h in ("_before_step", "_after_backward",
                                           "_before_optimizer_step", "_after_step",
                                           "_trigger_step"))
+        # Per micro-batch: a hook overridden, or a trigger naming batch_start/batch_end.
+        per_batch = (any(hooks[h] for h in BATCH_HOOKS) or table.needs_batch_start
+                     or table.needs_batch_end)
         grad_accum, grad_clip = options.grad_accum, options.grad_clip
         autocast = options.autocast if options.precision != "fp32" else None
         plain = (grad_accum == 1 and scaler is None and autocast is None and grad_clip is None
-                 and device.type == "cpu" and not per_step and not table.needs_batch_end
+                 and device.type == "cpu" and not per_step and not per_batch
                  and step_fn is None and not variable_accum)
 
         def gradient_hook(name: str) -> Callable[[], None] | None:
@@ -110,20 +115,18 @@ class Loop:
                 return None
             return lambda: dispatch.run_hooks(name, clock.now(), clock.step + 1)
 
-        loop: Loop
         step = make_step(model, optimizer, loss_fn=loss_fn, step_fn=step_fn, plain=plain,
                          **({} if plain else {
                              "accum": grad_accum, "scaler": scaler, "clip": grad_clip,
                              "device": device if device.type != "cpu" else None,
                              "autocast": autocast,
-                             # `loop` is made below: look it up when a batch ends
-                             "on_batch": ((lambda n, t: loop.batch_end(n, t))  # noqa: PLW0108
-                                          if table.needs_batch_end else None),
+                             "batch_events": (BatchEvents(
+                                 clock, dispatch, fire_start=table.needs_batch_start,
+                                 fire_end=table.needs_batch_end) if per_batch else None),
                              "after_backward": gradient_hook("_after_backward"),
                              "before_optimizer_step": gradient_hook("_before_optimizer_step"),
                          }))
-        loop = cls(step=step, exact=not plain, **parts)
-        return loop
+        return cls(step=step, exact=not plain, **parts)
 
     # -- epochs --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -268,8 +271,3 @@ class Loop:
             return 0
         return self.agreement.limit(min(self.table.step_due, self.max_steps,
                                         step + FOLD - kept), step)
-
-    def batch_end(self, samples: int, tokens: int) -> None:
-        """A micro-batch ended: count it and fire ``batch_end`` (the step calls this)."""
-        self.clock.end_batch(samples, tokens)
-        self.dispatch.fire("batch_end")

@@ -50,6 +50,7 @@ class Options:
     keep_firings: int | None = None
     handle_signals: bool = True
     log_events: bool = True
+    sanity_eval_batches: int = 0
 
     @classmethod
     def check(cls, *, loss_fn: object, step_fn: object, max_epochs: int | None,
@@ -71,6 +72,10 @@ class Options:
         if grad_clip is not None and not grad_clip > 0:
             raise ValueError(f"`grad_clip` must be > 0 or None, got {grad_clip!r}")
         check_reduce(reduce or {})
+        sanity = rest.get("sanity_eval_batches", 0)
+        if isinstance(sanity, bool) or not isinstance(sanity, int) or sanity < 0:
+            raise ValueError(f"`sanity_eval_batches` must be a whole number >= 0, got "
+                             f"{sanity!r}")
         return cls(max_epochs, max_steps, precision, grad_accum, grad_clip,
                    cls.resolve_device(device), reduce=dict(reduce or {}),
                    run_dir=Path(run_dir) if run_dir is not None else None, **rest)

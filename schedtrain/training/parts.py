@@ -10,6 +10,7 @@ ranks, the dispatcher and the loop. ``Trainer`` is the public face over this rec
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -27,7 +28,7 @@ from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
 from schedtrain.distributed.setup import prepare
-from schedtrain.errors import Preempted
+from schedtrain.errors import Preempted, ScheduleWarning
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule.schedule import Schedule
@@ -123,6 +124,7 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     check_order(bound, cbs)
     produced = set(TRAINER_METRICS).union(*(cb.produces for cb in cbs))
     table = bound.compile(predicates=known, produced_metrics=produced)
+    _warn_sanity(options.sanity_eval_batches, table)
     by_name = dict(zip(bound.names, cbs, strict=True))
     chief = comm is None or comm.is_chief
     # The chief alone writes the run directory and the logs.
@@ -167,6 +169,21 @@ def build_parts(options: Options, *, model: torch.nn.Module,
                   directory, events, metrics, losses, position, guard, run_state, checkpoints,
                   agreement, dispatch, loop)
     return parts
+
+
+def _warn_sanity(batches: int, table: TriggerTable) -> None:
+    """A sanity evaluation asked for with nothing to run it, or named and never fired."""
+    named = bool(table.listeners("sanity_eval"))
+    if batches and not named:
+        warnings.warn(f"sanity_eval_batches = {batches} but no callback's trigger names "
+                      "'sanity_eval': nothing is evaluated before training; give the "
+                      "InferenceRunner's trigger on('sanity_eval') (in TOML: any = "
+                      "[{ on = \"sanity_eval\" }, ...])", ScheduleWarning, stacklevel=4)
+    elif named and not batches:
+        names = ", ".join(repr(table.names[i]) for i in table.listeners("sanity_eval"))
+        warnings.warn(f"callback {names} names 'sanity_eval', which never fires with "
+                      "sanity_eval_batches = 0; give sanity_eval_batches = N (N >= 1) to "
+                      "evaluate N batches before training", ScheduleWarning, stacklevel=4)
 
 
 def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],

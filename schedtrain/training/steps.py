@@ -9,7 +9,9 @@ the micro-batches add to the clock. ``make_step`` picks the strategy:
   nothing else to do, the common case, with no branch it does not need;
 * ``Step``: everything else, assembled from parts: a user ``step_fn``, gradient
   accumulation, autocast and a ``GradScaler``, clipping, moving batches to the device,
-  gradient hooks, fetches asked by ``before_step`` hooks and ``batch_end`` events.
+  gradient hooks, fetches asked by ``before_step`` hooks, and what runs around each
+  micro-batch (``training.batch_events``: per-micro-batch hooks, ``batch_start`` and
+  ``batch_end``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any, Final
 
 import torch
 
+from schedtrain.callbacks.base import BatchInfo
+from schedtrain.training.batch_events import BatchEvents
 from schedtrain.training.batches import count_batch, to_device
 
 __all__ = ["PlainStep", "Step", "StepResult", "make_step"]
@@ -75,7 +79,8 @@ class Step:
         autocast: the context each forward runs in (``None``: none).
         scaler: a ``torch.amp.GradScaler`` for fp16 (``None``: none).
         clip: clip the gradient norm to this value (``None``: no clipping).
-        on_batch: called after each micro-batch with ``(samples, tokens)`` (``batch_end``).
+        batch_events: the per-micro-batch hooks and events (``None``: nothing runs per
+            micro-batch).
         after_backward, before_optimizer_step: gradient hooks, called with nothing.
     """
 
@@ -90,20 +95,21 @@ class Step:
         autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
         scaler: Any = None,
         clip: float | None = None,
-        on_batch: Callable[[int, int], None] | None = None,
+        batch_events: BatchEvents | None = None,
         after_backward: Callable[[], None] | None = None,
         before_optimizer_step: Callable[[], None] | None = None,
     ) -> None:
         self.model, self.optimizer, self.forward = model, optimizer, forward
         self.accum, self.device, self.autocast, self.scaler = accum, device, autocast, scaler
-        self.clip, self.on_batch = clip, on_batch
+        self.clip, self.batch_events = clip, batch_events
         self.after_backward, self.before_optimizer_step = after_backward, before_optimizer_step
         #: functions asked for by ``before_step`` hooks, evaluated after the backward
         self.fetches: Mapping[str, Callable[[], Any]] = {}
         self.fetched: dict[str, Any] = {}
         self._graph: Any = None  # the last loss: see PlainStep.run
 
-    def _micro(self, batch: Any) -> tuple[torch.Tensor, Any]:
+    def _micro(self, batch: Any, info: BatchInfo | None) -> tuple[torch.Tensor, Any,
+                                                                  BatchInfo | None]:
         if self.device is not None:
             batch = to_device(batch, self.device)
         if self.autocast is not None:
@@ -112,26 +118,34 @@ class Step:
         else:
             out = self.forward(batch)
         loss = out if isinstance(out, torch.Tensor) else out["loss"]
+        detached = loss.detach()
+        if info is not None:
+            assert self.batch_events is not None
+            info = self.batch_events.forwarded(info, detached)
         back = loss / self.accum if self.accum > 1 else loss
         if self.scaler is not None:
             self.scaler.scale(back).backward()
         else:
             back.backward()
         self._graph = back
-        return loss.detach(), out
+        return detached, out, info
 
     def run(self, batch: Any, it: Iterator[Any]) -> StepResult:
-        accum, on_batch = self.accum, self.on_batch
+        accum, events = self.accum, self.batch_events
         k = samples = tokens = 0
         loss_sum: torch.Tensor | None = None
         out: Any = None
+        info: BatchInfo | None = None
         while True:
-            loss, out = self._micro(batch)
+            if events is not None:
+                info = events.start(batch, k, accum)
+            loss, out, info = self._micro(batch, info)
             loss_sum = loss if loss_sum is None else loss_sum + loss
             n, t = count_batch(batch)
             k, samples, tokens = k + 1, samples + n, tokens + t
-            if on_batch is not None:
-                on_batch(n, t)
+            if info is not None:
+                assert events is not None
+                events.end(info, n, t)
             if k == accum:
                 break
             batch = next(it, _END)

@@ -73,6 +73,10 @@ class Trainer:
         reduce: metric name -> ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``:
             how values put on several processes are combined.
         log_events: write ``RUN_DIR/events.jsonl`` (every scalar and firing).
+        sanity_eval_batches: with N > 0, fire ``sanity_eval`` once before ``train_start``
+            (a fresh run only, not on resume): an ``InferenceRunner`` whose trigger names
+            it evaluates at most N batches and puts no metric (Lightning's
+            ``num_sanity_val_steps``). 0: no sanity evaluation.
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class Trainer:
         shard_data: bool = True,
         reduce: Mapping[str, str] | None = None,
         log_events: bool = True,
+        sanity_eval_batches: int = 0,
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -112,7 +117,8 @@ class Trainer:
             precision=precision, grad_accum=grad_accum, grad_clip=grad_clip, device=device,
             reduce=reduce, run_dir=run_dir, seed=seed, overwrite=overwrite,
             strategy=strategy, shard_data=shard_data, keep_firings=keep_firings,
-            handle_signals=handle_signals, log_events=log_events)
+            handle_signals=handle_signals, log_events=log_events,
+            sanity_eval_batches=sanity_eval_batches)
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
