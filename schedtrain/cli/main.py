@@ -18,6 +18,7 @@ from typing import IO, Any, Final, NoReturn
 
 from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
+    SHOWN_PROBLEMS,
     Preempted,
     Problem,
     RunDirError,
@@ -25,6 +26,7 @@ from schedtrain.errors import (
     ScheduleError,
     ScheduleWarning,
     failure_place,
+    one_line,
     traceback_file,
 )
 from schedtrain.planning.plan import PlanError
@@ -156,8 +158,20 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _report(problems: Sequence[Problem], err: IO[str]) -> None:
-    for p in problems:
+    """One line per problem, the first ``SHOWN_PROBLEMS`` of them, then how many more."""
+    for p in problems[:SHOWN_PROBLEMS]:
         print(f"error: {p}", file=err)
+    if len(problems) > SHOWN_PROBLEMS:
+        print(f"error: ... and {len(problems) - SHOWN_PROBLEMS} more problems", file=err)
+
+
+def _warn(path: str, notes: Sequence[str], err: IO[str]) -> None:
+    """One line per warning (the same one once), the first ``SHOWN_PROBLEMS``."""
+    notes = list(dict.fromkeys(notes))
+    for note in notes[:SHOWN_PROBLEMS]:
+        print(f"warning: {path}: {one_line(note)}", file=err)
+    if len(notes) > SHOWN_PROBLEMS:
+        print(f"warning: {path}: ... and {len(notes) - SHOWN_PROBLEMS} more warnings", file=err)
 
 
 def _plural(n: int, word: str) -> str:
@@ -181,8 +195,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
             failed = True
             continue
-        for note in (*spec.warnings, *notes):
-            print(f"warning: {path}: {note}", file=sys.stderr)
+        _warn(path, [*spec.warnings, *notes], sys.stderr)
         for target in spec.unimported:
             print(f"note: {path}: custom trigger {target!r} was not imported; --import "
                   "imports it (and runs its module) to check it fully", file=sys.stderr)
@@ -200,8 +213,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, imports=args.do_import)
     spec, notes = derived_clock(spec, args.do_import)
-    for note in notes:
-        print(f"warning: {args.spec}: {note}", file=sys.stderr)
+    _warn(args.spec, notes, sys.stderr)
     metrics = read_metrics(args.metrics) if args.metrics else None
     plan = plan_spec(spec, metrics, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
     if plan.truncated:

@@ -74,8 +74,9 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
         stem = Path(file).stem if file and not file.startswith("<") else "schedule"
         run = attrs.evolve(run, run_dir=f"runs/{stem}")
     named = {n: loc.trigger for n, loc in reader.done.items() if loc is not None}
-    spec = Spec(callbacks, named, doc.clock, run, doc.events, file, analysis.notes, analysis,
-                located)
+    # A named trigger used in several places is warned about once.
+    spec = Spec(callbacks, named, doc.clock, run, doc.events, file,
+                tuple(dict.fromkeys(analysis.notes)), analysis, located)
     stops = check_early_stopping(spec)
     if stops:
         raise SpecError(stops)

@@ -118,6 +118,10 @@ def _inferencer_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
                              f"\"ClassificationError\", k = 5 }}, found {describe(table)}"))
             continue
         kind = table.get("type")
+        if kind is None:
+            problems.append((("inferencers", i, "type"), (
+                f"missing key 'type': expected one of {', '.join(INFERENCERS)}")))
+            continue
         if not isinstance(kind, str) or kind not in INFERENCERS:
             problems.append((("inferencers", i, "type"), (
                 f"expected one of {', '.join(INFERENCERS)}, found {describe(kind)}"
