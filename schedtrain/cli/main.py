@@ -162,7 +162,8 @@ def _report(problems: Sequence[Problem], err: IO[str]) -> None:
     for p in problems[:SHOWN_PROBLEMS]:
         print(f"error: {p}", file=err)
     if len(problems) > SHOWN_PROBLEMS:
-        print(f"error: ... and {len(problems) - SHOWN_PROBLEMS} more problems", file=err)
+        where = f"{problems[0].file}: " if problems[0].file else ""
+        print(f"error: {where}... and {len(problems) - SHOWN_PROBLEMS} more problems", file=err)
 
 
 def _warn(path: str, notes: Sequence[str], err: IO[str]) -> None:
