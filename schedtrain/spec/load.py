@@ -41,6 +41,9 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
             TOML syntax errors).
     """
     if imports:
+        # Validate everything first: no module a spec names is imported (and run) for a
+        # spec that is refused anyway.
+        loads_spec(text, file, imports=False)
         add_user_paths(file)
     problems = Problems(file, imports)
     data = parse_toml(text, problems)
