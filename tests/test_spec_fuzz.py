@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from schedtrain import SpecError
 from schedtrain.cli import main
@@ -374,3 +376,51 @@ def test_the_real_command_refuses(tmp_path: Path, name: str) -> None:
     result = subprocess.run([sys.executable, "-m", "schedtrain", "check", str(path)],
                             capture_output=True, text=True, check=False, timeout=60)
     _assert_refused_well(path, result.returncode, result.stderr.splitlines())
+
+
+@st.composite
+def _reference_dags(draw: st.DrawFn) -> tuple[list[int], list[list[int]]]:
+    """Named triggers t0..tn-1: t_i wraps its `any` in ``wraps[i]`` `all` tables and
+    refers to later names (some several times)."""
+    n = draw(st.integers(2, 7))
+    wraps = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))
+    refs = [draw(st.lists(st.integers(i + 1, n - 1), max_size=6)) if i < n - 1 else []
+            for i in range(n)]
+    return wraps, refs
+
+
+def _dag_text(wraps: list[int], refs: list[list[int]]) -> str:
+    out = []
+    for i, (w, used) in enumerate(zip(wraps, refs, strict=True)):
+        items = ", ".join([*(f'"t{j}"' for j in used), '{ on = "train_end" }'])
+        inner = f"{{ any = [{items}] }}"
+        for _ in range(w):
+            inner = f"{{ all = [{inner}] }}"
+        out.append(f"[triggers.t{i}]\n{inner[2:-2]}\n")  # the outermost table's keys
+    return "".join(out) + '[callbacks.a]\ntrigger = "t0"\n'
+
+
+@given(_reference_dags())
+@example(([31, 30], [[1], []]))  # exactly MAX_DEPTH levels: accepted
+@example(([32, 30], [[1], []]))  # one more: refused
+@example(([0, 0, 0, 0, 0], [[1] * 6, [2] * 6, [3] * 6, [4] * 6, []]))  # 2 + 6 * (...): 2,590
+def test_reference_limits_follow_their_definition(dag: tuple[list[int], list[list[int]]]) -> None:
+    """A spec of named triggers loads exactly when every name, written out, nests at most
+    MAX_DEPTH tables and has at most MAX_TABLES, computed here by the definition."""
+    wraps, refs = dag
+    depth: dict[int, int] = {}
+    tables: dict[int, int] = {}
+    for i in reversed(range(len(wraps))):
+        # t_i's own tables: `wraps[i]` all-tables, the any-table, the on-table under it;
+        # a name in the any list sits where the on-table does.
+        own = wraps[i] + 2
+        depth[i] = max([own, *(own - 1 + depth[j] for j in refs[i])])
+        tables[i] = own + sum(tables[j] for j in refs[i])
+    fits = all(depth[i] <= MAX_DEPTH and tables[i] <= MAX_TABLES for i in depth)
+    try:
+        loads_spec(_dag_text(wraps, refs))
+    except SpecError as exc:
+        assert not fits, [str(p) for p in exc.problems]
+        assert all(("levels" in p.message or "tables" in p.message) for p in exc.problems)
+    else:
+        assert fits
