@@ -300,9 +300,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _warning_printer(path: str) -> Callable[..., None]:
     def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
         if issubclass(category, ScheduleWarning):
-            print(f"warning: {path}: {message}", file=sys.stderr)
+            print(f"warning: {path}: {one_line(str(message))}", file=sys.stderr)
         else:
-            print(f"warning: {category.__name__}: {message}", file=sys.stderr)
+            print(f"warning: {category.__name__}: {one_line(str(message))}", file=sys.stderr)
     return show
 
 
