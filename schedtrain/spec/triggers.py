@@ -1,9 +1,11 @@
 """Trigger tables and named references -> triggers located at the keys they were written at.
 
 A trigger value is a table of keys (``TERMS``, AND-ed) or the name of a
-``[triggers.NAME]`` entry. Named triggers may reference each other; a cycle is an
-error naming it. Every node of the result carries the key path it came from, so a
-problem found later names the place the user wrote.
+``[triggers.NAME]`` entry. Named triggers may reference each other; a name counts as
+the table it names, so the nesting limit holds through them, and a cycle, or a trigger
+too large written out, is an error (``spec.references`` knows both before anything is
+built). Every node of the result carries the key path it came from, so a problem found
+later names the place the user wrote.
 """
 
 from __future__ import annotations
