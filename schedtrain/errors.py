@@ -213,6 +213,8 @@ def traceback_file(exc: BaseException, path: Path | None = None) -> Path | None:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    if len(word) > 200:  # no name is close to it, and comparing costs its length squared
+        return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -8,6 +8,7 @@ the only module that configures logging (``structlog.configure``).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import traceback
@@ -78,6 +79,7 @@ with --resume auto
 """
 
 
+@functools.cache  # parsing does not change it; built once per process
 def _build_parser() -> _Parser:
     parser = _Parser(
         prog="schedtrain",
