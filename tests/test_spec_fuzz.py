@@ -322,6 +322,16 @@ class TestMessages:
         assert line.startswith("f.toml: callbacks.a.any[0]")
         assert len(line) <= len("f.toml: ") + PATH_LIMIT + MESSAGE_LIMIT + 40
 
+    def test_the_error_text_lists_twenty_problems(self) -> None:
+        """``str(SpecError)`` of 3,000 problems: the count, 20 of them, how many more."""
+        with pytest.raises(SpecError) as info:
+            loads_spec(HOSTILE["many_problems"])
+        lines = str(info.value).splitlines()
+        assert len(info.value.problems) == 3000
+        assert lines[0] == "3000 problems:"
+        assert lines[-1] == f"  ... and {3000 - SHOWN_PROBLEMS} more"
+        assert len(lines) == SHOWN_PROBLEMS + 2
+
     def test_the_command_shows_twenty_problems_and_counts_the_rest(self, tmp_path: Path) -> None:
         """3,000 bad callbacks: 20 error lines, '... and N more', the total."""
         path = tmp_path / "many.toml"
