@@ -8,9 +8,12 @@ they are raised; nothing downstream parses their text.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Final
 
 import attrs
 
@@ -29,8 +32,39 @@ __all__ = [
     "did_you_mean",
     "failure_place",
     "locate_failure",
+    "one_line",
+    "shorten",
     "traceback_file",
 ]
+
+#: The longest message and key path one problem prints (longer ones are cut in the middle).
+MESSAGE_LIMIT: Final = 500
+PATH_LIMIT: Final = 100
+#: Problems ``str(ScheduleError)`` lists before "... and N more".
+SHOWN_PROBLEMS: Final = 20
+_LONG_WORD: Final = re.compile(r"\S{81,}")
+_BREAKS: Final = re.compile(r"[\r\n\t\v\f\x00-\x08\x0e-\x1f\x7f]+")
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """``text`` if at most ``limit`` characters, else its start and end around ``...``
+    and its length: a value echoed in a message stays readable."""
+    if len(text) <= limit:
+        return text
+    tail = max(limit // 5, 1)
+    return f"{text[:limit - tail]}...{text[-tail:]} ({len(text):,} characters)"
+
+
+def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` as one line of at most about ``limit`` characters: line breaks and
+    control characters become spaces, words (quoted values) longer than 80 characters
+    are shortened, and what is still too long is cut in the middle."""
+    text = _BREAKS.sub(" ", text)
+    text = _LONG_WORD.sub(lambda m: shorten(m[0]), text)
+    if len(text) > limit:
+        tail = limit // 4
+        text = f"{text[:limit - tail - 5]} ... {text[-tail:]}"
+    return text
 
 
 @attrs.frozen
@@ -52,8 +86,12 @@ class Problem:
     found: str | None = attrs.field(default=None, kw_only=True)
 
     def __str__(self) -> str:
+        """One line: the file, the key path and the message (a long path or message is
+        cut in the middle; the attributes keep them whole)."""
         where = f"{self.file}: " if self.file else ""
-        return f"{where}{self.path}: {self.message}" if self.path else f"{where}{self.message}"
+        path = one_line(self.path, PATH_LIMIT)
+        message = one_line(self.message)
+        return f"{where}{path}: {message}" if self.path else f"{where}{message}"
 
 
 class ArgumentError(ValueError):
@@ -86,7 +124,9 @@ class ScheduleError(ValueError):
         if len(self.problems) == 1:
             return str(self.problems[0])
         lines = [f"{len(self.problems)} problems:"]
-        lines += [f"  - {p}" for p in self.problems]
+        lines += [f"  - {p}" for p in self.problems[:SHOWN_PROBLEMS]]
+        if len(self.problems) > SHOWN_PROBLEMS:
+            lines.append(f"  ... and {len(self.problems) - SHOWN_PROBLEMS} more")
         return "\n".join(lines)
 
 
@@ -179,22 +219,33 @@ def traceback_file(exc: BaseException, path: Path | None = None) -> Path | None:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    if len(word) > 200:  # no name is close to it, and comparing costs its length squared
+        return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def describe(value: object) -> str:
-    """How a TOML value reads in an error message: ``integer 5``, ``a table``."""
+    """How a TOML value reads in an error message: ``integer 5``, ``a table``; a long
+    string or number is shortened, and a missing value (``None``) is ``nothing``."""
+    if value is None:
+        return "nothing"
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, int):
-        return f"integer {value}"
+        return f"integer {shorten(str(value), 30)}"
     if isinstance(value, float):
         return f"float {value!r}"
     if isinstance(value, str):
-        return f"string {value!r}"
+        return f"string {shorten(repr(value))}"
     if isinstance(value, dict):
         return "a table" if value else "an empty table"
     if isinstance(value, list):
         return "a list" if value else "an empty list"
-    return f"{type(value).__name__} {value!r}"
+    if isinstance(value, datetime.datetime):
+        return f"date-time {value.isoformat()}"
+    if isinstance(value, datetime.date):
+        return f"date {value.isoformat()}"
+    if isinstance(value, datetime.time):
+        return f"time of day {value.isoformat()}"
+    return f"a {type(value).__name__} value"

@@ -113,10 +113,12 @@ _SPELLINGS: Final = {
 }  # fmt: skip
 
 _SUFFIX: Final = {"k": 1_000, "M": 1_000_000, "G": 1_000_000_000, "B": 1_000_000_000}
-_TIME_RE: Final = re.compile(
-    r"\s*(?P<num>[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][+-]?[0-9]{1,4})?)(?P<suffix>[kMGB]?)"
-    r"\s*(?P<unit>[A-Za-z]+)\s*"
-)
+_NUMBER: Final = (r"\s*(?P<num>[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][+-]?[0-9]{1,4})?)"
+                  r"(?P<suffix>[kMGB]?)")
+# The docs' form is "<number> <unit>": the space is required ("5steps" is refused with a
+# hint), as in every example; a suffix belongs to the number ("50M tokens").
+_TIME_RE: Final = re.compile(_NUMBER + r"\s+(?P<unit>[A-Za-z]+)\s*")
+_NO_SPACE_RE: Final = re.compile(_NUMBER + r"(?P<unit>[A-Za-z]+)\s*")
 
 
 def _exact(value: int | float) -> Fraction:
@@ -204,6 +206,10 @@ class Time:
         if not isinstance(text, str):
             raise TypeError(f"expected a time such as '500 steps', got {text!r}")
         match = _TIME_RE.fullmatch(text)
+        glued = _NO_SPACE_RE.fullmatch(text) if match is None else None
+        if glued is not None:
+            raise ValueError(f"invalid time {text!r}: write a space between the number and "
+                             f"the unit: '{glued['num']}{glued['suffix']} {glued['unit']}'")
         if match is None:
             raise ValueError(
                 f"invalid time {text!r}: expected '<number> <unit>' such as '500 steps', "

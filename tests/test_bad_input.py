@@ -33,9 +33,7 @@ class TestRefusedByCheck:
     """``schedtrain check`` refuses each with exit 2, the key path, expected and found."""
 
     @pytest.mark.parametrize(("text", "path", "fragment"), [
-        # trigger nesting past the documented depth, and past what the TOML reader follows
-        (f"[callbacks.a]\ntrigger = {_nested(MAX_DEPTH + 1)}\n",
-         "callbacks.a.trigger" + ".any[0]" * MAX_DEPTH, f"nest more than {MAX_DEPTH} levels"),
+        # trigger nesting past what the TOML reader follows (past MAX_DEPTH: test_spec_fuzz)
         (f"[callbacks.a]\ntrigger = {_nested(400)}\n", "callbacks.a.trigger",
          "nest too deeply"),
         ('events = "my_event"\n[callbacks.a]\ntrigger = { on = "my_event" }\n', "events",
@@ -196,3 +194,55 @@ def test_no_traceback_from_the_command_line(tmp_path: Path) -> None:
                             capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+
+
+class TestImportedClassesAfterValidation:
+    """A spec's classes are imported only once the spec is valid, and their arguments are
+    checked against what ``__init__`` declares before anything is built."""
+
+    def test_wrong_argument_types_name_their_key_paths(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """``check --import``: each mistyped argument at ``callbacks.NAME.ARG``, exit 2."""
+        (tmp_path / "typedcb.py").write_text(textwrap.dedent("""
+            from typing import Literal
+            from schedtrain.callbacks import Callback
+
+            class Cb(Callback):
+                def __init__(self, k: int, mode: Literal["a", "b"] = "a",
+                             names: list[str] | None = None, where: "Unknown" = None,
+                             **kw) -> None:
+                    super().__init__(**kw)
+                    self.k = k
+        """))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        code, err = _check(tmp_path, """
+            [callbacks.a]
+            type = "typedcb:Cb"
+            k = "x"
+            mode = "c"
+            names = 3
+            where = 5
+            trigger = { every = "1 epoch" }
+        """, capsys, "--import")
+        assert code == 2
+        assert "callbacks.a.k: expected an integer (Cb declares 'k' so), found string 'x'" in err
+        assert "callbacks.a.mode: expected 'a' or 'b'" in err
+        assert "callbacks.a.names: expected a list" in err
+        assert "callbacks.a.where" not in err  # a hint that does not resolve is not checked
+
+    def test_a_refused_spec_imports_nothing(self, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+        """A custom trigger's module is not imported (nor run) when the spec is refused."""
+        marker = tmp_path / "imported"
+        (tmp_path / "noisy.py").write_text(
+            f"open({str(marker)!r}, 'w').close()\n"
+            "from schedtrain.triggers import Trigger\nclass T(Trigger):\n    pass\n")
+        for command in (["check", "--import"], ["plan", "--import"], ["train"]):
+            spec = tmp_path / "bad.toml"
+            spec.write_text('[callbacks.a]\ntrigger = { custom = "noisy:T" }\n'
+                            '[callbacks.b]\ntrigger = { every = "5steps" }\n')
+            code = main([command[0], str(spec), *command[1:]])
+            assert code == 2
+            assert "callbacks.b.trigger.every" in capsys.readouterr().err
+            assert not marker.exists()

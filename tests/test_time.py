@@ -29,7 +29,6 @@ class TestParse:
         ("30 min", 30, Unit.MINUTE),
         ("1.5 h", 1.5, Unit.HOUR),
         ("0.5 s", 0.5, Unit.SECOND),
-        ("10steps", 10, Unit.STEP),
     ])
     def test_accepts(self, text: str, value: float, unit: Unit) -> None:
         """Numbers with units, plural or singular, exponents and k/M/G suffixes parse."""
@@ -43,6 +42,9 @@ class TestParse:
         ("-3 steps", "expected '<number> <unit>'"),
         ("", "expected '<number> <unit>'"),
         ("3 fortnights", "unknown unit 'fortnights'"),
+        ("10steps", "a space between the number and the unit: '10 steps'"),
+        ("50Mtokens", "'50M tokens'"),
+        ("1.5s", "'1.5 s'"),
     ])
     def test_rejects_with_reason(self, text: str, fragment: str) -> None:
         """Bad text is refused with a message naming the text and what was expected."""

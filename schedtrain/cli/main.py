@@ -8,6 +8,7 @@ the only module that configures logging (``structlog.configure``).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import traceback
@@ -18,6 +19,7 @@ from typing import IO, Any, Final, NoReturn
 
 from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
+    SHOWN_PROBLEMS,
     PortingWarning,
     Preempted,
     Problem,
@@ -26,6 +28,7 @@ from schedtrain.errors import (
     ScheduleError,
     ScheduleWarning,
     failure_place,
+    one_line,
     traceback_file,
 )
 from schedtrain.planning.plan import PlanError
@@ -77,6 +80,7 @@ with --resume auto
 """
 
 
+@functools.cache  # parsing does not change it; built once per process
 def _build_parser() -> _Parser:
     parser = _Parser(
         prog="schedtrain",
@@ -157,8 +161,21 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _report(problems: Sequence[Problem], err: IO[str]) -> None:
-    for p in problems:
+    """One line per problem, the first ``SHOWN_PROBLEMS`` of them, then how many more."""
+    for p in problems[:SHOWN_PROBLEMS]:
         print(f"error: {p}", file=err)
+    if len(problems) > SHOWN_PROBLEMS:
+        where = f"{problems[0].file}: " if problems[0].file else ""
+        print(f"error: {where}... and {len(problems) - SHOWN_PROBLEMS} more problems", file=err)
+
+
+def _warn(path: str, notes: Sequence[str], err: IO[str]) -> None:
+    """One line per warning (the same one once), the first ``SHOWN_PROBLEMS``."""
+    notes = list(dict.fromkeys(notes))
+    for note in notes[:SHOWN_PROBLEMS]:
+        print(f"warning: {path}: {one_line(note)}", file=err)
+    if len(notes) > SHOWN_PROBLEMS:
+        print(f"warning: {path}: ... and {len(notes) - SHOWN_PROBLEMS} more warnings", file=err)
 
 
 def _plural(n: int, word: str) -> str:
@@ -182,8 +199,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
             failed = True
             continue
-        for note in (*spec.warnings, *notes):
-            print(f"warning: {path}: {note}", file=sys.stderr)
+        _warn(path, [*spec.warnings, *notes], sys.stderr)
         for target in spec.unimported:
             print(f"note: {path}: custom trigger {target!r} was not imported; --import "
                   "imports it (and runs its module) to check it fully", file=sys.stderr)
@@ -201,8 +217,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, imports=args.do_import)
     spec, notes = derived_clock(spec, args.do_import)
-    for note in notes:
-        print(f"warning: {args.spec}: {note}", file=sys.stderr)
+    _warn(args.spec, notes, sys.stderr)
     metrics = read_metrics(args.metrics) if args.metrics else None
     plan = plan_spec(spec, metrics, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
     if plan.truncated:
@@ -288,9 +303,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _warning_printer(path: str) -> Callable[..., None]:
     def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
         if issubclass(category, ScheduleWarning):
-            print(f"warning: {path}: {message}", file=sys.stderr)
+            print(f"warning: {path}: {one_line(str(message))}", file=sys.stderr)
         else:
-            print(f"warning: {category.__name__}: {message}", file=sys.stderr)
+            print(f"warning: {category.__name__}: {one_line(str(message))}", file=sys.stderr)
     return show
 
 

@@ -12,8 +12,9 @@ from typing import Any, Final
 from schedtrain.errors import did_you_mean
 from schedtrain.schedule.analysis import Located
 from schedtrain.spec import registry
-from schedtrain.spec.problems import Problems
+from schedtrain.spec.problems import Problems, nesting
 from schedtrain.spec.triggers import TriggerReader
+from schedtrain.triggers import MAX_DEPTH
 
 __all__ = ["CALLBACK_KEYS", "read_callback"]
 
@@ -31,13 +32,28 @@ def _check_type(type_name: object, args: dict[str, Any], name: str, problems: Pr
                                 "'package.module:Class'", expected="'package.module:Class'",
                          found=type_name)
     elif not registry.is_known(type_name):
+        shown = ", ".join(list(registry.BUILTINS)[:4])
         problems.add(where, f"unknown callback type {type_name!r}"
                             f"{did_you_mean(type_name, registry.BUILTINS)}; expected a built-in "
-                            f"({', '.join(registry.BUILTINS)}) or 'package.module:Class'",
+                            f"({shown}, ... {len(registry.BUILTINS)} in all: docs/callbacks.md)"
+                            " or 'package.module:Class'",
                      expected="a built-in or 'package.module:Class'", found=type_name)
     else:
         for at, message in registry.check_builtin_arguments(type_name, args):
             problems.add(("callbacks", name, *at), message, found=_at(args, at))
+
+
+def _too_deep(name: str, args: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    """``args`` without the values nesting deeper than ``MAX_DEPTH``, each a problem."""
+    kept = {}
+    for key, value in args.items():
+        if nesting(value, MAX_DEPTH) > MAX_DEPTH:
+            problems.add(("callbacks", name, key), f"tables and lists nest more than "
+                                                   f"{MAX_DEPTH} levels deep here",
+                         expected=f"at most {MAX_DEPTH} levels", found="deeper")
+        else:
+            kept[key] = value
+    return kept
 
 
 def _at(args: dict[str, Any], where: tuple[str | int, ...]) -> object:
@@ -60,7 +76,8 @@ def read_callback(name: str, table: object, reader: TriggerReader,
         return None
     start = len(problems)
     type_name = table.get("type")
-    args = {k: v for k, v in table.items() if k not in CALLBACK_KEYS}
+    args = _too_deep(name, {k: v for k, v in table.items() if k not in CALLBACK_KEYS},
+                     problems)
     if type_name is not None:
         _check_type(type_name, args, name, problems)
     else:
@@ -77,7 +94,7 @@ def read_callback(name: str, table: object, reader: TriggerReader,
                                         "one, e.g. trigger = { every = \"1 epoch\" }",
                      expected="a trigger", found="nothing")
     else:
-        located = reader.read(table["trigger"], (*rel, "trigger"))
+        located = reader.trigger(table["trigger"], (*rel, "trigger"))
     if len(problems) > start or located is None:
         return None
     return (type_name if isinstance(type_name, str) else None), args, located

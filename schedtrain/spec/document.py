@@ -31,16 +31,20 @@ from schedtrain.names import NAME_RULE, is_name
 from schedtrain.spec.model import ClockSpec, RunSpec
 from schedtrain.spec.problems import Problems, Rel
 from schedtrain.time import MAX_COUNT, Time, Unit
+from schedtrain.triggers import MAX_DEPTH
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["SINKS", "Document", "parse_toml", "read_document", "sink_period_problem"]
+__all__ = ["MAX_NAME", "SINKS", "Document", "parse_toml", "read_document", "sink_period_problem"]
 
 _TASK_RE: Final = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _DEVICE_RE: Final = re.compile(r"auto|cpu|cuda|mps|cuda:(?P<index>[0-9]{1,4})")
+#: The longest name of a callback, named trigger or event (names become file and metric
+#: names).
+MAX_NAME: Final = 100
 #: torch keeps a device index in 8 bits.
 MAX_DEVICE_INDEX: Final = 127
 
@@ -160,9 +164,9 @@ def parse_toml(text: str, problems: Problems) -> dict[str, Any] | None:
         problems.add("", f"invalid TOML: {exc}")
     except RecursionError:
         path, where = _too_deep_at(text)
-        problems.add(path, f"tables and lists nest too deeply to read ({where}); triggers "
-                           "may nest at most 64 levels", expected="at most 64 levels",
-                     found="more than 100 levels")
+        problems.add(path, f"tables and lists nest too deeply to read ({where}); trigger "
+                           f"tables and argument values may nest at most {MAX_DEPTH} levels",
+                     expected=f"at most {MAX_DEPTH} levels", found="more than 100 levels")
     return None
 
 
@@ -186,8 +190,8 @@ def _collect(exc: BaseException, path: Rel) -> Iterator[tuple[Rel, str]]:
             yield from _collect(sub, (*path, *seg))
     elif isinstance(exc, KeyError):
         yield path, f"missing key {exc.args[0]!r}"
-    else:
-        yield path, f"expected a different value ({exc})"
+    else:  # not one of the hooks' own errors: say what, not Python's words for it
+        yield path, "expected a value of another kind here"
 
 
 def _whole(problems: Problems, where: Rel, value: int | None, least: int) -> None:
@@ -298,6 +302,10 @@ def _check_events(events: tuple[str, ...], problems: Problems) -> None:
         if event in BUILTIN_EVENTS:
             problems.add(("events", i), f"{event!r} is a built-in event; declare only custom "
                                         "ones", expected="a custom event name", found=event)
+        elif len(event) > MAX_NAME:
+            problems.add(("events", i), f"a name is at most {MAX_NAME} characters; this one "
+                                        f"has {len(event):,}",
+                         expected=f"at most {MAX_NAME} characters", found=event)
         elif not is_name(event):
             problems.add(("events", i), f"invalid event name {event!r}: {NAME_RULE}",
                          expected="a name", found=event)
@@ -311,6 +319,9 @@ _TOP_KEYS: Final = ("clock", "run", "events", "triggers", "callbacks")
 
 
 def _structure(value: object, cls: type, where: Rel, problems: Problems) -> Any:
+    if attrs.has(cls) and not isinstance(value, dict):
+        problems.expect(where, "a table", value)
+        return None
     try:
         return _converter.structure(value, cls)
     except Exception as exc:
@@ -337,7 +348,11 @@ def read_document(data: dict[str, Any], problems: Problems) -> Document:
     _check_events(events, problems)
     for kind, table in tables.items():
         for name in table:
-            if not is_name(name):
+            if len(name) > MAX_NAME:
+                problems.add((kind, name), f"a name is at most {MAX_NAME} characters; this "
+                                           f"one has {len(name):,}",
+                             expected=f"at most {MAX_NAME} characters", found=name)
+            elif not is_name(name):
                 problems.add((kind, name), f"invalid name {name!r}: {NAME_RULE}",
                              expected="a name", found=name)
     return Document(clock, run, events, tables["triggers"], tables["callbacks"])

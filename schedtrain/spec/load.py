@@ -41,6 +41,9 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
             TOML syntax errors).
     """
     if imports:
+        # Validate everything first: no module a spec names is imported (and run) for a
+        # spec that is refused anyway.
+        loads_spec(text, file, imports=False)
         add_user_paths(file)
     problems = Problems(file, imports)
     data = parse_toml(text, problems)
@@ -74,8 +77,9 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
         stem = Path(file).stem if file and not file.startswith("<") else "schedule"
         run = attrs.evolve(run, run_dir=f"runs/{stem}")
     named = {n: loc.trigger for n, loc in reader.done.items() if loc is not None}
-    spec = Spec(callbacks, named, doc.clock, run, doc.events, file, analysis.notes, analysis,
-                located)
+    # A named trigger used in several places is warned about once.
+    spec = Spec(callbacks, named, doc.clock, run, doc.events, file,
+                tuple(dict.fromkeys(analysis.notes)), analysis, located)
     stops = check_early_stopping(spec)
     if stops:
         raise SpecError(stops)

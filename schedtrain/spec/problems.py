@@ -9,7 +9,7 @@ import attrs
 
 from schedtrain.errors import Problem, SpecError, describe
 
-__all__ = ["Problems", "Rel", "describe", "key_path"]
+__all__ = ["Problems", "Rel", "describe", "key_path", "nesting"]
 
 Rel: TypeAlias = tuple[str | int, ...]
 """A key path as steps: table keys and list indexes (``("callbacks", "a", "trigger")``)."""
@@ -24,6 +24,19 @@ def key_path(segs: Sequence[str | int]) -> str:
         else:
             out += f".{s}" if out else s
     return out
+
+
+def nesting(value: object, limit: int) -> int:
+    """How many tables and lists deep ``value`` nests (counted up to ``limit + 1``),
+    without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list) and depth <= limit + 1:
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return deepest
 
 
 @attrs.define

@@ -19,6 +19,7 @@ import attrs
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.imports import IMPORT_PATH_RE, import_class
 from schedtrain.names import PLACEHOLDER_RE, is_name
+from schedtrain.spec import argtypes
 
 __all__ = ["BUILTINS", "Param", "check_arguments", "is_import_path", "is_known", "resolve"]
 
@@ -118,6 +119,10 @@ def _inferencer_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
                              f"\"ClassificationError\", k = 5 }}, found {describe(table)}"))
             continue
         kind = table.get("type")
+        if kind is None:
+            problems.append((("inferencers", i, "type"), (
+                f"missing key 'type': expected one of {', '.join(INFERENCERS)}")))
+            continue
         if not isinstance(kind, str) or kind not in INFERENCERS:
             problems.append((("inferencers", i, "type"), (
                 f"expected one of {', '.join(INFERENCERS)}, found {describe(kind)}"
@@ -336,6 +341,13 @@ def check_arguments(cls: type, args: Mapping[str, Any]) -> list[tuple[str | None
                 problems.append((key, (
                     f"unknown argument {key!r} for {cls.__name__}{did_you_mean(key, choices)}; "
                     f"it takes {', '.join(choices) or 'no arguments'}")))
+    hints = argtypes.hints(cls)
+    for key, value in args.items():
+        if key in accepted and key in hints:
+            wanted = argtypes.mismatch(hints[key], value)
+            if wanted is not None:
+                problems.append((key, f"expected {wanted} ({cls.__name__} declares "
+                                      f"{key!r} so), found {describe(value)}"))
     missing = [
         n for n in accepted
         if params[n].default is inspect.Parameter.empty and n not in args and n not in SUPPLIED

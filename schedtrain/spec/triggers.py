@@ -1,9 +1,11 @@
 """Trigger tables and named references -> triggers located at the keys they were written at.
 
 A trigger value is a table of keys (``TERMS``, AND-ed) or the name of a
-``[triggers.NAME]`` entry. Named triggers may reference each other; a cycle is an
-error naming it. Every node of the result carries the key path it came from, so a
-problem found later names the place the user wrote.
+``[triggers.NAME]`` entry. Named triggers may reference each other; a name counts as
+the table it names, so the nesting limit holds through them, and a cycle, or a trigger
+too large written out, is an error (``spec.references`` knows both before anything is
+built). Every node of the result carries the key path it came from, so a problem found
+later names the place the user wrote.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from schedtrain.names import is_name
 from schedtrain.schedule.analysis import Located, locate
 from schedtrain.spec.hints import clock_condition_hint
 from schedtrain.spec.problems import Problems, Rel, key_path
+from schedtrain.spec.references import MAX_TABLES, MAX_TOTAL_TABLES, Graph, Shape, shape_of
 from schedtrain.spec.vocabulary import (
     COMPOSITE_KEYS,
     NAMING_KEYS,
@@ -40,8 +43,19 @@ def _joined(kind: type[AllOf | AnyOf], parts: list[Located], path: str) -> Locat
     return Located(kind(tuple(p.trigger for p in flat)), path, tuple(flat))
 
 
+def _too_large(rel: Rel, problems: Problems) -> None:
+    problems.add(rel, f"this trigger has more than {MAX_TABLES:,} tables with its named "
+                      f"triggers written out (each use of a name counts its tables again); at "
+                      f"most {MAX_TABLES:,} are allowed", expected=f"at most {MAX_TABLES:,} tables",
+                 found=f"more than {MAX_TABLES:,} tables")
+
+
 class TriggerReader:
     """Reads trigger values of one spec; resolves each named trigger once.
+
+    The reference graph (``spec.references``) is known before anything is built, so a
+    name is followed only where the nesting and the size it brings stay in bounds:
+    reading recurses at most ``MAX_DEPTH`` levels, and builds each name once.
 
     Args:
         named: the raw ``[triggers]`` tables by name.
@@ -52,20 +66,59 @@ class TriggerReader:
         self.named = named
         self.problems = problems
         self.done: dict[str, Located | None] = {}
-        self._stack: list[str] = []
+        self.graph = Graph(named)
+        self._quiet = 0  # names left unread: their problem is reported elsewhere
+        self._total = 0  # tables of the callbacks' triggers read so far, written out
+        for ref, names in self.graph.cycles:
+            shown = names if len(names) <= 8 else (*names[:3], "...", *names[-3:])
+            problems.add(ref.rel, f"cyclic trigger reference: {' -> '.join(shown)}"
+                                  + (f" ({len(names) - 1} names)" if len(names) > 8 else ""),
+                         expected="references without a cycle", found=ref.name)
 
     def named_trigger(self, name: str) -> Located | None:
         """The located ``[triggers.NAME]`` trigger (``None`` if it has problems)."""
         if name not in self.done:
-            self._stack.append(name)
-            self.done[name] = self.read(self.named[name], ("triggers", name))
-            self._stack.pop()
+            self.done[name] = None
+            if name not in self.graph.broken and self._fits(("triggers", name),
+                                                            self.graph.shapes[name]):
+                self.done[name] = self.read(self.named[name], ("triggers", name))
         return self.done[name]
 
+    def trigger(self, value: object, rel: Rel) -> Located | None:
+        """A callback's trigger value at ``rel``, refused when too large written out,
+        alone or with the callbacks' triggers before it."""
+        shape = shape_of(value, rel)
+        if not self._fits(rel, shape):
+            return None
+        out = self.graph.written_out(shape)
+        if out is not None and out[0] <= MAX_DEPTH:
+            before, self._total = self._total, self._total + out[1]
+            if self._total > MAX_TOTAL_TABLES:
+                if before <= MAX_TOTAL_TABLES:
+                    self.problems.add(
+                        rel, f"the callbacks' triggers up to here have more than "
+                             f"{MAX_TOTAL_TABLES:,} tables in all with their named triggers "
+                             f"written out; at most {MAX_TOTAL_TABLES:,} are allowed",
+                        expected=f"at most {MAX_TOTAL_TABLES:,} tables in all",
+                        found=f"{self._total:,} tables")
+                return None
+        return self.read(value, rel)
+
+    def _fits(self, rel: Rel, shape: Shape) -> bool:
+        """Whether a value of ``shape`` stays within ``MAX_TABLES`` written out; a
+        problem when it is the first to cross it (a name it uses that crosses on its own
+        is reported at that name)."""
+        out = self.graph.written_out(shape)
+        if out is None or out[0] > MAX_DEPTH or out[1] <= MAX_TABLES:
+            return True  # too deep is reported where reading first crosses the limit
+        if all(self.graph.tables.get(r.name, 0) <= MAX_TABLES for r in shape.refs):
+            _too_large(rel, self.problems)
+        return False
+
     def read(self, value: object, rel: Rel, depth: int = 1) -> Located | None:
-        """A trigger value at ``rel``: a table or a name."""
+        """A trigger value at ``rel`` (``depth`` tables deep): a table or a name."""
         if isinstance(value, str):
-            return self._reference(value, rel)
+            return self._reference(value, rel, depth)
         if not isinstance(value, dict):
             self.problems.expect(rel, "a trigger table such as { every = \"500 steps\" } or "
                                       "the name of a [triggers] entry", value)
@@ -80,7 +133,7 @@ class TriggerReader:
             return None
         return self._table(value, rel, depth)
 
-    def _reference(self, name: str, rel: Rel) -> Located | None:
+    def _reference(self, name: str, rel: Rel, depth: int) -> Located | None:
         problems = self.problems
         if not is_name(name):
             hint = ""
@@ -98,16 +151,26 @@ class TriggerReader:
                               + ("" if self.named else " and this spec defines none"),
                          expected="the name of a [triggers] entry", found=name)
             return None
-        if name in self._stack:
-            cycle = " -> ".join([*self._stack[self._stack.index(name):], name])
-            problems.add(rel, f"cyclic trigger reference: {cycle}", found=name)
-            self.done[name] = None
+        graph = self.graph
+        if name in graph.broken or graph.depth[name] > MAX_DEPTH \
+                or graph.tables[name] > MAX_TABLES:
+            self._quiet += 1  # reported where the cycle closes or the limit is first crossed
             return None
-        return self.named_trigger(name)
+        levels = depth - 1 + graph.depth[name]
+        if levels > MAX_DEPTH:
+            problems.add(rel, f"triggers nest {levels} levels deep here with [triggers."
+                              f"{name}] written out ({graph.depth[name]} levels itself); at "
+                              f"most {MAX_DEPTH} are allowed, through named triggers too",
+                         expected=f"at most {MAX_DEPTH} levels", found=f"{levels} levels")
+            return None
+        got = self.named_trigger(name)
+        if got is None:
+            self._quiet += 1  # its problems are reported at its definition
+        return got
 
     def _table(self, table: dict[str, Any], rel: Rel, depth: int) -> Located | None:
         problems = self.problems
-        start = len(problems)
+        start, quiet = len(problems), self._quiet
         for key in table:
             if key not in TRIGGER_KEYS:
                 problems.add((*rel, key), f"unknown trigger key {key!r}"
@@ -155,7 +218,7 @@ class TriggerReader:
                     parts.append(inner.children[0])
                 else:
                     parts.append(Located(Not(inner.trigger), key_path((*rel, "not")), (inner,)))
-        if len(problems) > start:
+        if len(problems) > start or self._quiet > quiet:
             return None
         return self._combine(AllOf, parts, rel)
 

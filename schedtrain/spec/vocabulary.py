@@ -16,9 +16,10 @@ import attrs
 from schedtrain.errors import ArgumentError
 from schedtrain.events import check_event_name
 from schedtrain.spec.custom import CustomTrigger
-from schedtrain.spec.problems import Problems, Rel
+from schedtrain.spec.problems import Problems, Rel, nesting
 from schedtrain.time import Time
 from schedtrain.triggers import (
+    MAX_DEPTH,
     At,
     Every,
     Improved,
@@ -242,6 +243,11 @@ def _read_custom(table: Mapping[str, Any], rel: Rel, problems: Problems) -> Trig
         return None
     if not isinstance(args, dict):
         problems.expect((*rel, "args"), "a table of the class's arguments", args)
+        return None
+    if nesting(args, MAX_DEPTH) > MAX_DEPTH:
+        problems.add((*rel, "args"), f"tables and lists nest more than {MAX_DEPTH} levels deep "
+                                     "here", expected=f"at most {MAX_DEPTH} levels",
+                     found="deeper")
         return None
     return CustomTrigger.declare(target, args, (*rel, "custom"), problems,
                                  load=problems.imports)
