@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from schedtrain.files import inside
 from schedtrain.monitors.console import ConsolePrinter
 from schedtrain.monitors.store import Record, Sink
 from schedtrain.time import Time, Timestamp, Unit
@@ -58,7 +59,11 @@ class Every:
 def build_sinks(names: Sequence[str], every: Mapping[str, str],
                 run_dir: Path | None) -> list[Sink]:
     """The console and TensorBoard sinks ``names`` lists (``"jsonl"`` is the trainer's
-    own ``events.jsonl``), each thinned to its ``every`` period."""
+    own ``events.jsonl``), each thinned to its ``every`` period.
+
+    Raises:
+        UnsafeFile: ``RUN_DIR/tensorboard`` is a link leading out of the run directory.
+    """
     out: list[Sink] = []
     for name in names:
         sink: Sink
@@ -67,7 +72,10 @@ def build_sinks(names: Sequence[str], every: Mapping[str, str],
         elif name == "tensorboard":
             from schedtrain.monitors.tensorboard import TensorBoardWriter
 
-            sink = TensorBoardWriter((run_dir or Path("runs")) / "tensorboard")
+            log_dir = (run_dir or Path("runs")) / "tensorboard"
+            if run_dir is not None:  # a link there must not lead the event files out
+                inside(log_dir, run_dir)
+            sink = TensorBoardWriter(log_dir)
         else:
             continue
         out.append(Every(sink, every[name]) if name in every else sink)

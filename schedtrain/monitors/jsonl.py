@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from schedtrain.files import open_in_place
 from schedtrain.monitors.store import Record
 from schedtrain.time import Timestamp
 
@@ -19,7 +21,9 @@ class JsonlWriter:
     Lines are appended and flushed at each write, so the file is readable while
     training runs. A resumed run first cuts the file back to where its checkpoint was
     taken (``truncate``), so the file holds exactly what the uninterrupted run's would.
-    The file is opened at the first write.
+    The file is created by ``truncate`` (a run starting: even a run that logs nothing
+    leaves one) or at the first write; a link or a FIFO in its place is refused
+    (``schedtrain.files.UnsafeFile``), never written through.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -29,7 +33,7 @@ class JsonlWriter:
     def _open(self) -> IO[str]:
         if self._file is None or self._file.closed:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = open_in_place(self.path, "a")
         return self._file
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
@@ -44,10 +48,12 @@ class JsonlWriter:
         return self.path.stat().st_size if self.path.exists() else 0
 
     def truncate(self, size: int) -> None:
-        """Cut the file back to ``size`` bytes (what a checkpoint recorded)."""
+        """Cut the file back to ``size`` bytes (what a checkpoint recorded), creating it
+        when missing."""
         self.close()
-        if self.path.exists() and self.path.stat().st_size > size:
-            with self.path.open("r+b") as f:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open_in_place(self.path, "r+") as f:
+            if os.fstat(f.fileno()).st_size > size:
                 f.truncate(size)
 
     def scalars(self, records: Sequence[Record]) -> None:

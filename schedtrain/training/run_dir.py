@@ -5,6 +5,10 @@
 ``RUN_DIR/.lock`` is held (a POSIX record lock) while a run uses it, so a second run is
 refused at once, and a run killed with ``kill -9`` releases it with its process. Opening the
 directory removes the temporary files interrupted writes left behind.
+
+No file here is written through a symbolic link planted in its place, and no folder a
+run writes into (``checkpoints``, ``best``, ``tensorboard``) may lead out of the directory
+(``schedtrain.files``).
 """
 
 from __future__ import annotations
@@ -17,13 +21,9 @@ import traceback
 from pathlib import Path
 from typing import IO, Any, Final
 
-from schedtrain.checkpoints.files import (
-    clear_folders,
-    list_checkpoints,
-    remove_leftovers,
-    write_atomic,
-)
+from schedtrain.checkpoints.files import clear_folders, list_checkpoints, remove_leftovers
 from schedtrain.errors import RunDirError, RunEnded, traceback_file
+from schedtrain.files import UnsafeFile, inside, open_in_place, read_regular, write_atomic
 
 __all__ = ["RunDirError", "RunDirectory"]
 
@@ -32,6 +32,10 @@ LOCK_FILE: Final = ".lock"
 #: What a run writes, and all that --overwrite removes.
 _OWNED_FILES: Final = ("events.jsonl", RUN_FILE, "traceback.txt")
 _OWNED_DIRS: Final = ("checkpoints", "best")
+#: Folders a run writes into: none may lead out of the directory.
+_WRITTEN_DIRS: Final = (*_OWNED_DIRS, "tensorboard")
+#: ``run.json`` is a few hundred bytes; anything much longer is not ours.
+_STATUS_LIMIT: Final = 1 << 20
 
 
 class RunDirectory:
@@ -59,8 +63,8 @@ class RunDirectory:
     def status(self) -> dict[str, Any] | None:
         """The content of ``run.json``, or ``None`` when the directory holds no run."""
         try:
-            data = json.loads((self.path / RUN_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(read_regular(self.path / RUN_FILE, _STATUS_LIMIT))
+        except (OSError, ValueError, RunDirError):
             return None
         return data if isinstance(data, dict) else None
 
@@ -82,11 +86,13 @@ class RunDirectory:
 
         Raises:
             RunDirError: another process holds the lock (its pid is named).
+            UnsafeFile: the lock file is a link or not a regular file, or a folder a run
+                writes into leads out of the directory.
         """
         if self._lock is not None:
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        f = (self.path / LOCK_FILE).open("a+", encoding="utf-8")
+        f = open_in_place(self.path / LOCK_FILE, "r+")
         try:
             import fcntl
         except ImportError:  # pragma: no cover - no flock on this platform: no lock
@@ -108,6 +114,12 @@ class RunDirectory:
         f.write(str(os.getpid()))
         f.flush()
         self._lock = f
+        try:
+            for name in _WRITTEN_DIRS:
+                inside(self.path / name, self.path)
+        except UnsafeFile:
+            self.release()
+            raise
         for folder in (self.path, self.checkpoints, self.path / "best"):
             remove_leftovers(folder)
 
@@ -157,10 +169,11 @@ class RunDirectory:
             raise
 
     def save_traceback(self, exc: BaseException) -> None:
-        """Keep a failed run's traceback in ``RUN_DIR/traceback.txt``."""
+        """Keep a failed run's traceback in ``RUN_DIR/traceback.txt`` (replaced whole)."""
         path = self.path / "traceback.txt"
+        text = "".join(traceback.format_exception(exc)).encode()
         with contextlib.suppress(OSError):
-            path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+            write_atomic(path, lambda f: f.write(text))
             traceback_file(exc, path)
 
     def clear(self) -> None:
