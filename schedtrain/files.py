@@ -57,18 +57,21 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _kind(path: Path) -> str:
-    """What sits at ``path``, in words, for an error."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return "missing"
-    if stat.S_ISLNK(mode):
-        return f"a symbolic link (to {str(path.readlink())!r})"
+def _kind(path: Path, mode: int | None = None) -> str:
+    """What sits at ``path`` (or what ``mode`` says an open file is), in words."""
+    if mode is None:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return "missing"
+        if stat.S_ISLNK(mode):
+            return f"a symbolic link (to {str(path.readlink())!r})"
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
     return "not a regular file"
 
 
@@ -126,19 +129,20 @@ def read_regular(path: Path, limit: int) -> bytes:
     ``limit`` bytes; opening never blocks.
 
     Raises:
-        UnsafeFile: it is not a regular file (a FIFO, a device, a directory).
-        ValueError: it is longer than ``limit`` bytes.
+        UnsafeFile: it is not a regular file (a FIFO, a device, a directory), or it is
+            longer than ``limit`` bytes.
         OSError: it cannot be read (``FileNotFoundError`` when missing).
     """
     fd = os.open(path, os.O_RDONLY | _NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafeFile(path, f"is {_kind(path)}, not a regular file")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFile(path, f"is {_kind(path, mode)}, not a regular file")
         data = os.read(fd, limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise ValueError(f"{str(path)!r} is longer than {limit:,} bytes")
+        raise UnsafeFile(path, f"is longer than {limit:,} bytes")
     return data
 
 
