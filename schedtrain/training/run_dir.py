@@ -18,6 +18,7 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -132,7 +133,8 @@ class RunDirectory:
 
     def open_for_run(self, *, fresh: bool, overwrite: bool,
                      ends_at: tuple[int | None, int | None] | None,
-                     resumed_step: int | None = None) -> None:
+                     resumed_step: int | None = None,
+                     on_ended: Callable[[], None] | None = None) -> None:
         """Lock the directory for a run, refusing what would mix two runs' files.
 
         Args:
@@ -144,6 +146,8 @@ class RunDirectory:
                 end again).
             resumed_step: the step of the checkpoint resumed: one older than where the
                 run ended (its newer checkpoints damaged) trains what remains.
+            on_ended: called, with the directory still locked, before a resume of a run
+                that ended is refused (it completes the run's log).
 
         Raises:
             RunDirError: in use by another process, or holding a run.
@@ -160,6 +164,8 @@ class RunDirectory:
                 self.clear()
             if ends_at is not None and status is not None and _ended(status, *ends_at,
                                                                      resumed_step):
+                if on_ended is not None:
+                    on_ended()
                 raise RunEnded(f"the run in {str(self.path)!r} {status['status']} at step "
                                f"{status.get('step')}; there is nothing left to resume "
                                "(start over with --overwrite, or use another --run-dir)",
