@@ -81,6 +81,15 @@ class TestPlantedFileLinks:
         assert victim.read_bytes() == VICTIM_BYTES
         assert not (run_dir / name).is_symlink() and (run_dir / name).stat().st_size > 0
 
+    def test_a_fifo_as_run_json_never_blocks(self, tmp_path: Path) -> None:
+        """run.json is read only as a regular file: a FIFO there is no run's status, and
+        the run's own run.json replaces it."""
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        os.mkfifo(run_dir / "run.json")
+        _trainer(run_dir).fit()
+        assert (run_dir / "run.json").is_file()
+
     def test_a_link_in_the_lock_files_place_is_refused(self, tmp_path: Path,
                                                        victim: Path) -> None:
         """The lock is opened in place: a link there fails the run naming the file."""
@@ -149,6 +158,20 @@ class TestPlantedFolderLinks:
         with pytest.raises(UnsafeFile, match=f"{name}' leads out of the run directory"):
             _trainer(run_dir).fit()
         assert [p.name for p in outside.iterdir()] == [".keep.tmp"]
+
+    def test_a_tensorboard_folder_leading_out_is_refused(self, tmp_path: Path) -> None:
+        """The tensorboard sink of a spec's run refuses RUN_DIR/tensorboard leading out
+        before it writes an event file."""
+        pytest.importorskip("tensorboard")
+        from schedtrain.monitors.cadence import build_sinks
+
+        run_dir, outside = tmp_path / "run", tmp_path / "outside"
+        run_dir.mkdir()
+        outside.mkdir()
+        (run_dir / "tensorboard").symlink_to(outside, target_is_directory=True)
+        with pytest.raises(UnsafeFile, match="tensorboard' leads out of the run directory"):
+            build_sinks(["tensorboard"], {}, run_dir)
+        assert list(outside.iterdir()) == []
 
     def test_a_folder_link_inside_the_run_directory_is_followed(self,
                                                                 tmp_path: Path) -> None:
