@@ -89,6 +89,21 @@ type = "MODULE:Norm"
 evry = 3
 trigger = { every = "1 epoch" }
 """, "callbacks.norm.evry: unknown argument 'evry'"),
+    "a setter of the params list": (RUN + """
+[callbacks.human]
+type = "HumanHyperParamSetter"
+param = "params"
+trigger = { every = "1 epoch" }
+""", "callbacks.human.param: 'params' of optimizer param group 0 is not a number (it holds "
+     "list); a setter sets one of ['dampening', 'lr', 'momentum', 'weight_decay']"),
+    "a setter of a key the optimizer lacks": (RUN + """
+[callbacks.lr]
+type = "ScheduledHyperParamSetter"
+param = "betas"
+schedule = [[0, 0.1]]
+trigger = { every = "1 epoch" }
+""", "callbacks.lr.param: optimizer param group 0 has no 'betas'; its numeric "
+     "hyper-parameters are ['dampening', 'lr', 'momentum', 'weight_decay']"),
     "undeclared producer": (RUN + """
 [callbacks.norm]
 type = "MODULE:Silent"

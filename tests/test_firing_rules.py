@@ -6,16 +6,30 @@ import contextlib
 import io
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
-from test_agreement import FakeTime
-from training_helpers import Noop, UnevenData, tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_agreement import FakeTime, periodic, points, windows
+from training_helpers import Noop, UnevenData, comparable, tiny_model
 
-from schedtrain import LoopClock, Schedule, simulate
+from schedtrain import LoopClock, Schedule, ScheduleError, Time, Unit, simulate
 from schedtrain.cli import main
 from schedtrain.training import Trainer
-from schedtrain.triggers import at, every, improved, on, when, window
+from schedtrain.triggers import (
+    Trigger,
+    all_of,
+    any_of,
+    at,
+    every,
+    improved,
+    not_,
+    on,
+    when,
+    window,
+)
 
 
 def _plan_json(tmp_path: Path, toml: str, *args: str) -> list[dict[str, object]]:
@@ -141,6 +155,95 @@ class TestAllRestrictsOnlyByClockParts:
                        epochs=1, steps_per_epoch=3, batches_per_step=2)
         assert [(f.event, f.timestamp.batch) for f in log if f.event == "batch_end"] == [
             ("batch_end", 4), ("batch_end", 6)]
+
+
+class TestBareWindowBesideABatchUnit:
+    """A window with no clock part, in the trigger of a callback that listens to
+    ``batch_end`` (a batch-unit point elsewhere in it), is true at the ``batch_end``
+    events inside it: the callback fires there as at its ``step_end`` events."""
+
+    TOML = ('[callbacks.cb]\ntrigger = { any = [{ every = "14 steps", offset = "19 steps", '
+            'stop = "1 epochs" }, { at = ["2 batch", "1 epochs"] }, { start = "403 steps", '
+            'stop = "405 step" }] }\n')
+    #: the issue's example over 2 epochs of 410 steps: the window's events at steps
+    #: 403 and 404 include the batch_end after each of their micro-batches
+    WINDOW: ClassVar[list[tuple[str, int, int]]] = [
+        ("step_end", 403, 403), ("batch_end", 403, 404), ("step_end", 404, 404),
+        ("batch_end", 404, 405)]
+
+    def _schedule(self) -> Schedule:
+        from schedtrain.spec import loads_spec
+
+        return loads_spec(self.TOML).schedule()
+
+    def test_in_simulate_and_the_reference(self) -> None:
+        """simulate() fires at the window's batch_end events, as the reference does."""
+        from oracle import RunSpec, firings
+
+        schedule = self._schedule()
+        log = simulate(schedule, epochs=2, steps_per_epoch=410)
+        got = [(f.event, f.timestamp.step, f.timestamp.batch) for f in log]
+        assert [g for g in got if 403 <= g[1] < 405] == self.WINDOW
+        reference = firings(schedule, RunSpec(epoch_lengths=(410, 410)))
+        assert got == [(e, t.step, t.batch) for _, e, t in reference]
+
+    def test_in_plan_and_training(self, tmp_path: Path) -> None:
+        """plan and a real run (with and without accumulation) fire as simulate()."""
+        planned = _plan_json(tmp_path, "[clock]\nepochs = 2\nsteps_per_epoch = 410\n"
+                                       + self.TOML)
+        assert [(f["event"], f["step"], f["batch"]) for f in planned
+                if 403 <= f["step"] < 405] == self.WINDOW  # type: ignore[operator]
+        schedule = self._schedule()
+        for accum in (1, 2):
+            model, opt = tiny_model()
+            trainer = Trainer(model, opt, UnevenData([410 * accum] * 2, batch_size=1),
+                              torch.nn.functional.mse_loss, schedule=schedule,
+                              bindings={"cb": Noop()}, max_epochs=2, grad_accum=accum)
+            trainer.fit()
+            expected = simulate(schedule, epochs=2, steps_per_epoch=410,
+                                batches_per_step=accum, samples_per_batch=1)
+            assert comparable(trainer.firings) == comparable(expected)
+            inside = [f.event for f in trainer.firings if 403 <= f.timestamp.step < 405]
+            assert inside.count("batch_end") == 2 * accum
+
+
+@st.composite
+def _batch_listeners(draw: st.DrawFn) -> Trigger:
+    """Triggers that listen to batch_end through a batch-unit every/at and hold a bare
+    window (maybe negated, maybe in an all) beside clock parts of other units."""
+    k = draw(st.integers(1, 6))
+    batch = draw(st.sampled_from([
+        every(Time(k, Unit.BATCH), offset=Time(draw(st.integers(0, 2 * k)), Unit.BATCH)),
+        at(*(Time(p, Unit.BATCH) for p in draw(st.lists(st.integers(1, 30), min_size=1,
+                                                         max_size=3))))]))
+    others = draw(st.lists(st.one_of(periodic(), points(), windows()), max_size=2))
+    bare = draw(windows())
+    bare = not_(bare) if draw(st.booleans()) else bare
+    kind = draw(st.sampled_from(["any", "all-in-any", "any-in-all"]))
+    if kind == "any":
+        return any_of(batch, *others, bare)
+    if kind == "all-in-any":
+        return any_of(all_of(batch, bare), *others) if others else all_of(batch, bare)
+    return all_of(any_of(batch, *others, bare), draw(windows()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_batch_listeners(), st.lists(st.integers(1, 6), min_size=1, max_size=3),
+       st.integers(1, 3), st.integers(0, 2))
+def test_bare_windows_beside_batch_units_fire_as_the_reference(
+        trigger: Trigger, lengths: list[int], accum: int, samples: int) -> None:
+    """Random triggers that listen to batch_end and hold a bare window: simulate()
+    fires exactly what the reference does, at every event."""
+    from oracle import RunSpec, firings
+
+    schedule = Schedule({"cb": trigger})
+    try:
+        log = simulate(schedule, epoch_lengths=lengths, batches_per_step=accum,
+                       samples_per_batch=samples)
+    except ScheduleError:
+        return
+    reference = firings(schedule, RunSpec(tuple(lengths), accum, samples))
+    assert [(f.event, f.timestamp) for f in log] == [(e, t) for _, e, t in reference]
 
 
 class TestOneKeyManyParts:

@@ -24,7 +24,7 @@ MAX_LINES = 400
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("schedtrain.time", "schedtrain.errors", "schedtrain.names",
                     "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
-                    "schedtrain.compat", *TORCH_FREE_FOUNDATION)),
+                    "schedtrain.files", "schedtrain.compat", *TORCH_FREE_FOUNDATION)),
     ("triggers", ("schedtrain.triggers",)),
     ("schedule", ("schedtrain.schedule",)),
     ("simulation", ("schedtrain.simulation",)),
@@ -172,8 +172,9 @@ class TestLayers:
 CHECKPOINT_IO = ("torch.save", "torch.load", "shutil.rmtree", "os.remove", "os.unlink")
 #: Modules outside the checkpoint owner that delete files of their own (not checkpoints):
 #: the run directory's log, status and traceback, and InjectShell's trigger file.
+#: (``schedtrain.files`` removes the temporary file of a write that failed.)
 OWN_FILE_DELETERS = ("schedtrain.training.run_dir", "schedtrain.callbacks.shell",
-                     "schedtrain.monitors.jsonl")  # a media file's temporary file
+                     "schedtrain.files")
 
 
 def _dotted(node: ast.expr) -> str:

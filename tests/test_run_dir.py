@@ -85,6 +85,24 @@ class TestOwnership:
         assert (status["status"], status["step"], status["epoch"]) == ("finished", 6, 2)
 
 
+def test_a_run_that_logs_nothing_leaves_an_empty_log(tmp_path: Path) -> None:
+    """A run cut by max_steps before any firing or scalar still leaves events.jsonl
+    (empty), created when it starts: readers find the file of every run."""
+    model, opt = tiny_model()
+    seen: list[bool] = []
+
+    class Look(Noop):
+        def _before_train(self) -> None:
+            seen.append((tmp_path / "events.jsonl").is_file())
+
+    Trainer(model, opt, UnevenData([3] * 4), mse,
+            schedule=Schedule({"late": every("5 steps"), "look": every("9 epochs")}),
+            bindings={"late": Noop(), "look": Look()}, max_steps=2, run_dir=tmp_path,
+            handle_signals=False).fit()
+    assert seen == [True]
+    assert (tmp_path / "events.jsonl").read_bytes() == b""
+
+
 class TestLock:
     """Two runs never write one directory at once."""
 

@@ -8,21 +8,30 @@ comment and ``name: value`` works too, so one file can serve several setters::
     momentum = 0.9
 
 A missing or bad file is never fatal: the setter logs what is wrong, once per change
-of what it finds, and leaves the optimizer alone.
+of what it finds, and leaves the optimizer alone. It reads only a regular file (a link
+to one is followed) of at most ``MAX_BYTES``, and opening it never blocks: a FIFO, a
+device such as ``/dev/zero`` or a huge file is reported and skipped, as is a value the
+optimizer could not use (not finite, or too large for the parameters' dtype).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import structlog
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.callbacks.params import param_problem, value_problem
+from schedtrain.errors import RunDirError
+from schedtrain.files import read_regular
 from schedtrain.triggers import Trigger, every
 
-__all__ = ["HumanHyperParamSetter", "read_value"]
+__all__ = ["MAX_BYTES", "HumanHyperParamSetter", "read_value"]
+
+#: The longest file the setter reads: a few lines a person wrote.
+MAX_BYTES: Final = 64 * 1024
 
 _log = structlog.get_logger("schedtrain.callbacks")
 
@@ -43,7 +52,7 @@ def read_value(text: str, param: str) -> float | None:
         if not has_sep or key.strip() != param:
             continue
         try:
-            found = float(value.strip())
+            found = float(value.strip())  # a number too long for a float is inf
         except ValueError:
             raise ValueError(f"line {number}: {param} = {value.strip()!r} is not a number") \
                 from None
@@ -86,20 +95,27 @@ class HumanHyperParamSetter(Callback):
         run_dir = self.trainer.run_dir
         return Path(self.file) if run_dir is None else run_dir / self.file
 
+    def optimizer_problem(self, optimizer: Any) -> str | None:
+        """Why this setter cannot set ``param`` in ``optimizer`` (``check`` asks)."""
+        return param_problem(optimizer, self.param)
+
     def _setup(self) -> None:
-        for i, group in enumerate(self.optimizer.param_groups):
-            if self.param not in group:
-                raise ValueError(f"callback {self.name!r} (HumanHyperParamSetter): optimizer "
-                                 f"param group {i} has no {self.param!r} (it has "
-                                 f"{sorted(group)})")
+        problem = self.optimizer_problem(self.optimizer)
+        if problem is not None:
+            raise ValueError(f"callback {self.name!r} (HumanHyperParamSetter): `param`: "
+                             f"{problem}")
 
     def _trigger(self) -> None:
         path = self.path
         try:
-            value = read_value(path.read_text(encoding="utf-8"), self.param)
+            text = read_regular(path, MAX_BYTES).decode("utf-8")
+            value = read_value(text, self.param)
         except FileNotFoundError:
             self._say("human_hyperparam_no_file", f"{path} does not exist; write "
                       f"'{self.param} = VALUE' in it to set {self.param}")
+            return
+        except RunDirError as exc:  # not a regular file, or too long: it names the path
+            self._say("human_hyperparam_bad_file", f"{exc}; {self.param} unchanged")
             return
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             self._say("human_hyperparam_bad_file", f"{path}: {exc}; {self.param} unchanged")
@@ -107,6 +123,11 @@ class HumanHyperParamSetter(Callback):
         if value is None:
             self._say("human_hyperparam_no_value", f"{path} has no '{self.param} = VALUE' "
                       f"line; {self.param} unchanged")
+            return
+        problem = value_problem(self.optimizer, value)
+        if problem is not None:
+            self._say("human_hyperparam_bad_value", f"{path}: {self.param} = {problem}; "
+                      f"{self.param} unchanged")
             return
         for group in self.optimizer.param_groups:
             group[self.param] = value

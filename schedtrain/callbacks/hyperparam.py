@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.callbacks.params import param_problem
 from schedtrain.triggers import Trigger, any_of, at, every, on
 
 __all__ = ["INTERPOLATIONS", "ScheduledHyperParamSetter"]
@@ -93,11 +94,15 @@ class ScheduledHyperParamSetter(Callback):
             frac = (1 - math.cos(math.pi * frac)) / 2
         return y0 + (y1 - y0) * frac
 
+    def optimizer_problem(self, optimizer: Any) -> str | None:
+        """Why this setter cannot set ``param`` in ``optimizer`` (``check`` asks)."""
+        return param_problem(optimizer, self.param)
+
     def _setup(self) -> None:
-        for i, group in enumerate(self.optimizer.param_groups):
-            if self.param not in group:
-                raise ValueError(f"callback {self.name!r}: optimizer param group {i} has no "
-                                 f"{self.param!r} (it has {sorted(group)})")
+        problem = self.optimizer_problem(self.optimizer)
+        if problem is not None:
+            raise ValueError(f"callback {self.name!r} (ScheduledHyperParamSetter): "
+                             f"`param`: {problem}")
 
     def _trigger(self) -> None:
         now = self.now

@@ -1,9 +1,9 @@
 """The checkpoint files' layout on disk: their names, atomic writes, listing, removal.
 
-Writes go to a temporary file in the same folder, are flushed and synced, renamed over
-the target and followed by a sync of the folder, and get the permissions the user's
-umask gives. A directory (a sharded checkpoint) is built aside and moved into place
-(``replace_dir``); one being removed is renamed to a temporary name first, so a
+Writes go through ``schedtrain.files.write_atomic``: a temporary file in the same
+folder, flushed, synced and renamed over the target (a link planted there is
+replaced, never written through). A directory (a sharded checkpoint) is built aside and
+moved into place (``replace_dir``); one being removed is renamed to a temporary name first, so a
 half-deleted directory is never taken for a checkpoint. What an interrupted write leaves
 behind is cleaned up by ``remove_leftovers`` when a run opens the folder.
 """
@@ -11,13 +11,12 @@ behind is cleaned up by ``remove_leftovers`` when a run opens the folder.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
+
+from schedtrain.files import fsync_dir, write_atomic
 
 __all__ = [
     "NAME_RE",
@@ -61,45 +60,6 @@ def plain_name(name: object, what: str) -> str:
 def checkpoint_name(step: int, *, finite: bool = True) -> str:
     """``step-00000120.pt``, or ``step-00000120-nonfinite.pt`` for non-finite weights or loss."""
     return f"step-{step:08d}{'' if finite else '-nonfinite'}.pt"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (where the platform allows it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_atomic(path: Path, write: Callable[[Any], None]) -> Path:
-    """Call ``write(file)`` on a temporary file beside ``path``, then move it into place.
-
-    A crash at any moment leaves either the old file or the new one, and at most a
-    ``.tmp`` file that ``remove_leftovers`` cleans up.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; files get the usual mode
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).replace(path)
-        fsync_dir(path.parent)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            Path(tmp).unlink()
-        raise
-    return path
 
 
 def remove(path: Path) -> None:
@@ -173,6 +133,10 @@ def remove_leftovers(folder: str | Path) -> list[Path]:
 
 
 def clear_folders(*folders: Path) -> None:
-    """Remove ``folders`` and everything in them (``--overwrite``)."""
+    """Remove ``folders`` and everything in them (``--overwrite``); a link in a folder's
+    place is removed, never what it points at."""
     for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder.is_symlink():
+            folder.unlink()
+        else:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -31,6 +31,7 @@ from schedtrain.errors import (
     one_line,
     traceback_file,
 )
+from schedtrain.files import write_atomic
 from schedtrain.planning.plan import PlanError
 from schedtrain.simulation.metric_stream import MetricStreamError
 from schedtrain.spec import load_spec
@@ -237,7 +238,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     text = (plan_render.render_json(plan) if args.format == "json"
             else plan_render.render_table(plan, args.first))
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        # Replaced whole: a link planted at --out is replaced, never written through.
+        write_atomic(Path(args.out), lambda f: f.write(text.encode()))
     else:
         sys.stdout.write(text)
     return EXIT_OK

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from schedtrain.files import inside
 from schedtrain.monitors.console import ConsolePrinter
 from schedtrain.monitors.media import MediaRecord
 from schedtrain.monitors.store import Record, Sink
@@ -104,7 +105,11 @@ class Every:
 def build_sinks(names: Sequence[str], every: Mapping[str, str],
                 run_dir: Path | None) -> list[Sink]:
     """The console and TensorBoard sinks ``names`` lists (``"jsonl"`` is the trainer's
-    own ``events.jsonl``), each thinned to its ``every`` period."""
+    own ``events.jsonl``), each thinned to its ``every`` period.
+
+    Raises:
+        UnsafeFile: ``RUN_DIR/tensorboard`` is a link leading out of the run directory.
+    """
     out: list[Sink] = []
     for name in names:
         sink: Sink
@@ -113,7 +118,10 @@ def build_sinks(names: Sequence[str], every: Mapping[str, str],
         elif name == "tensorboard":
             from schedtrain.monitors.tensorboard import TensorBoardWriter
 
-            sink = TensorBoardWriter((run_dir or Path("runs")) / "tensorboard")
+            log_dir = (run_dir or Path("runs")) / "tensorboard"
+            if run_dir is not None:  # a link there must not lead the event files out
+                inside(log_dir, run_dir)
+            sink = TensorBoardWriter(log_dir)
         else:
             continue
         out.append(Every(sink, every[name]) if name in every else sink)

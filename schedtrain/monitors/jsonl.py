@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
+from schedtrain.files import inside, open_in_place, write_atomic
 from schedtrain.monitors.media import Histogram, MediaRecord
 from schedtrain.monitors.png import encode_png
 from schedtrain.monitors.store import Record
@@ -25,7 +26,9 @@ class JsonlWriter:
     Lines are appended and flushed at each write, so the file is readable while
     training runs. A resumed run first cuts the file back to where its checkpoint was
     taken (``truncate``), so the file holds exactly what the uninterrupted run's would.
-    The file is opened at the first write.
+    The file is created by ``truncate`` (a run starting: even a run that logs nothing
+    leaves one) or at the first write; a link or a FIFO in its place is refused
+    (``schedtrain.files.UnsafeFile``), never written through.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -35,7 +38,7 @@ class JsonlWriter:
     def _open(self) -> IO[str]:
         if self._file is None or self._file.closed:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = open_in_place(self.path, "a")
         return self._file
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
@@ -50,10 +53,12 @@ class JsonlWriter:
         return self.path.stat().st_size if self.path.exists() else 0
 
     def truncate(self, size: int) -> None:
-        """Cut the file back to ``size`` bytes (what a checkpoint recorded)."""
+        """Cut the file back to ``size`` bytes (what a checkpoint recorded), creating it
+        when missing."""
         self.close()
-        if self.path.exists() and self.path.stat().st_size > size:
-            with self.path.open("r+b") as f:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open_in_place(self.path, "r+") as f:
+            if os.fstat(f.fileno()).st_size > size:
                 f.truncate(size)
 
     def scalars(self, records: Sequence[Record]) -> None:
@@ -65,12 +70,12 @@ class JsonlWriter:
 
         A resumed run writes the files of the lines it cut back again, over the old ones.
         """
-        root = (self.path.parent / "media").resolve()
+        media = self.path.parent / "media"
         for r in records:
-            target = (self.path.parent / r.path).resolve()
-            if not target.is_relative_to(root):  # media_path never does this: a guard
-                raise ValueError(f"media file {r.path!r} of {r.name!r} is outside media/")
-            _write_atomic(target, _file_bytes(r))
+            target = self.path.parent / r.path
+            # media_path never leads out of media/; a link planted on the way must not either
+            inside(target.parent, media)
+            write_atomic(target, _writer(_file_bytes(r)))
         self._write([r.to_dict() for r in records])
 
     def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
@@ -94,15 +99,9 @@ def _file_bytes(r: MediaRecord) -> bytes:
     return r.payload.encode("utf-8", "surrogatepass")
 
 
-def _write_atomic(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a temporary file in its folder and a rename,
-    so a reader never sees half a file (``open`` gives the file the usual mode)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as f:
-            f.write(data)
-        tmp.replace(target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+def _writer(data: bytes) -> Callable[[IO[bytes]], None]:
+    """What ``write_atomic`` calls to write ``data`` into its temporary file."""
+    def write(f: IO[bytes]) -> None:
+        f.write(data)
+    return write

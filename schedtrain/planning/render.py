@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any, Final
 
+from schedtrain.files import write_atomic
 from schedtrain.planning.plan import Plan
 from schedtrain.schedule.firings import Firing
 
@@ -153,7 +155,8 @@ def draw_png(plan: Plan) -> Any:
 
 
 def render_png(plan: Plan, out: str) -> None:
-    """Write the timeline to ``out`` as a PNG.
+    """Write the timeline to ``out`` as a PNG (replaced whole: a link there is replaced,
+    never written through).
 
     Raises:
         PngUnavailable: matplotlib is not installed.
@@ -161,10 +164,12 @@ def render_png(plan: Plan, out: str) -> None:
     fig = draw_png(plan)  # imports matplotlib, or says how to install it
     import matplotlib.pyplot as plt
 
+    buffer = io.BytesIO()
     try:
-        fig.savefig(out, dpi=120)
+        fig.savefig(buffer, format="png", dpi=120)
     finally:
         plt.close(fig)
+    write_atomic(Path(out), lambda f: f.write(buffer.getvalue()))
 
 
 class PngUnavailable(Exception):

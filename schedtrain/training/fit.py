@@ -134,7 +134,7 @@ class Lifecycle:
                 directory.open_for_run(
                     fresh=self.stage is Stage.NEW, overwrite=options.overwrite,
                     ends_at=(options.max_epochs, options.max_steps) if resumed else None,
-                    resumed_step=self.checkpoint_step)
+                    resumed_step=self.checkpoint_step, on_ended=self._complete_log)
                 self._cut_events(resumed)
             self.stage = Stage.OPENED
         elif directory is not None:  # a second fit() of this trainer continues its run
@@ -154,6 +154,15 @@ class Lifecycle:
         offset = self.parts.run_state.events_offset
         if offset is not None:
             events.truncate(int(offset))
+
+    def _complete_log(self) -> None:
+        """A run that ended, resumed from its last checkpoint: write the values that
+        checkpoint holds unwritten when ``events.jsonl`` stops exactly where it was
+        taken (they were lost with the process that took it)."""
+        events, offset = self.parts.events, self.parts.run_state.events_offset
+        if (events is not None and offset is not None and self.checkpoint_phase
+                == "train_end" and events.position() == offset):
+            self.parts.metrics.flush()
 
     def _record(self, status: str) -> None:
         directory = self.parts.directory
@@ -180,12 +189,11 @@ class Lifecycle:
         # application (the CLI) has configured it.
         parts.dispatch.log_firings = parts.checkpoints.log = structlog.is_configured()
         parts.dispatch.stop_reason = None
-        outcome = "finished"
         # A checkpoint taken as training stopped, or after train_end with no more
         # training asked for, resumes to that end.
         phase, self.checkpoint_phase = self.checkpoint_phase, None
-        ended = phase == "train_end" and self.options.ended(parts.clock.step,
-                                                             parts.clock.epoch)
+        ended = self._ended_at(phase)
+        outcome = "stopped" if ended and parts.run_state.stopped is not None else "finished"
         signals = (handle_signals(parts.guard) if self.options.handle_signals
                    else contextlib.nullcontext())
         try:
@@ -203,11 +211,7 @@ class Lifecycle:
                 if not ended:
                     parts.loop.run()
         except StopTraining as exc:
-            outcome, self.stopped_early, self.stop_reason = "stopped", True, str(exc)
-            self.stop_place = failure_place(exc)  # a callback that raised it
-            _log.info("stop_training", step=parts.clock.step, epoch=parts.clock.epoch,
-                      reason=str(exc))
-            parts.checkpoints.flush("stopped")
+            outcome = self._stopped(exc)
         except Preempted:
             self._finish("preempted", None)
             raise
@@ -236,6 +240,33 @@ class Lifecycle:
         parts.clock.start_train()
         if not resumed:
             parts.dispatch.fire("train_start")
+
+    def _stopped(self, exc: StopTraining) -> str:
+        """Record a stop (``"stopped"``), in every checkpoint taken from now on too."""
+        parts = self.parts
+        self.stopped_early, self.stop_reason = True, str(exc)
+        self.stop_place = failure_place(exc)  # a callback that raised it
+        parts.run_state.stopped = str(exc)
+        _log.info("stop_training", step=parts.clock.step, epoch=parts.clock.epoch,
+                  reason=str(exc))
+        parts.checkpoints.flush("stopped")
+        return "stopped"
+
+    def _ended_at(self, phase: str | None) -> bool:
+        """Whether a run resumed from a checkpoint taken after ``phase`` had ended there.
+
+        A run stopped early (the checkpoint holds why) ended at that stop, whatever
+        ``max_epochs`` says: resumed from its ``train_end`` checkpoint (killed before
+        ``run.json`` said "stopped"), it writes the log the checkpoint holds and stops.
+        """
+        parts = self.parts
+        stopped = parts.run_state.stopped if phase == "train_end" else None
+        parts.run_state.stopped = stopped
+        if stopped is not None:
+            self.stopped_early, self.stop_reason = True, stopped
+            return True
+        return phase == "train_end" and self.options.ended(parts.clock.step,
+                                                           parts.clock.epoch)
 
     def _setup(self) -> None:
         if self.stage is not Stage.OPENED:

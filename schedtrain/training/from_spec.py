@@ -175,7 +175,8 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
     Cheap checks first, the task (the user's code, maybe slow) last: ``[run]`` has a task
     and an end and every callback a type; every callback's class imports, takes its
     arguments and is built; every metric read is produced by a built callback or the
-    trainer; no callback reads a metric only a later one produces. A spec without
+    trainer; no callback reads a metric only a later one produces; every setter's
+    ``param`` is a numeric hyper-parameter of the task's optimizer. A spec without
     ``[run]`` is checked as far as it goes: its typed callbacks (untyped ones are bound
     from Python and may produce anything: a metric only they could put is a note).
 
@@ -201,7 +202,25 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
         assert spec.run is not None and spec.run.task
         seed_everything(spec.run.seed)  # before the task builds its model
         task = load_task(spec, spec.run.task)
+        problems = _optimizer_problems(spec, bindings, task.optimizer)
+        if problems:  # a setter of a key that is no number would fail its first firing
+            raise SpecError(problems)
     return Prepared(bindings, task, tuple(notes))
+
+
+def _optimizer_problems(spec: Spec, bindings: dict[str, Any],
+                        optimizer: Any) -> list[Problem]:
+    """Callbacks that set a hyper-parameter the task's optimizer does not hold as a
+    number in every param group (``param = "params"``, a misspelt key)."""
+    out = []
+    for name, cb in bindings.items():
+        check = getattr(cb, "optimizer_problem", None)
+        problem = check(optimizer) if callable(check) else None
+        if problem is not None:
+            out.append(Problem(f"callbacks.{name}.param", problem, spec.path,
+                               expected="a numeric hyper-parameter of the optimizer",
+                               found=repr(getattr(cb, "param", None))))
+    return out
 
 
 def run_notes(spec: Spec, prepared: Prepared) -> list[str]:

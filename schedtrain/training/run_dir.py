@@ -5,6 +5,10 @@
 ``RUN_DIR/.lock`` is held (a POSIX record lock) while a run uses it, so a second run is
 refused at once, and a run killed with ``kill -9`` releases it with its process. Opening the
 directory removes the temporary files interrupted writes left behind.
+
+No file here is written through a symbolic link planted in its place, and no folder a
+run writes into (``checkpoints``, ``best``, ``tensorboard``) may lead out of the directory
+(``schedtrain.files``).
 """
 
 from __future__ import annotations
@@ -14,16 +18,13 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
-from schedtrain.checkpoints.files import (
-    clear_folders,
-    list_checkpoints,
-    remove_leftovers,
-    write_atomic,
-)
+from schedtrain.checkpoints.files import clear_folders, list_checkpoints, remove_leftovers
 from schedtrain.errors import RunDirError, RunEnded, traceback_file
+from schedtrain.files import UnsafeFile, inside, open_in_place, read_regular, write_atomic
 
 __all__ = ["RunDirError", "RunDirectory"]
 
@@ -32,6 +33,10 @@ LOCK_FILE: Final = ".lock"
 #: What a run writes, and all that --overwrite removes.
 _OWNED_FILES: Final = ("events.jsonl", RUN_FILE, "traceback.txt")
 _OWNED_DIRS: Final = ("checkpoints", "best", "media")
+#: Folders a run writes into: none may lead out of the directory.
+_WRITTEN_DIRS: Final = (*_OWNED_DIRS, "tensorboard")
+#: ``run.json`` is a few hundred bytes; anything much longer is not ours.
+_STATUS_LIMIT: Final = 1 << 20
 
 
 class RunDirectory:
@@ -59,8 +64,8 @@ class RunDirectory:
     def status(self) -> dict[str, Any] | None:
         """The content of ``run.json``, or ``None`` when the directory holds no run."""
         try:
-            data = json.loads((self.path / RUN_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(read_regular(self.path / RUN_FILE, _STATUS_LIMIT))
+        except (OSError, ValueError, RunDirError):
             return None
         return data if isinstance(data, dict) else None
 
@@ -82,11 +87,13 @@ class RunDirectory:
 
         Raises:
             RunDirError: another process holds the lock (its pid is named).
+            UnsafeFile: the lock file is a link or not a regular file, or a folder a run
+                writes into leads out of the directory.
         """
         if self._lock is not None:
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        f = (self.path / LOCK_FILE).open("a+", encoding="utf-8")
+        f = open_in_place(self.path / LOCK_FILE, "r+")
         try:
             import fcntl
         except ImportError:  # pragma: no cover - no flock on this platform: no lock
@@ -108,6 +115,12 @@ class RunDirectory:
         f.write(str(os.getpid()))
         f.flush()
         self._lock = f
+        try:
+            for name in _WRITTEN_DIRS:
+                inside(self.path / name, self.path)
+        except UnsafeFile:
+            self.release()
+            raise
         for folder in (self.path, self.checkpoints, self.path / "best"):
             remove_leftovers(folder)
 
@@ -120,7 +133,8 @@ class RunDirectory:
 
     def open_for_run(self, *, fresh: bool, overwrite: bool,
                      ends_at: tuple[int | None, int | None] | None,
-                     resumed_step: int | None = None) -> None:
+                     resumed_step: int | None = None,
+                     on_ended: Callable[[], None] | None = None) -> None:
         """Lock the directory for a run, refusing what would mix two runs' files.
 
         Args:
@@ -132,6 +146,8 @@ class RunDirectory:
                 end again).
             resumed_step: the step of the checkpoint resumed: one older than where the
                 run ended (its newer checkpoints damaged) trains what remains.
+            on_ended: called, with the directory still locked, before a resume of a run
+                that ended is refused (it completes the run's log).
 
         Raises:
             RunDirError: in use by another process, or holding a run.
@@ -148,6 +164,8 @@ class RunDirectory:
                 self.clear()
             if ends_at is not None and status is not None and _ended(status, *ends_at,
                                                                      resumed_step):
+                if on_ended is not None:
+                    on_ended()
                 raise RunEnded(f"the run in {str(self.path)!r} {status['status']} at step "
                                f"{status.get('step')}; there is nothing left to resume "
                                "(start over with --overwrite, or use another --run-dir)",
@@ -157,10 +175,11 @@ class RunDirectory:
             raise
 
     def save_traceback(self, exc: BaseException) -> None:
-        """Keep a failed run's traceback in ``RUN_DIR/traceback.txt``."""
+        """Keep a failed run's traceback in ``RUN_DIR/traceback.txt`` (replaced whole)."""
         path = self.path / "traceback.txt"
+        text = "".join(traceback.format_exception(exc)).encode()
         with contextlib.suppress(OSError):
-            path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+            write_atomic(path, lambda f: f.write(text))
             traceback_file(exc, path)
 
     def clear(self) -> None:

@@ -11,7 +11,8 @@ The checkpoint's keys (documented in docs/checkpoints.md)::
     scaler        the fp16 GradScaler's state, or None
     run           everything else a resumed run needs (``RunState.capture``): clock, trigger
                   table, callbacks, metrics, losses, random generators, data position, the
-                  epoch in progress, events.jsonl's length, the checkpoints this run wrote
+                  epoch in progress, events.jsonl's length, why the run stopped (or None),
+                  the checkpoints this run wrote
     checksum      {"algorithm": "blake2b-256", "digest": ...} of all the above
 
 The files themselves are written and read by ``schedtrain.checkpoints``; this module
@@ -58,6 +59,9 @@ class RunState:
         self.metrics, self.losses, self.data = metrics, losses, data
         self.epoch_open, self.events = epoch_open, events
         self.events_offset: int | None = None
+        #: why the run stopped (``StopTraining``), once it has: a checkpoint taken at its
+        #: ``train_end`` then resumes to that stop instead of training on
+        self.stopped: str | None = None
 
     def position(self) -> tuple[int, int]:
         """The clock's ``(step, epoch)`` now."""
@@ -83,6 +87,7 @@ class RunState:
             "data": self.data.state_dict(),
             "epoch_open": self.epoch_open(),
             "events_offset": self.events.position() if self.events is not None else None,
+            "stopped": self.stopped,
         }
 
     def check(self, path: Path, run: dict[str, Any]) -> None:
@@ -106,3 +111,4 @@ class RunState:
         #: where ``events.jsonl`` is cut back to once the run directory is this run's
         #: (never before: another process may be using it)
         self.events_offset = run["events_offset"]
+        self.stopped = run.get("stopped")  # absent from checkpoints of earlier versions
