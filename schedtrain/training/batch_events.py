@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from schedtrain.callbacks.base import BatchInfo
+from schedtrain.callbacks.payloads import BatchInfo
 from schedtrain.clock import LoopClock
 from schedtrain.training.dispatch import Dispatcher
 

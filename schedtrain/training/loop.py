@@ -23,7 +23,8 @@ from typing import Any, Final
 
 import torch
 
-from schedtrain.callbacks.base import BATCH_HOOKS, StepOutputs
+from schedtrain.callbacks.base import BATCH_HOOKS
+from schedtrain.callbacks.payloads import StepOutputs
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable

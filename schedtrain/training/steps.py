@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import torch
 
-from schedtrain.callbacks.base import BatchInfo
+from schedtrain.callbacks.payloads import BatchInfo
 from schedtrain.training.batch_events import BatchEvents
 from schedtrain.training.batches import count_batch, to_device
 
