@@ -252,6 +252,7 @@ class ScheduleDriver:
             raise ValueError(f"not a ScheduleDriver state: missing {missing}")
         clock = self.clock
         clock.load_state_dict(dict(state["clock"]))
+        step_end = clock.now()  # the last step end, evaluated before the state was saved
         self._at_step = (clock.batch, clock.sample, clock.token)
         batches, samples, tokens = (int(n) for n in state["pending"])
         for i in range(batches):  # the micro-batches of the step under way (none fire)
@@ -260,4 +261,5 @@ class ScheduleDriver:
         self._started = bool(state["started"])
         self._in_epoch = bool(state["in_epoch"])
         self.table.load_state_dict(state["table"])
-        self.table.attach(self.clock, self.metrics, self.table.predicates)
+        self.table.attach(self.clock, self.metrics, self.table.predicates,
+                          last_step_end=step_end)

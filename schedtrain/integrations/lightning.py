@@ -101,9 +101,10 @@ class ScheduleCallback(pl.Callback):
         record: keep every firing in ``firings``.
 
     Metrics that the schedule's conditions and metric triggers name are read from
-    ``trainer.callback_metrics`` at each step end where a trigger is evaluated, at each
-    epoch end and after each validation; a value equal to the last one read is not a new
-    value (``plateau`` counts values that change).
+    ``trainer.callback_metrics`` at each step end where a trigger is evaluated (every step
+    end when a trigger counts batches), at each epoch end and after each validation; a
+    value equal to the last one read is not a new value (``plateau`` counts values that
+    change).
     """
 
     def __init__(
@@ -179,7 +180,10 @@ class ScheduleCallback(pl.Callback):
                     self._tokens(batch) if self._tokens else 0)
         self._epoch_ran_out = batch_idx + 1 >= trainer.num_training_batches
         while d.clock.step < trainer.global_step:
-            if self._watched and d.clock.step + 1 >= d.table.step_due:
+            # A batch_end trigger may read a metric before the next step end: the value
+            # of this step is put at its end, as where the step_end triggers read it.
+            if self._watched and (d.clock.step + 1 >= d.table.step_due
+                                  or d.table.needs_batch_end):
                 self._read_metrics(trainer)
             d.step_end()
         self._finish(trainer)

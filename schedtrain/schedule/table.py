@@ -144,14 +144,24 @@ class TriggerTable:
         clock: Clock,
         metrics: MetricsView | None = None,
         predicates: Mapping[str, Predicate] | None = None,
+        *,
+        last_step_end: Timestamp | None = None,
     ) -> None:
-        """Bind to a clock (and metric store) and compute due vectors from its position."""
+        """Bind to a clock (and metric store) and compute due vectors from its position.
+
+        The clock's position is taken as already evaluated, as a resumed run's is: nothing
+        is due again before the next point where a trigger can fire, so a dynamic part (a
+        metric trigger, which counts the values it looks at) is looked at exactly where the
+        uninterrupted run looked. ``last_step_end`` is the last step end when the clock has
+        moved past it (micro-batches of the next step already counted).
+        """
         self._clock = clock
         self._metrics = metrics
         if predicates is not None:
             self.predicates = predicates
+        now = clock.now()
         for event in BOUNDED_EVENTS:
-            last = clock.previous(event) if event == "step_end" else clock.now()
+            last = last_step_end if event == "step_end" and last_step_end is not None else now
             book = self._books[event] = DueBook(len(self.nodes))
             book.set(self._bounds(event, last, self.listeners(event)))
         self._update_step_due()
