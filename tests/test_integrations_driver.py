@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedtrain import Schedule, ScheduleWarning, Unit, every, on, simulate, when
+from schedtrain import Schedule, ScheduleWarning, Unit, at, every, improved, on, simulate, when
 from schedtrain.integrations import ScheduleDriver
 from tests.host_strategies import counters, host_schedules
 
@@ -206,3 +206,21 @@ class TestBadInput:
         driver = ScheduleDriver(Schedule({"save": every("2 steps")}))
         with pytest.raises(ValueError, match="missing"):
             driver.load_state_dict({"clock": {}})
+
+
+def test_resumed_between_micro_batches_looks_at_metrics_where_the_run_did() -> None:
+    """Killed inside step 10 (after its first micro-batch), saved and resumed: ``improved``
+    beside a conditioned clock part is looked at on the uninterrupted run's steps only, so
+    the firing at step 15 (a new best there) is kept."""
+    schedule = Schedule({"cb0": improved("m") & (at("1 step")
+                                                 | (every("3 steps") & when("m < 0.5")))})
+    shape: Shape = ([7, 8], 3, 0, 0)
+    for cut in (28, 29, 30):
+        clock = FakeTime()
+        first = driver_for(schedule, clock)
+        run_loop(first, clock, shape, until_batch=cut)
+        second = driver_for(schedule, clock)
+        second.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        run_loop(second, clock, shape, from_batch=cut)
+        assert counters(first.firings + second.firings) == simulated(schedule, *shape)
+        assert [f.step for f in first.firings + second.firings] == [1, 15]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("lightning")
@@ -19,7 +19,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from schedtrain import Schedule, ScheduleWarning, Unit, every, on, simulate
+from schedtrain import Schedule, ScheduleWarning, Unit, every, improved, on, simulate
 from schedtrain.integrations.lightning import ScheduleCallback
 from tests.host_strategies import counters, host_schedules
 
@@ -97,6 +97,8 @@ class TestAgainstSimulation:
 
     @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(schedule=host_schedules(UNITS, metric="m"), shape=shapes)
+    # a batch_end firing on the value of the step before it (read at that step's end)
+    @example(schedule=Schedule({"cb0": every("1 batch") & improved("m")}), shape=(1, 2, 1, 1))
     def test_firings_equal_simulation(self, schedule: Schedule, shape: Shape) -> None:
         """global_step under accumulate_grad_batches, batches, epochs, samples and tokens of
         each batch, windows, conditions and ``improved`` on a logged metric: as simulated."""

@@ -155,6 +155,33 @@ class TestFiring:
         run_steps(table, clock, 1)
         assert evaluated == [1000]
 
+    def test_resumed_table_evaluates_where_the_uninterrupted_one_did(self) -> None:
+        """Attached to a clock restored after step 9 (evaluated before the save), the table
+        evaluates next at step 12, as the uninterrupted table did: a metric trigger beside
+        a conditioned clock part is looked at only there, so it sees the same values."""
+        def evaluated(resume_at: int | None) -> list[int]:
+            seen: list[int] = []
+            sched = Schedule({"r": improved("m") & (at("1 step")
+                                                    | (every("3 steps") & when("m < 0.5")))})
+            table = sched.compile(predicates={})
+            table.nodes = tuple(Spy(n, seen) for n in table.nodes)
+            clock, store = LoopClock(), Store()
+            table.attach(clock, store, predicates={})
+            for step in range(1, 16):
+                if step - 1 == resume_at:
+                    restored = LoopClock()
+                    restored.load_state_dict(clock.state_dict())
+                    clock = restored
+                    table.attach(clock, store, predicates={})
+                clock.end_batch()
+                clock.end_step()
+                store.put("m", float(step * 7 % 5))
+                if clock.step >= table.step_due:
+                    table.step_end()
+            return seen
+
+        assert evaluated(9) == evaluated(None) == [1, 3, 6, 9, 12, 15]
+
     def test_metric_trigger_in_loop(self) -> None:
         """``improved`` reads the metric store at epoch ends."""
         store = Store()
