@@ -38,11 +38,12 @@ __all__ = [
 ]
 
 #: The longest message and key path one problem prints (longer ones are cut in the middle).
-MESSAGE_LIMIT: Final = 500
+MESSAGE_LIMIT: Final = 1000
 PATH_LIMIT: Final = 100
 #: Problems ``str(ScheduleError)`` lists before "... and N more".
 SHOWN_PROBLEMS: Final = 20
 _LONG_WORD: Final = re.compile(r"\S{81,}")
+_LONG_QUOTED: Final = re.compile(r"['\"]\S{80,}")
 _BREAKS: Final = re.compile(r"[\r\n\t\v\f\x00-\x08\x0e-\x1f\x7f]+")
 
 
@@ -57,9 +58,14 @@ def shorten(text: str, limit: int = 60) -> str:
 
 def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
     """``text`` as one line of at most about ``limit`` characters: line breaks and
-    control characters become spaces, words (quoted values) longer than 80 characters
-    are shortened, and what is still too long is cut in the middle."""
+    control characters become spaces, quoted values longer than 80 characters are
+    shortened; a line still too long gets its other long words shortened too, then is
+    cut in the middle. Within the limit, unquoted words stay whole (the folders a lookup
+    names, however deep)."""
     text = _BREAKS.sub(" ", text)
+    text = _LONG_QUOTED.sub(lambda m: shorten(m[0]), text)
+    if len(text) <= limit:
+        return text
     text = _LONG_WORD.sub(lambda m: shorten(m[0]), text)
     if len(text) > limit:
         tail = limit // 4

@@ -26,7 +26,15 @@ from hypothesis import strategies as st
 
 from schedtrain import SpecError
 from schedtrain.cli import main
-from schedtrain.errors import MESSAGE_LIMIT, PATH_LIMIT, SHOWN_PROBLEMS, Problem, describe
+from schedtrain.errors import (
+    MESSAGE_LIMIT,
+    PATH_LIMIT,
+    SHOWN_PROBLEMS,
+    Problem,
+    describe,
+    one_line,
+    shorten,
+)
 from schedtrain.spec import loads_spec
 from schedtrain.spec.references import MAX_TABLES, MAX_TOTAL_TABLES
 from schedtrain.spec.write import toml_value
@@ -307,6 +315,20 @@ class TestNamedTriggerLimits:
 
 class TestMessages:
     """What a problem's line says, and how long it is."""
+
+    @given(words=st.lists(st.text(alphabet="abc/_-.", min_size=1, max_size=300), max_size=12),
+           quoted=st.text(alphabet="xyz", min_size=81, max_size=2000))
+    def test_a_line_keeps_folders_whole_and_cuts_quoted_values(self, words: list[str],
+                                                               quoted: str) -> None:
+        """One line of at most about MESSAGE_LIMIT characters; a quoted value over 80
+        characters is always cut with its length; unquoted words (folders a lookup names)
+        stay whole while the line fits."""
+        text = " ".join(words)
+        line = one_line(f"found {quoted!r} in\n{text}")
+        assert "\n" not in line and len(line) <= MESSAGE_LIMIT
+        assert f"({len(quoted) + 2:,} characters)" in line
+        if len(f"found {shorten(repr(quoted))} in {text}") <= MESSAGE_LIMIT:
+            assert line.endswith(f" in {text}")
 
     def test_describe_never_shows_python(self) -> None:
         """A missing value is 'nothing'; a long string is cut with its length."""
