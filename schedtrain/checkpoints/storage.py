@@ -26,6 +26,7 @@ from typing import IO, Any, Final, Protocol, TypeVar
 
 from schedtrain.checkpoints.files import NAME_RE, remove, remove_leftovers, write_atomic
 from schedtrain.checkpoints.format import CheckpointError
+from schedtrain.urls import is_url, missing_package
 
 __all__ = ["ATTEMPTS", "MANIFEST", "FsspecStorage", "LocalStorage", "Storage",
            "StorageError", "is_url", "manifest_name", "open_storage"]
@@ -37,19 +38,12 @@ _SUFFIX: Final = ".manifest.json"
 ATTEMPTS: Final = 5
 #: Seconds before the second attempt; doubled before each next one (0.5, 1, 2, 4).
 BACKOFF: Final = 0.5
-#: Which extra installs each protocol's package.
-_EXTRAS: Final = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 _T = TypeVar("_T")
 
 
 class StorageError(CheckpointError):
     """A storage operation that failed for good: ``path`` is the URL, ``reason`` says
     which operation and why."""
-
-
-def is_url(location: str | Path) -> bool:
-    """Whether ``location`` is a URL (``scheme://...``) rather than a local path."""
-    return isinstance(location, str) and "://" in location
 
 
 def manifest_name(name: str) -> str:
@@ -252,18 +246,15 @@ class FsspecStorage:
 def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` and the path inside it; a missing package is
     named with the extra that installs it."""
-    protocol = url.split("://", 1)[0].lower()
-    extra = _EXTRAS.get(protocol)
-    try:
-        import fsspec
-    except ImportError:
-        raise StorageError(url, "a URL needs fsspec: pip install "
-                                f"'schedtrain[{extra or 's3'}]'") from None
+    missing = missing_package(url)
+    if missing is not None:
+        raise StorageError(url, missing)
+    import fsspec
+
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
-    except ImportError:
-        hint = f"pip install 'schedtrain[{extra}]'" if extra else "install its fsspec package"
-        raise StorageError(url, f"the {protocol}:// protocol's package is missing: {hint}"
+    except ImportError as exc:  # a protocol schedtrain has no extra for
+        raise StorageError(url, f"its protocol's package is missing ({_cause(exc)})"
                            ) from None
     except ValueError as exc:
         raise StorageError(url, f"not a storage URL fsspec knows ({_cause(exc)})") from None

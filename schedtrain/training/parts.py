@@ -24,6 +24,7 @@ from schedtrain.callbacks.base import (
     stops_alone,
 )
 from schedtrain.checkpoints import Checkpoints, checkpoint_name
+from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
@@ -145,7 +146,9 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
-    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm)
+    storage = (open_storage(options.checkpoint_dir, options.storage_options)
+               if options.checkpoint_dir is not None else None)
+    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage)
     if directory is not None:
         checkpoints.on_written = directory.checkpoint_written
     agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
