@@ -48,8 +48,8 @@ __all__ = [
 _log = structlog.get_logger("schedtrain.training")
 
 
-def _skipped(path: Path, reason: str) -> None:
-    _log.warning("checkpoint_skipped", checkpoint=str(path), reason=reason)
+def _skipped(shown: str, reason: str) -> None:
+    _log.warning("checkpoint_skipped", checkpoint=shown, reason=reason)
 
 
 @attrs.define
@@ -310,7 +310,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         seed=run.seed, run_dir=out_dir, overwrite=overwrite, strategy=run.strategy,
         shard_data=run.shard_data, reduce=dict(run.reduce),
         sinks=build_sinks(run.sinks, run.sink_every, out_dir),
-        log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches)
+        log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
+        checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options))
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:
@@ -343,13 +344,15 @@ def interrupted_line(spec: Spec, run_dir: str | None) -> str:
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
     if resume == "auto":
-        found = trainer.checkpoints.newest_valid(out_dir / "checkpoints", _skipped)
+        shown = trainer.checkpoints.shown
+        found = trainer.checkpoints.newest_to_resume(
+            out_dir / "checkpoints", lambda p, why: _skipped(shown(p), why))
         if found is not None:
             trainer.resume(found)
             ended = trainer.rank == 0 and RunDirectory(out_dir).ended(
                 trainer.max_epochs, trainer.max_steps, trainer.clock.step)  # fit says so
             if trainer.rank == 0 and not ended:
-                _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
+                _log.warning("resumed", checkpoint=shown(found), step=trainer.clock.step)
         else:
             trainer.start_over()  # nothing valid to resume from: the run starts again
     elif resume is not None:
