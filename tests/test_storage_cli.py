@@ -44,6 +44,8 @@ def test_sigterm_and_kill_resume_from_bucket_exactly(tmp_path: Path, s3_endpoint
     run_dir = tmp_path / "run"
     first = train(spec, run_dir, kill_after=0.5, sig=signal.SIGTERM, after_start=True)
     assert first.returncode in (0, 75), first.stderr
+    if first.returncode == 75:  # the line names the checkpoint by its URL
+        assert f"checkpoint {url}/step-" in first.stderr
     second = train(spec, run_dir, kill_after=0.5, sig=signal.SIGKILL, after_start=True)
     assert second.returncode in (0, -signal.SIGKILL), second.stderr
     last = train(spec, run_dir)

@@ -108,3 +108,26 @@ def test_fresh_run_refused_where_checkpoints_are(tmp_path: Path, s3_bucket: Buck
     with pytest.raises(RuntimeError, match="crash at step 1"):
         over.fit()
     assert _store(s3_bucket, "ck").committed() == []
+
+
+@pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
+def test_local_folder_elsewhere(tmp_path: Path) -> None:
+    """checkpoint_dir a local folder outside the run directory: checkpoints are written
+    there (atomically, no manifest), pruned there, and a crashed run resumes from there
+    to the uninterrupted run's log and weights."""
+    whole = _local_trainer(tmp_path / "whole", None, 1, 3)
+    whole.fit()
+    elsewhere = tmp_path / "fast" / "ck"
+    first = _trainer(tmp_path / "run", str(elsewhere), {}, 13)
+    with pytest.raises(RuntimeError, match="crash at step 13"):
+        first.fit()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["step-00000010.pt",
+                                                           "step-00000012.pt"]
+    last = _trainer(tmp_path / "run", str(elsewhere), {}, None)
+    _resume_auto(last)
+    assert last.clock.step == 12
+    last.fit()
+    assert _log(tmp_path / "run") == _log(tmp_path / "whole")
+    for a, b in zip(whole.model.parameters(), last.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert not (tmp_path / "run" / "checkpoints").exists()

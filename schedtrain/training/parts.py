@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -83,11 +84,13 @@ class Parts:
     def preempt(self, signal_name: str) -> None:
         """Fire ``preempt``, checkpoint (with a run directory) and raise ``Preempted``."""
         self.dispatch.fire("preempt")
-        written = None
-        if self.checkpoints.run_dir is not None:
-            written = self.checkpoints.write(
-                self.checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
+        written: Path | str | None = None
+        checkpoints = self.checkpoints
+        if checkpoints.run_dir is not None:
+            path = checkpoints.write(
+                checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
                 "preempt")
+            written = path if checkpoints.stored(path) is None else checkpoints.shown(path)
         raise Preempted(signal_name, self.clock.step, written)
 
 
