@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from jobs.trials import SPEC, lines, train
 
 from schedtrain.checkpoints.storage import FsspecStorage
 from schedtrain.cli import main
+from schedtrain.spec import load_spec
+from schedtrain.training.from_spec import interrupted_line
 
 EPOCHS = 2
 
@@ -59,6 +62,9 @@ def test_sigterm_and_kill_resume_from_bucket_exactly(tmp_path: Path, s3_endpoint
     assert newest == max(p.name for p in (reference / "checkpoints").glob("step-*.pt"))
     assert all(torch.equal(want["model"][k], state["model"][k]) for k in want["model"])
     assert not list((run_dir / "checkpoints").glob("*"))
+    status = json.loads((run_dir / "run.json").read_text())
+    assert status["checkpoint"] == f"{url}/{newest}"
+    assert f"continues from '{url}/{newest}'" in interrupted_line(load_spec(spec), str(run_dir))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None,

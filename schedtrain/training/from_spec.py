@@ -20,7 +20,9 @@ import attrs
 import structlog
 import torch
 
-from schedtrain.checkpoints import newest_valid
+from schedtrain.checkpoints import CheckpointError, newest_valid
+from schedtrain.checkpoints.storage import open_storage
+from schedtrain.checkpoints.store import stored_newest_valid
 from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
@@ -333,13 +335,27 @@ def interrupted_line(spec: Spec, run_dir: str | None) -> str:
     status = RunDirectory(out).status() or {}
     step = status.get("step")
     at = f" at step {step}" if step is not None else ""
-    found = newest_valid(out / "checkpoints")
+    folder, found = _newest(spec, out)
     if found is None:
         then = "`--resume auto` would start again from step 0 (no valid checkpoint in " \
-               f"{str(out / 'checkpoints')!r})"
+               f"{folder!r})"
     else:
-        then = f"`--resume auto` continues from {str(found)!r}"
+        then = f"`--resume auto` continues from {found!r}"
     return f"interrupted{at} (a second Ctrl-C): no checkpoint was written for it; {then}"
+
+
+def _newest(spec: Spec, out: Path) -> tuple[str, str | None]:
+    """The checkpoint folder (path or URL) and its newest valid checkpoint."""
+    run = spec.run
+    if run is None or run.checkpoint_dir is None:
+        found = newest_valid(out / "checkpoints")
+        return str(out / "checkpoints"), None if found is None else str(found)
+    try:
+        storage = open_storage(run.checkpoint_dir, dict(run.storage_options))
+        found = stored_newest_valid(storage, out / "checkpoints")
+    except CheckpointError:
+        return run.checkpoint_dir, None
+    return run.checkpoint_dir, None if found is None else storage.url(found.name)
 
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:

@@ -153,7 +153,8 @@ def build_parts(options: Options, *, model: torch.nn.Module,
                if options.checkpoint_dir is not None else None)
     checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage)
     if directory is not None:
-        checkpoints.on_written = directory.checkpoint_written
+        record = directory.checkpoint_written
+        checkpoints.on_written = lambda path, *at: record(checkpoints.shown(path), *at)
     agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
                                guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
                                table=table, losses=losses, max_steps=options.max_steps)
