@@ -76,15 +76,19 @@ class TestS3Commit:
 
 
 class _Flaky:
-    """The real S3 filesystem, whose first ``fail`` writes drop the connection."""
+    """The real S3 filesystem, whose first ``fail`` writes (of manifests only, with
+    ``commits``) drop the connection."""
 
-    def __init__(self, fs: s3fs.S3FileSystem, fail: int) -> None:
-        self.fs, self.fail, self.calls = fs, fail, 0
+    def __init__(self, fs: s3fs.S3FileSystem, fail: int, *, commits: bool = False) -> None:
+        self.fs, self.fail, self.calls, self.commits = fs, fail, 0, commits
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fs, name)
 
     def pipe_file(self, path: str, data: bytes) -> None:
+        if self.commits and not path.endswith(".manifest.json"):
+            self.fs.pipe_file(path, data)
+            return
         self.calls += 1
         if self.calls <= self.fail:
             raise ConnectionError("connection reset by peer")
@@ -118,6 +122,19 @@ class TestRetries:
             "(ConnectionError: connection reset by peer)")
         assert store.committed() == []
         assert store.clean_leftovers() == []
+
+
+    def test_failed_commit_removes_its_file(self, s3_bucket: tuple[str, dict[str, Any]]
+                                            ) -> None:
+        """A file written whose manifest cannot be: the writer deletes the file, so no
+        leftover waits for the next run, and the error names the commit."""
+        url, options = s3_bucket
+        flaky = _Flaky(s3fs.S3FileSystem(**options), fail=100, commits=True)
+        store = FsspecStorage(f"{url}/ck", fs=flaky, attempts=2, sleep=lambda _: None)
+        with pytest.raises(StorageError, match=r"commit \(write the manifest\) failed after 2"):
+            store.write("step-00000002.pt", _save(2.0))
+        assert not flaky.fs.exists(f"{store.root}/step-00000002.pt")
+        assert store.committed() == []
 
 
 class TestOpen:
