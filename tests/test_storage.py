@@ -157,3 +157,17 @@ class TestOpen:
         """A protocol fsspec does not know is refused by URL."""
         with pytest.raises(StorageError, match=r"nosuch://x/ck.*not a storage URL"):
             open_storage("nosuch://x/ck")
+
+
+def test_local_runs_never_import_fsspec() -> None:
+    """fsspec and s3fs are imported only for a URL: the package, the trainer and the
+    command line load without them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, schedtrain, schedtrain.training, schedtrain.cli, "
+            "schedtrain.checkpoints.storage; "
+            "print(sorted(m for m in ('fsspec', 's3fs', 'gcsfs') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
