@@ -137,6 +137,27 @@ class TestRetries:
         assert store.committed() == []
 
 
+class TestOtherProtocols:
+    """The same commit on any fsspec filesystem."""
+
+    @pytest.mark.parametrize("scheme", ["file", "memory"])
+    def test_write_commit_read(self, tmp_path: Any, scheme: str) -> None:
+        """file:// (its folders made) and memory://: written, committed by a manifest,
+        read back; a file without a manifest is cleaned up."""
+        url = f"file://{tmp_path}/a/ck" if scheme == "file" else f"memory://{tmp_path.name}/ck"
+        store = open_storage(url)
+        assert isinstance(store, FsspecStorage) and store.committed() == []
+        store.write("step-00000001.pt", _save(3.0))
+        store.fs.pipe_file(f"{store.root}/step-00000002.pt", b"cut short")
+        assert store.committed() == ["step-00000001.pt"]
+        state = torch.load(io.BytesIO(store.read("step-00000001.pt")), weights_only=True)
+        assert state["w"].item() == 3.0
+        assert store.clean_leftovers() == ["step-00000002.pt"]
+        if scheme == "file":
+            assert sorted(p.name for p in (tmp_path / "a" / "ck").iterdir()) == [
+                "step-00000001.manifest.json", "step-00000001.pt"]
+
+
 class TestOpen:
     """Which storage a location gets."""
 

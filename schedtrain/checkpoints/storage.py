@@ -180,6 +180,9 @@ class FsspecStorage:
             "files": {name: {"size": len(data),
                              "blake2b": hashlib.blake2b(data, digest_size=32).hexdigest()}},
         }, indent=1).encode()
+        if _needs_folders(self.fs):  # a local folder, unlike an object store's prefix
+            self._retry("create the folder", "",
+                        lambda: self.fs.makedirs(self.root, exist_ok=True))
         # Uncommit a checkpoint of this name first: its file is about to change.
         self._retry("delete the old manifest", name,
                     lambda: self._rm(manifest_name(name)))
@@ -241,6 +244,12 @@ class FsspecStorage:
         for name in gone:
             self._retry("delete an uncommitted checkpoint", name, functools.partial(self._rm, name))
         return sorted(gone)
+
+
+def _needs_folders(fs: Any) -> bool:
+    """Whether files need their folder made first (the local disk through ``file://``)."""
+    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return bool({"file", "local"} & set(protocol))
 
 
 def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str]:
