@@ -179,10 +179,11 @@ class Preempted(Exception):
     Attributes:
         signal: the signal's name (``"SIGTERM"``).
         step: the last completed step.
-        checkpoint: the checkpoint written (``None`` if the run has no run directory).
+        checkpoint: the checkpoint written (``None`` if the run has no run directory;
+            its URL when ``checkpoint_dir`` is one).
     """
 
-    def __init__(self, signal: str, step: int, checkpoint: Path | None) -> None:
+    def __init__(self, signal: str, step: int, checkpoint: Path | str | None) -> None:
         where = (f"checkpoint {checkpoint}; resume with --resume auto" if checkpoint
                  else "no checkpoint (the trainer has no run_dir)")
         super().__init__(f"preempted by {signal} after step {step}: {where}")

@@ -6,6 +6,9 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
+#: s3_endpoint / s3_bucket: a moto S3 server on loopback (tests/s3_server.py)
+pytest_plugins = ("s3_server",)
+
 
 @pytest.fixture(autouse=True)
 def _reset_structlog():

@@ -54,7 +54,7 @@ class Note(Callback):
 
 
 def _trainer(run_dir: Path, crash_at: int | None, accum: int, epochs: int, *,
-             preempt: bool = False) -> Trainer:
+             preempt: bool = False, **extra: Any) -> Trainer:
     torch.manual_seed(0)
     x = torch.randn(STEPS_PER_EPOCH * accum * 4, 6)
     y = (x[:, 0] - x[:, 1] > 0).long()
@@ -76,7 +76,7 @@ def _trainer(run_dir: Path, crash_at: int | None, accum: int, epochs: int, *,
                   "best": Callback(), "flat": Callback(),
                   "crash": Preempt(crash_at) if preempt else Crash(crash_at)},
         val_data=DataLoader(TensorDataset(x[:16], y[:16]), batch_size=8),
-        max_epochs=epochs, grad_accum=accum, run_dir=run_dir)
+        max_epochs=epochs, grad_accum=accum, run_dir=run_dir, **extra)
 
 
 def _log(run_dir: Path) -> list[dict[str, Any]]:

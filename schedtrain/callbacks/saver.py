@@ -79,7 +79,7 @@ class ModelSaver(Callback):
         mine = []
         for path in self.trainer.written_checkpoints():
             m = NAME_RE.fullmatch(path.name)
-            if m is not None and path.resolve().parent == folder and path.exists():
+            if m is not None and path.resolve().parent == folder:
                 mine.append((int(m[1]), m[2] is None, path))
         mine.sort(key=lambda x: (x[0], x[1]))
         finite = [p for _, ok, p in mine if ok]

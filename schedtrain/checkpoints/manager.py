@@ -27,9 +27,17 @@ from schedtrain.checkpoints.sharded import (
     load_sharded,
     save_sharded,
 )
-from schedtrain.checkpoints.store import newest_valid, read_checkpoint, write_checkpoint
+from schedtrain.checkpoints.storage import Storage
+from schedtrain.checkpoints.store import (
+    checkpoint_body,
+    newest_valid,
+    read_checkpoint,
+    read_stored,
+    stored_newest_valid,
+    write_checkpoint,
+)
 from schedtrain.distributed.comm import Comm
-from schedtrain.errors import locate_failure
+from schedtrain.errors import RunDirError, locate_failure
 
 __all__ = ["Checkpoints", "RunParts", "Save"]
 
@@ -82,11 +90,15 @@ class Checkpoints:
         parts: the run's state to save and restore.
         run_dir: paths of checkpoints this run wrote are kept relative to it.
         comm: on several processes, how the ranks write together (``None``: one).
+        storage: where ``RUN_DIR/checkpoints`` really is (``checkpoint_dir``: another
+            folder or a URL); ``None``: that folder itself. Paths callbacks give under
+            ``RUN_DIR/checkpoints`` stand for its files.
     """
 
     def __init__(self, parts: RunParts, *, run_dir: Path | None,
-                 comm: Comm | None = None) -> None:
+                 comm: Comm | None = None, storage: Storage | None = None) -> None:
         self.parts, self.run_dir, self.comm = parts, run_dir, comm
+        self.storage = storage
         #: checkpoints this run wrote (relative to the run directory when inside it)
         self.written: list[str] = []
         #: saves asked for during the current event, written once it is over
@@ -115,8 +127,20 @@ class Checkpoints:
         return path if path.is_absolute() or self.run_dir is None else self.run_dir / path
 
     def paths(self) -> list[Path]:
-        """Checkpoints this run wrote (across resumes), oldest first."""
-        return [self.resolve(k) for k in self.written]
+        """Checkpoints this run wrote (across resumes) that are still there, oldest first."""
+        committed: set[str] | None = None
+        out = []
+        for path in map(self.resolve, self.written):
+            name = self.stored(path)
+            if name is None:
+                if path.exists():
+                    out.append(path)
+                continue
+            if committed is None and self.storage is not None:
+                committed = set(self.storage.committed())
+            if committed is not None and name in committed:
+                out.append(path)
+        return out
 
     def delete(self, path: Path) -> bool:
         """Delete a checkpoint this run wrote (on the chief); any other path is left
@@ -130,15 +154,67 @@ class Checkpoints:
                 or path.parent.resolve() not in self._folders):
             return False
         if self.comm is None or self.comm.is_chief:
-            remove(path)
+            name = self.stored(path)
+            if name is None:
+                remove(path)
+            else:
+                assert self.storage is not None
+                self.storage.delete(name)
         return True
 
     @staticmethod
     def newest_valid(folder: Path,
                      skipped: Callable[[Path, str], None] | None = None) -> Path | None:
-        """The newest checkpoint in ``folder`` that loads, matches its checksum and is
-        finite (``--resume auto``); each one passed over goes to ``skipped(path, why)``."""
+        """The newest checkpoint in ``folder`` on disk that loads, matches its checksum
+        and is finite; each one passed over goes to ``skipped(path, why)``."""
         return newest_valid(folder, skipped)
+
+    def newest_to_resume(self, folder: Path,
+                         skipped: Callable[[Path, str], None] | None = None) -> Path | None:
+        """``newest_valid`` for ``--resume auto``: of ``RUN_DIR/checkpoints``, looked up
+        where it really is (``storage``: the newest committed one)."""
+        if self.storage is not None and self.stored(folder / "x") is not None:
+            return stored_newest_valid(self.storage, folder, skipped)
+        return newest_valid(folder, skipped)
+
+    def stored(self, path: Path) -> str | None:
+        """The name in ``storage`` that ``path`` stands for (``None``: a plain path)."""
+        if self.storage is None or self.run_dir is None:
+            return None
+        mount = (self.run_dir / "checkpoints").resolve()
+        return path.name if path.parent.resolve() == mount else None
+
+    def shown(self, path: Path) -> str:
+        """Where ``path`` really is: its URL in ``storage``, or the path."""
+        name = self.stored(path)
+        return str(path) if name is None or self.storage is None else self.storage.url(name)
+
+    def open_storage(self, *, fresh: bool) -> None:
+        """The run opened its directory: remove what its interrupted writes left in
+        ``storage``; a fresh run (not a resume, nor ``--overwrite``, which empties it)
+        refuses a ``storage`` that holds checkpoints, as a run directory holding a run is
+        refused.
+
+        Raises:
+            RunDirError: a fresh run's ``storage`` holds checkpoints.
+        """
+        storage = self.storage
+        if storage is None or (self.comm is not None and not self.comm.is_chief):
+            return
+        storage.clean_leftovers()
+        held = storage.committed()
+        if fresh and held:
+            where = storage.url("").rstrip("/")
+            raise RunDirError(f"checkpoint_dir {where!r} holds checkpoints of a run "
+                              f"({len(held)}, e.g. {sorted(held)[-1]}): resume it "
+                              "(--resume auto) or start over (--overwrite)")
+
+    def clear_storage(self) -> None:
+        """Delete every checkpoint in ``storage`` (``--overwrite``: it belongs to this run)."""
+        if self.storage is not None and (self.comm is None or self.comm.is_chief):
+            for name in self.storage.committed():
+                self.storage.delete(name)
+            self.storage.clean_leftovers()
 
     # -- the save queue ------------------------------------------------------------------------
     def request(self, path: Path, on_saved: Callable[[Path], None] | None = None) -> None:
@@ -173,6 +249,10 @@ class Checkpoints:
         model_state = parts.model.state_dict()
         sharded = comm is not None and is_sharded(model_state)
         finite = is_finite(model_state, parts.last_loss())
+        if sharded and self.stored(path) is not None:
+            raise CheckpointError(self.shown(path), "a sharded (FSDP2) checkpoint is a "
+                                  "directory every rank writes: give a checkpoint_dir on a "
+                                  "shared file system, not a URL or another folder")
         if sharded and comm is not None:
             finite = not comm.any(not finite)  # each rank checked its own shard
             path = path.with_suffix(SUFFIX)
@@ -200,7 +280,7 @@ class Checkpoints:
                 written = path
             else:
                 body["model"], body["optimizer"] = model_state, parts.optimizer.state_dict()
-                written = write_checkpoint(body, path)
+                written = self._write_file(body, path)
         except (OSError, RuntimeError) as exc:  # a full disk, a quota, a read-only mount
             failed = CheckpointError(path, f"could not be written ({_cause(exc)}); the "
                                            "previous checkpoints are as they were")
@@ -213,6 +293,20 @@ class Checkpoints:
             self.on_written(written, phase, step, epoch)
         return written
 
+    def _write_file(self, body: dict[str, Any], path: Path) -> Path:
+        name = self.stored(path)
+        if name is None or self.storage is None:
+            return write_checkpoint(body, path)
+        full = checkpoint_body(body, self.storage.url(name))
+        self.storage.write(name, lambda f: torch.save(full, f))
+        return path
+
+    def _read_file(self, path: Path) -> dict[str, Any]:
+        name = self.stored(path)
+        if name is None or self.storage is None:
+            return read_checkpoint(path, map_location="cpu")
+        return read_stored(self.storage, name)
+
     def read(self, path: Path) -> dict[str, Any]:
         """Load ``path`` (checked) and put the run back as it was; returns the checkpoint
         (its ``phase``, ``step``, ``run``...).
@@ -224,7 +318,7 @@ class Checkpoints:
         """
         parts = self.parts
         # On the host: tensors are copied into the model's and optimizer's own devices.
-        state = read_checkpoint(path, map_location="cpu")
+        state = self._read_file(path)
         run = state["run"]
         parts.check(path, run)
         rng, data = self._own_part(path, run)
@@ -242,7 +336,7 @@ class Checkpoints:
         chief has finished writing."""
         if self.comm is not None:
             self.comm.barrier()  # the chief's last write is over before anyone reads
-        state = read_checkpoint(path, map_location="cpu")
+        state = self._read_file(path)
         self._load_model(path, state)
         return state
 

@@ -9,13 +9,14 @@ file's checksum.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
-from schedtrain.checkpoints.files import list_checkpoints, remove, write_atomic
+from schedtrain.checkpoints.files import NAME_RE, list_checkpoints, remove, write_atomic
 from schedtrain.checkpoints.format import (
     FORMAT,
     STATE_FILE,
@@ -24,8 +25,10 @@ from schedtrain.checkpoints.format import (
     digest,
     file_digests,
 )
+from schedtrain.checkpoints.storage import Storage
 
-__all__ = ["newest_valid", "read_checkpoint", "write_checkpoint"]
+__all__ = ["checkpoint_body", "load_checked", "newest_valid", "read_checkpoint",
+           "read_stored", "stored_newest_valid", "write_checkpoint"]
 
 
 def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
@@ -35,15 +38,25 @@ def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
         CheckpointError: something in ``state`` could not be loaded back safely.
     """
     path = Path(path)
+    body = checkpoint_body(state, path)
+    if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
+        remove(path)
+    return write_atomic(path, lambda f: torch.save(body, f))
+
+
+def checkpoint_body(state: dict[str, Any], shown: str | Path) -> dict[str, Any]:
+    """``state`` with its format tag and checksum, as a checkpoint file holds it.
+
+    Raises:
+        CheckpointError: something in ``state`` could not be loaded back safely.
+    """
     body = {"format": FORMAT, **state}
     try:
         check_plain(body, "checkpoint")
     except TypeError as exc:
-        raise CheckpointError(path, str(exc)) from None
+        raise CheckpointError(shown, str(exc)) from None
     body["checksum"] = {"algorithm": "blake2b-256", "digest": digest(body)}
-    if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
-        remove(path)
-    return write_atomic(path, lambda f: torch.save(body, f))
+    return body
 
 
 def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
@@ -68,8 +81,15 @@ def _read_file(path: Path, map_location: Any, *, shown: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(shown, "no such file" if shown == path
                               else f"no {path.name} in the directory: it is not a checkpoint")
+    return load_checked(path, map_location, shown=shown)
+
+
+def load_checked(source: Path | IO[bytes], map_location: Any, *,
+                 shown: str | Path) -> dict[str, Any]:
+    """Load a checkpoint from a file or a buffer (``weights_only``) and check its format
+    and checksum; ``shown`` names it in errors."""
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(source, map_location=map_location, weights_only=True)
     except Exception as exc:
         first = (str(exc).splitlines() or ["no message"])[0][:200]
         raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}: {first}); it "
@@ -116,4 +136,36 @@ def newest_valid(folder: str | Path,
                 skipped(path, "its weights or loss are not finite")
             continue
         return path
+    return None
+
+
+def read_stored(storage: Storage, name: str, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load committed checkpoint ``name`` from ``storage``, checked against its manifest,
+    its format and its checksum.
+
+    Raises:
+        CheckpointError: it is not committed, damaged, or not a checkpoint (by URL).
+    """
+    return load_checked(io.BytesIO(storage.read(name)), map_location,
+                        shown=storage.url(name))
+
+
+def stored_newest_valid(storage: Storage, folder: Path,
+                        skipped: Callable[[Path, str], None] | None = None) -> Path | None:
+    """``newest_valid`` of a folder whose files are in ``storage``: the newest committed
+    checkpoint that loads, matches its checksum and is finite, as ``folder / name``."""
+    found = [(int(m[1]), bool(m[2]), n) for n in storage.committed()
+             if (m := NAME_RE.fullmatch(n)) is not None]
+    for _, _, name in sorted(found, key=lambda x: (-x[0], x[1])):
+        try:
+            state = read_stored(storage, name)
+        except CheckpointError as exc:
+            if skipped is not None:
+                skipped(folder / name, exc.reason)
+            continue
+        if not state.get("finite", True):
+            if skipped is not None:
+                skipped(folder / name, "its weights or loss are not finite")
+            continue
+        return folder / name
     return None

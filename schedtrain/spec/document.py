@@ -32,6 +32,7 @@ from schedtrain.spec.model import ClockSpec, RunSpec
 from schedtrain.spec.problems import Problems, Rel
 from schedtrain.time import MAX_COUNT, Time, Unit
 from schedtrain.triggers import MAX_DEPTH
+from schedtrain.urls import is_url, missing_package
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -119,7 +120,7 @@ _converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _stric
 _converter.register_structure_hook_func(
     lambda t: getattr(t, "__origin__", None) is tuple, _strict_list)
 _converter.register_structure_hook_func(
-    lambda t: getattr(t, "__origin__", None) is dict, _table)
+    lambda t: getattr(t, "__origin__", None) is dict or t == Mapping[str, Any], _table)
 
 
 _HEADER_RE: Final = re.compile(r"\[\[?\s*([^\]]+?)\s*\]\]?")
@@ -250,6 +251,29 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
             problems.expect(("run", "reduce", name),
                             " or ".join(repr(x) for x in REDUCE_OPS), op)
     _check_sinks(run, problems)
+    _check_storage(run, problems)
+
+
+def _check_storage(run: RunSpec, problems: Problems) -> None:
+    where = ("run", "checkpoint_dir")
+    if run.checkpoint_dir is None:
+        if run.storage_options:
+            problems.add(("run", "storage_options"), "storage_options apply to a URL "
+                         "checkpoint_dir; none is given", expected="a checkpoint_dir URL "
+                         "beside it", found="no checkpoint_dir")
+        return
+    if not run.checkpoint_dir.strip():
+        problems.expect(where, "a folder or a URL such as 's3://bucket/run/checkpoints'",
+                        run.checkpoint_dir)
+    elif is_url(run.checkpoint_dir):
+        missing = missing_package(run.checkpoint_dir)
+        if missing is not None:
+            problems.add(where, missing, expected="its package installed",
+                         found=run.checkpoint_dir)
+    elif run.storage_options:
+        problems.add(("run", "storage_options"), "storage_options apply to a URL "
+                     f"checkpoint_dir, not the folder {run.checkpoint_dir!r}",
+                     expected="a URL checkpoint_dir", found=run.checkpoint_dir)
 
 
 #: ``[run] sinks`` values.

@@ -102,6 +102,9 @@ class RunSpec:
             ``"100 steps"``); a sink not named reports every value.
         sanity_eval_batches: with N > 0, ``sanity_eval`` fires once before ``train_start``
             (not on resume); an ``InferenceRunner`` it fires evaluates at most N batches.
+        checkpoint_dir: where ``RUN_DIR/checkpoints`` really is: a folder or an fsspec
+            URL (``s3://bucket/run/checkpoints``); default the run directory's.
+        storage_options: the URL's filesystem options (``client_kwargs``, credentials).
     """
 
     task: str | None = None
@@ -119,6 +122,8 @@ class RunSpec:
     sinks: tuple[str, ...] = ("jsonl",)
     sink_every: Mapping[str, str] = attrs.field(factory=dict)
     sanity_eval_batches: int = 0
+    checkpoint_dir: str | None = None
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen

@@ -34,6 +34,7 @@ from schedtrain.errors import (
 from schedtrain.training.options import Options
 from schedtrain.training.parts import Parts
 from schedtrain.training.preempt import handle_signals
+from schedtrain.training.run_dir import RunDirectory
 
 __all__ = ["Lifecycle", "Stage"]
 
@@ -126,6 +127,19 @@ class Lifecycle:
         if failed is not None:
             raise failed
 
+    def _open_storage(self, directory: RunDirectory) -> None:
+        """A ``checkpoint_dir`` elsewhere is opened with the run directory: emptied by
+        ``--overwrite``, cleaned of its interrupted writes, refused to a fresh run when
+        it holds checkpoints."""
+        checkpoints, fresh = self.parts.checkpoints, self.stage is Stage.NEW
+        try:
+            if fresh and self.options.overwrite:
+                checkpoints.clear_storage()
+            checkpoints.open_storage(fresh=fresh and not self.options.overwrite)
+        except RunDirError:
+            directory.release()
+            raise
+
     def _open_own_directory(self) -> None:
         directory, options = self.parts.directory, self.options
         if self.stage in (Stage.NEW, Stage.RESUMED, Stage.STARTING_OVER):
@@ -135,6 +149,7 @@ class Lifecycle:
                     fresh=self.stage is Stage.NEW, overwrite=options.overwrite,
                     ends_at=(options.max_epochs, options.max_steps) if resumed else None,
                     resumed_step=self.checkpoint_step, on_ended=self._complete_log)
+                self._open_storage(directory)
                 self._cut_events(resumed)
             self.stage = Stage.OPENED
         elif directory is not None:  # a second fit() of this trainer continues its run

@@ -20,7 +20,9 @@ import attrs
 import structlog
 import torch
 
-from schedtrain.checkpoints import newest_valid
+from schedtrain.checkpoints import CheckpointError, newest_valid
+from schedtrain.checkpoints.storage import open_storage
+from schedtrain.checkpoints.store import stored_newest_valid
 from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
@@ -48,8 +50,8 @@ __all__ = [
 _log = structlog.get_logger("schedtrain.training")
 
 
-def _skipped(path: Path, reason: str) -> None:
-    _log.warning("checkpoint_skipped", checkpoint=str(path), reason=reason)
+def _skipped(shown: str, reason: str) -> None:
+    _log.warning("checkpoint_skipped", checkpoint=shown, reason=reason)
 
 
 @attrs.define
@@ -310,7 +312,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         seed=run.seed, run_dir=out_dir, overwrite=overwrite, strategy=run.strategy,
         shard_data=run.shard_data, reduce=dict(run.reduce),
         sinks=build_sinks(run.sinks, run.sink_every, out_dir),
-        log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches)
+        log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
+        checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options))
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:
@@ -332,24 +335,40 @@ def interrupted_line(spec: Spec, run_dir: str | None) -> str:
     status = RunDirectory(out).status() or {}
     step = status.get("step")
     at = f" at step {step}" if step is not None else ""
-    found = newest_valid(out / "checkpoints")
+    folder, found = _newest(spec, out)
     if found is None:
         then = "`--resume auto` would start again from step 0 (no valid checkpoint in " \
-               f"{str(out / 'checkpoints')!r})"
+               f"{folder!r})"
     else:
-        then = f"`--resume auto` continues from {str(found)!r}"
+        then = f"`--resume auto` continues from {found!r}"
     return f"interrupted{at} (a second Ctrl-C): no checkpoint was written for it; {then}"
+
+
+def _newest(spec: Spec, out: Path) -> tuple[str, str | None]:
+    """The checkpoint folder (path or URL) and its newest valid checkpoint."""
+    run = spec.run
+    if run is None or run.checkpoint_dir is None:
+        found = newest_valid(out / "checkpoints")
+        return str(out / "checkpoints"), None if found is None else str(found)
+    try:
+        storage = open_storage(run.checkpoint_dir, dict(run.storage_options))
+        found = stored_newest_valid(storage, out / "checkpoints")
+    except CheckpointError:
+        return run.checkpoint_dir, None
+    return run.checkpoint_dir, None if found is None else storage.url(found.name)
 
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
     if resume == "auto":
-        found = trainer.checkpoints.newest_valid(out_dir / "checkpoints", _skipped)
+        shown = trainer.checkpoints.shown
+        found = trainer.checkpoints.newest_to_resume(
+            out_dir / "checkpoints", lambda p, why: _skipped(shown(p), why))
         if found is not None:
             trainer.resume(found)
             ended = trainer.rank == 0 and RunDirectory(out_dir).ended(
                 trainer.max_epochs, trainer.max_steps, trainer.clock.step)  # fit says so
             if trainer.rank == 0 and not ended:
-                _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
+                _log.warning("resumed", checkpoint=shown(found), step=trainer.clock.step)
         else:
             trainer.start_over()  # nothing valid to resume from: the run starts again
     elif resume is not None:

@@ -15,6 +15,7 @@ import attrs
 import torch
 
 from schedtrain.distributed.comm import check_reduce
+from schedtrain.urls import is_url
 
 __all__ = ["PRECISIONS", "Options", "StepFn"]
 
@@ -51,6 +52,8 @@ class Options:
     handle_signals: bool = True
     log_events: bool = True
     sanity_eval_batches: int = 0
+    checkpoint_dir: str | Path | None = None
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
 
     @classmethod
     def check(cls, *, loss_fn: object, step_fn: object, max_epochs: int | None,
@@ -76,6 +79,7 @@ class Options:
         if isinstance(sanity, bool) or not isinstance(sanity, int) or sanity < 0:
             raise ValueError(f"`sanity_eval_batches` must be a whole number >= 0, got "
                              f"{sanity!r}")
+        _check_storage(rest.get("checkpoint_dir"), rest.get("storage_options"), run_dir)
         return cls(max_epochs, max_steps, precision, grad_accum, grad_clip,
                    cls.resolve_device(device), reduce=dict(reduce or {}),
                    run_dir=Path(run_dir) if run_dir is not None else None, **rest)
@@ -104,3 +108,23 @@ class Options:
         except RuntimeError:
             raise ValueError(f"`device` must be 'auto', 'cpu', 'cuda' or 'cuda:N', got "
                              f"{device!r}") from None
+
+
+def _check_storage(checkpoint_dir: object, options: object, run_dir: object) -> None:
+    """``checkpoint_dir`` (a path or a URL) stands for ``RUN_DIR/checkpoints``: it needs
+    a run directory; ``storage_options`` go with a URL only."""
+    if checkpoint_dir is None:
+        if options:
+            raise ValueError("`storage_options` apply to a URL `checkpoint_dir`; none given")
+        return
+    if not isinstance(checkpoint_dir, str | Path) or not str(checkpoint_dir):
+        raise ValueError(f"`checkpoint_dir` must be a path or a URL, got {checkpoint_dir!r}")
+    if run_dir is None:
+        raise ValueError("`checkpoint_dir` needs a `run_dir` (which holds run.json and the "
+                         "log); give Trainer(run_dir=...)")
+    if options and not is_url(checkpoint_dir):
+        raise ValueError(f"`storage_options` apply to a URL `checkpoint_dir`, not the path "
+                         f"{str(checkpoint_dir)!r}")
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise ValueError(f"`storage_options` must be a table of named options, got "
+                         f"{options!r:.80}")

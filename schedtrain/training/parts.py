@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -24,6 +25,7 @@ from schedtrain.callbacks.base import (
     stops_alone,
 )
 from schedtrain.checkpoints import Checkpoints, checkpoint_name
+from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
@@ -82,11 +84,13 @@ class Parts:
     def preempt(self, signal_name: str) -> None:
         """Fire ``preempt``, checkpoint (with a run directory) and raise ``Preempted``."""
         self.dispatch.fire("preempt")
-        written = None
-        if self.checkpoints.run_dir is not None:
-            written = self.checkpoints.write(
-                self.checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
+        written: Path | str | None = None
+        checkpoints = self.checkpoints
+        if checkpoints.run_dir is not None:
+            path = checkpoints.write(
+                checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
                 "preempt")
+            written = path if checkpoints.stored(path) is None else checkpoints.shown(path)
         raise Preempted(signal_name, self.clock.step, written)
 
 
@@ -145,9 +149,12 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
-    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm)
+    storage = (open_storage(options.checkpoint_dir, options.storage_options)
+               if options.checkpoint_dir is not None else None)
+    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage)
     if directory is not None:
-        checkpoints.on_written = directory.checkpoint_written
+        record = directory.checkpoint_written
+        checkpoints.on_written = lambda path, *at: record(checkpoints.shown(path), *at)
     agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
                                guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
                                table=table, losses=losses, max_steps=options.max_steps)

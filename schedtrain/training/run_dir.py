@@ -196,9 +196,9 @@ class RunDirectory:
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"
         write_atomic(self.path / RUN_FILE, lambda f: f.write(text.encode()))
 
-    def checkpoint_written(self, path: Path, phase: str, step: int, epoch: int) -> None:
+    def checkpoint_written(self, path: Path | str, phase: str, step: int, epoch: int) -> None:
         """Record the run's progress at each checkpoint: after a ``kill -9``, ``run.json``
-        says how far the run got and which checkpoint it wrote last."""
+        says how far the run got and which checkpoint it wrote last (its path or URL)."""
         # Still running: how it ends (finished, stopped, preempted) is recorded after.
         self.record("running", step=step, epoch=epoch, checkpoint=str(path), phase=phase)
 

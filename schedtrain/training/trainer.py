@@ -77,6 +77,11 @@ class Trainer:
             (a fresh run only, not on resume): an ``InferenceRunner`` whose trigger names
             it evaluates at most N batches and puts no metric (Lightning's
             ``num_sanity_val_steps``). 0: no sanity evaluation.
+        checkpoint_dir: where ``RUN_DIR/checkpoints`` really is: another folder or an
+            fsspec URL (``s3://bucket/run/checkpoints``); needs ``run_dir``. Paths
+            callbacks give under ``RUN_DIR/checkpoints`` stand for its files (see
+            docs/checkpoints.md, "Object storage").
+        storage_options: the URL's filesystem options (credentials, ``client_kwargs``).
     """
 
     def __init__(
@@ -110,6 +115,8 @@ class Trainer:
         reduce: Mapping[str, str] | None = None,
         log_events: bool = True,
         sanity_eval_batches: int = 0,
+        checkpoint_dir: str | Path | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -118,7 +125,8 @@ class Trainer:
             reduce=reduce, run_dir=run_dir, seed=seed, overwrite=overwrite,
             strategy=strategy, shard_data=shard_data, keep_firings=keep_firings,
             handle_signals=handle_signals, log_events=log_events,
-            sanity_eval_batches=sanity_eval_batches)
+            sanity_eval_batches=sanity_eval_batches, checkpoint_dir=checkpoint_dir,
+            storage_options=dict(storage_options or {}))
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
