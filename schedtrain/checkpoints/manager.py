@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import structlog
 import torch
 
+from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, snapshot
 from schedtrain.checkpoints.files import remove
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.rng import rng_state
@@ -37,6 +38,8 @@ _log = structlog.get_logger("schedtrain.training")
 
 #: A save asked for during an event: where, and who to tell the path written.
 Save = tuple[Path, Callable[[Path], None] | None]
+#: A checkpoint being written in the background: path, phase, step, epoch, who to tell.
+_Landing = tuple[Path, str, int, int, Callable[[Path], None] | None]
 
 
 def _cause(exc: BaseException) -> str:
@@ -47,6 +50,19 @@ def _cause(exc: BaseException) -> str:
     if "unexpected pos" in text or "write" in text.lower():
         return "the file could not be written in full: the disk is full or a size limit hit"
     return (text.splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _failure(exc: BaseException, landing: _Landing) -> CheckpointError:
+    """A write's failure as the checkpoint's own error, placed at the save."""
+    path, phase, step, epoch, _ = landing
+    if isinstance(exc, CheckpointError):
+        failed = exc
+    else:
+        failed = CheckpointError(path, f"could not be written ({_cause(exc)}); the "
+                                       "previous checkpoints are as they were")
+    locate_failure(failed, f"the checkpoint write after step {step} "
+                           f"(epoch {epoch}, {phase})")
+    return failed
 
 
 class RunParts(Protocol):
@@ -82,11 +98,26 @@ class Checkpoints:
         parts: the run's state to save and restore.
         run_dir: paths of checkpoints this run wrote are kept relative to it.
         comm: on several processes, how the ranks write together (``None``: one).
+        mode: ``"async"``: the loop blocks only for a host snapshot, one background
+            thread writes and commits it; ``"sync"``: the loop waits for the commit.
+        busy: a save asked for while another is in flight ``"wait"``s for it or is
+            ``"skip"``ped.
     """
 
     def __init__(self, parts: RunParts, *, run_dir: Path | None,
-                 comm: Comm | None = None) -> None:
+                 comm: Comm | None = None, mode: str = "async",
+                 busy: str = "wait") -> None:
+        if mode not in MODES:
+            raise ValueError(f"`checkpoint_mode` must be one of {MODES}, got {mode!r}")
+        if busy not in BUSY_RULES:
+            raise ValueError(f"`checkpoint_busy` must be one of {BUSY_RULES}, got {busy!r}")
         self.parts, self.run_dir, self.comm = parts, run_dir, comm
+        self.mode, self.busy = mode, busy
+        #: called from the writing thread when a background save ended (the loop then
+        #: collects it at its next step)
+        self.on_background_done: Callable[[], None] | None = None
+        self._writer = Writer(self._background_done)
+        self._landing: _Landing | None = None
         #: checkpoints this run wrote (relative to the run directory when inside it)
         self.written: list[str] = []
         #: saves asked for during the current event, written once it is over
@@ -98,6 +129,10 @@ class Checkpoints:
         #: told ``(path, phase, step, epoch)`` after each checkpoint is written (the run
         #: directory records it in ``run.json``, so a killed run says how far it got)
         self.on_written: Callable[[Path, str, int, int], None] | None = None
+
+    def _background_done(self) -> None:
+        if self.on_background_done is not None:
+            self.on_background_done()
 
     # -- which checkpoints ---------------------------------------------------------------------
     def key(self, path: Path) -> str:
@@ -129,6 +164,8 @@ class Checkpoints:
         if (self.key(path) not in self.written
                 or path.parent.resolve() not in self._folders):
             return False
+        if self._landing is not None and self._landing[0] == path:
+            self.wait()  # never delete a file while it is being written
         if self.comm is None or self.comm.is_chief:
             remove(path)
         return True
@@ -148,24 +185,40 @@ class Checkpoints:
     def flush(self, phase: str) -> None:
         """Write the checkpoints asked for during the event ``phase``."""
         saves, self.pending = self.pending, []
+        if not saves:
+            return
+        if self._landing is not None:
+            skip = self.busy == "skip" and not self._writer.done()
+            if self.comm is not None:  # every rank skips, or none does
+                skip = self.comm.any(skip)
+            if self.log:
+                _log.info("checkpoint_busy", rule="skip" if skip else "wait",
+                          in_flight=str(self._landing[0]),
+                          asked=[str(p) for p, _ in saves])
+            if skip:
+                return
         for path, on_saved in saves:
-            written = self.write(path, phase)
-            if on_saved is not None:  # the path written: "-nonfinite" added when it was
-                on_saved(written)
+            self.write(path, phase, on_saved)
 
     def discard(self) -> None:
         """Forget the saves asked for: never a checkpoint of a half-done event."""
         self.pending = []
 
     # -- writing and reading -------------------------------------------------------------------
-    def write(self, path: Path, phase: str) -> Path:
-        """Write a checkpoint of the run now; returns the path written.
+    def write(self, path: Path, phase: str,
+              on_saved: Callable[[Path], None] | None = None) -> Path:
+        """Write a checkpoint of the run now; returns the path written. ``on_saved(path)``
+        is called once it is committed (``"async"``: when the loop collects it).
+
+        In ``"async"`` mode the state is copied to host memory and written in the
+        background; a save still in flight is waited for first.
 
         A checkpoint of non-finite weights or loss never replaces a file: it goes beside
         it as ``<name>-nonfinite.pt``. On several processes every rank calls this: each
         rank's generators and data position are gathered, and the chief writes the file;
         of a sharded (FSDP2) model every rank writes its shard into ``<name>.dcp/``.
         """
+        self.wait()  # at most one save in flight
         parts, comm = self.parts, self.comm
         ranks = None
         if comm is not None:
@@ -192,6 +245,7 @@ class Checkpoints:
         if comm is not None:
             run["ranks"] = ranks
             body = body if comm.is_chief else None
+        landing: _Landing = (path, phase, step, epoch, on_saved)
         try:
             if sharded and comm is not None:
                 written = save_sharded(path, body, model=parts.model,
@@ -200,18 +254,52 @@ class Checkpoints:
                 written = path
             else:
                 body["model"], body["optimizer"] = model_state, parts.optimizer.state_dict()
+                if self.mode == "async":
+                    # The stall: a host copy; the training may change the state at once.
+                    state = snapshot(body)
+                    self._landing = landing
+                    self._writer.start(lambda: write_checkpoint(state, path))
+                    return path
                 written = write_checkpoint(body, path)
         except (OSError, RuntimeError) as exc:  # a full disk, a quota, a read-only mount
-            failed = CheckpointError(path, f"could not be written ({_cause(exc)}); the "
-                                           "previous checkpoints are as they were")
-            locate_failure(failed, f"the checkpoint write after step {step} "
-                                   f"(epoch {epoch}, {phase})")
-            raise failed from exc
-        if self.log:
-            _log.debug("checkpoint", path=str(written), step=step, phase=phase)
-        if self.on_written is not None and (comm is None or comm.is_chief):
-            self.on_written(written, phase, step, epoch)
+            raise _failure(exc, landing) from exc
+        self._committed(landing)
         return written
+
+    def wait(self) -> None:
+        """Finish the save in flight (if any): once committed, ``on_saved`` runs.
+
+        Raises:
+            CheckpointError: the background write failed (named, with its cause).
+        """
+        landing, self._landing = self._landing, None
+        if landing is None:
+            return
+        try:
+            self._writer.result()
+        except Exception as exc:
+            failed = _failure(exc, landing)
+            if failed is exc:
+                raise
+            raise failed from exc
+        self._committed(landing)
+
+    def settle(self) -> None:
+        """As ``wait``, on a way out that already fails: a write's failure is logged."""
+        try:
+            self.wait()
+        except CheckpointError as exc:
+            _log.error("checkpoint_failed", error=str(exc))
+
+    def _committed(self, landing: _Landing) -> None:
+        path, phase, step, epoch, on_saved = landing
+        comm = self.comm
+        if self.log:
+            _log.debug("checkpoint", path=str(path), step=step, phase=phase)
+        if self.on_written is not None and (comm is None or comm.is_chief):
+            self.on_written(path, phase, step, epoch)
+        if on_saved is not None:  # the path written: "-nonfinite" added when it was
+            on_saved(path)
 
     def read(self, path: Path) -> dict[str, Any]:
         """Load ``path`` (checked) and put the run back as it was; returns the checkpoint
@@ -222,6 +310,7 @@ class Checkpoints:
             ValueError: the checkpoint does not fit this run (other callbacks, or taken
                 inside an epoch on another number of processes).
         """
+        self.wait()
         parts = self.parts
         # On the host: tensors are copied into the model's and optimizer's own devices.
         state = read_checkpoint(path, map_location="cpu")
@@ -240,6 +329,7 @@ class Checkpoints:
         a saver's ``load_best_at_end`` does; the clock, metrics and callbacks stay as they
         are. Returns the checkpoint. On several processes every rank calls it, after the
         chief has finished writing."""
+        self.wait()
         if self.comm is not None:
             self.comm.barrier()  # the chief's last write is over before anyone reads
         state = read_checkpoint(path, map_location="cpu")

@@ -102,6 +102,10 @@ class RunSpec:
             ``"100 steps"``); a sink not named reports every value.
         sanity_eval_batches: with N > 0, ``sanity_eval`` fires once before ``train_start``
             (not on resume); an ``InferenceRunner`` it fires evaluates at most N batches.
+        checkpoint_mode: ``"async"`` (the loop blocks only for a host copy; a background
+            thread writes) or ``"sync"``.
+        checkpoint_busy: a save asked for while another is in flight ``"wait"``s for it
+            or is ``"skip"``ped.
     """
 
     task: str | None = None
@@ -119,6 +123,8 @@ class RunSpec:
     sinks: tuple[str, ...] = ("jsonl",)
     sink_every: Mapping[str, str] = attrs.field(factory=dict)
     sanity_eval_batches: int = 0
+    checkpoint_mode: str = "async"
+    checkpoint_busy: str = "wait"
 
 
 @attrs.frozen

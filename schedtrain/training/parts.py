@@ -87,6 +87,7 @@ class Parts:
             written = self.checkpoints.write(
                 self.checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
                 "preempt")
+            self.checkpoints.wait()  # committed before the process exits
         raise Preempted(signal_name, self.clock.step, written)
 
 
@@ -145,7 +146,9 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
-    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm)
+    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm,
+                              mode=options.checkpoint_mode, busy=options.checkpoint_busy)
+    checkpoints.on_background_done = guard.wake
     if directory is not None:
         checkpoints.on_written = directory.checkpoint_written
     agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,

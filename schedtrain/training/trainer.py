@@ -77,6 +77,11 @@ class Trainer:
             (a fresh run only, not on resume): an ``InferenceRunner`` whose trigger names
             it evaluates at most N batches and puts no metric (Lightning's
             ``num_sanity_val_steps``). 0: no sanity evaluation.
+        checkpoint_mode: ``"async"`` (default): a save blocks the loop only to copy the
+            state to host memory; one background thread writes and commits it. ``"sync"``:
+            the loop waits for the file. Both write the same bytes (docs/checkpoints.md).
+        checkpoint_busy: a save asked for while another is in flight: ``"wait"``
+            (default) for it, or ``"skip"`` the new one; either is logged.
     """
 
     def __init__(
@@ -110,6 +115,8 @@ class Trainer:
         reduce: Mapping[str, str] | None = None,
         log_events: bool = True,
         sanity_eval_batches: int = 0,
+        checkpoint_mode: str = "async",
+        checkpoint_busy: str = "wait",
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -118,7 +125,8 @@ class Trainer:
             reduce=reduce, run_dir=run_dir, seed=seed, overwrite=overwrite,
             strategy=strategy, shard_data=shard_data, keep_firings=keep_firings,
             handle_signals=handle_signals, log_events=log_events,
-            sanity_eval_batches=sanity_eval_batches)
+            sanity_eval_batches=sanity_eval_batches, checkpoint_mode=checkpoint_mode,
+            checkpoint_busy=checkpoint_busy)
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
