@@ -11,12 +11,12 @@ save ended, so it looks at the next step.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import torch
 
-__all__ = ["BUSY_RULES", "MODES", "Writer", "snapshot"]
+__all__ = ["BUSY_RULES", "MODES", "Writer", "snapshot", "trim"]
 
 #: ``[run] checkpoint_mode``: write in the background, or block until the file is committed.
 MODES: Final = ("async", "sync")
@@ -29,17 +29,20 @@ def snapshot(tree: Any) -> Any:
 
     Tensors sharing a storage share the copied one (views, tied weights), so the copy
     serialises to the same bytes as the original; containers are copied, other values
-    (numbers, strings) are immutable and kept.
+    (numbers, strings) are immutable and kept; a ``state_dict``'s ``_metadata`` is copied.
     """
     storages: dict[tuple[str, int], torch.UntypedStorage] = {}
 
     def copy(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return _host_tensor(value, storages)
-        if isinstance(value, dict):
-            out = type(value)() if type(value) is not dict else {}
+        if type(value) is dict:
+            return {k: copy(v) for k, v in value.items()}
+        if isinstance(value, dict):  # an OrderedDict state_dict: its ``_metadata`` too
+            out = type(value)()
             for k, v in value.items():
                 out[k] = copy(v)
+            out.__dict__.update(copy(vars(value)))
             return out
         if isinstance(value, list):
             return [copy(v) for v in value]
@@ -50,6 +53,51 @@ def snapshot(tree: Any) -> Any:
         return value
 
     return copy(tree)
+
+
+def _tensors(tree: Any) -> Iterator[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, dict):
+        for v in tree.values():
+            yield from _tensors(v)
+    elif isinstance(tree, list | tuple):
+        for v in tree:
+            yield from _tensors(v)
+
+
+def trim(tree: dict[str, Any]) -> dict[str, Any]:
+    """``tree`` with each tensor that alone uses a larger storage (a scalar loss in an
+    allocator's block) replaced by a compact copy, in place of its containers.
+
+    ``torch.save`` writes whole storages: the bytes outside the tensor are whatever
+    memory held, so without this two runs computing the same values could write
+    different files.
+    """
+    users: dict[int, int] = {}
+    for t in _tensors(tree):
+        if type(t) is torch.Tensor:
+            key = t.untyped_storage().data_ptr()
+            users[key] = users.get(key, 0) + 1
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if (type(value) is torch.Tensor
+                    and value.untyped_storage().nbytes() > value.nbytes
+                    and users[value.untyped_storage().data_ptr()] == 1):
+                return value.clone()
+            return value
+        if isinstance(value, dict):
+            for k, v in value.items():
+                value[k] = fix(v)
+        elif isinstance(value, list):
+            value[:] = [fix(v) for v in value]
+        elif isinstance(value, tuple):
+            return tuple(fix(v) for v in value)
+        return value
+
+    fixed: dict[str, Any] = fix(tree)
+    return fixed
 
 
 def _host_tensor(t: torch.Tensor,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import structlog
 import torch
 
-from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, snapshot
+from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, snapshot, trim
 from schedtrain.checkpoints.files import remove
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.rng import rng_state
@@ -187,13 +187,13 @@ class Checkpoints:
         saves, self.pending = self.pending, []
         if not saves:
             return
-        if self._landing is not None:
-            skip = self.busy == "skip" and not self._writer.done()
-            if self.comm is not None:  # every rank skips, or none does
-                skip = self.comm.any(skip)
+        busy = self._landing is not None and not self._writer.done()
+        skip = self.busy == "skip" and busy
+        if self.busy == "skip" and self.comm is not None:  # every rank skips, or none
+            skip = self.comm.any(skip)  # (only the chief writes: it decides)
+        if busy or skip:
             if self.log:
                 _log.info("checkpoint_busy", rule="skip" if skip else "wait",
-                          in_flight=str(self._landing[0]),
                           asked=[str(p) for p, _ in saves])
             if skip:
                 return
@@ -254,6 +254,7 @@ class Checkpoints:
                 written = path
             else:
                 body["model"], body["optimizer"] = model_state, parts.optimizer.state_dict()
+                body = trim(body)  # the same bytes from the same values, in either mode
                 if self.mode == "async":
                     # The stall: a host copy; the training may change the state at once.
                     state = snapshot(body)
