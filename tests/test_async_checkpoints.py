@@ -7,7 +7,10 @@ import itertools
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,11 +20,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jobs.trials import compare, env, train, write_spec
 from training_helpers import UnevenData
 
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, ModelSaver
-from schedtrain.checkpoints import CheckpointError, read_checkpoint
+from schedtrain.checkpoints import CheckpointError, newest_valid, read_checkpoint
 from schedtrain.checkpoints import manager as manager_module
 from schedtrain.checkpoints.background import snapshot
 from schedtrain.clock import LoopClock
@@ -264,3 +268,33 @@ class TestOptions:
         with pytest.raises(ValueError, match=f"`{key}` must be one of"):
             Trainer(model, opt, UnevenData([2]), mse, max_epochs=1,
                     **{key: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_background_write_then_resume_is_exact(tmp_path: Path) -> None:
+    """A process killed while its third checkpoint is half written in the background: the
+    checkpoints before it are valid, and --resume auto ends as the uninterrupted run."""
+    spec = write_spec(tmp_path, 3)
+    spec.write_text(spec.read_text().replace("jobs.crash:make_task",
+                                             "jobs.stalled_write:make_task"))
+    reference = tmp_path / "reference"
+    assert train(spec, reference, resume=False).returncode == 0
+    run_dir, marker = tmp_path / "run", tmp_path / "stalled"
+    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            env={**env(0), "STALL_WRITE": "3", "STALL_MARKER": str(marker)})
+    try:
+        while not marker.exists():
+            assert proc.poll() is None, "the run ended before its third write"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    thread, name = marker.read_text().split()
+    assert thread == "schedtrain-checkpoint"  # it was a background write
+    assert not (run_dir / "checkpoints" / name).exists()
+    valid = newest_valid(run_dir / "checkpoints")
+    assert valid is not None
+    assert train(spec, run_dir).returncode == 0
+    assert compare(reference, run_dir) == []
