@@ -68,7 +68,8 @@ def _tensors(tree: Any) -> Iterator[torch.Tensor]:
 
 def trim(tree: dict[str, Any]) -> dict[str, Any]:
     """``tree`` with each tensor that alone uses a larger storage (a scalar loss in an
-    allocator's block) replaced by a compact copy, in place of its containers.
+    allocator's block) replaced by a compact copy; containers are new (the run's live
+    state dicts are never changed), other tensors are the same objects.
 
     ``torch.save`` writes whole storages: the bytes outside the tensor are whatever
     memory held, so without this two runs computing the same values could write
@@ -87,12 +88,17 @@ def trim(tree: dict[str, Any]) -> dict[str, Any]:
                     and users[value.untyped_storage().data_ptr()] == 1):
                 return value.clone()
             return value
-        if isinstance(value, dict):
+        if type(value) is dict:
+            return {k: fix(v) for k, v in value.items()}
+        if isinstance(value, dict):  # an OrderedDict state_dict, with its _metadata
+            out = type(value)()
             for k, v in value.items():
-                value[k] = fix(v)
-        elif isinstance(value, list):
-            value[:] = [fix(v) for v in value]
-        elif isinstance(value, tuple):
+                out[k] = fix(v)
+            out.__dict__.update(vars(value))
+            return out
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        if isinstance(value, tuple):
             return tuple(fix(v) for v in value)
         return value
 
