@@ -160,6 +160,18 @@ class TestSnapshot:
         assert len(ptrs) == len({t.untyped_storage().data_ptr() for t in base})
 
 
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    def test_device_tensors_are_copied_to_pinned_host_memory(self) -> None:
+        """A GPU state's snapshot is on the host, pinned, equal, and stays as it was."""
+        live = {"w": torch.arange(6.0, device="cuda"), "b": torch.ones(2, device="cuda")}
+        copy = snapshot(live)
+        live["w"].add_(1.0)
+        torch.cuda.synchronize()
+        assert copy["w"].device.type == "cpu" and copy["w"].is_pinned()
+        assert torch.equal(copy["w"], torch.arange(6.0))
+        assert torch.equal(copy["b"], torch.ones(2))
+
+
 class TestEveryWayOutWaits:
     """train_end, a preemption, a stop and an exception finish the save in flight."""
 
