@@ -166,6 +166,10 @@ class Writer:
                                         daemon=True)
         self._thread.start()
 
+    def forget(self) -> None:
+        """No longer track the save in flight (it runs on, in a daemon thread)."""
+        self._thread = None
+
     def result(self) -> None:
         """Wait for the save in flight to end; re-raise what it raised."""
         thread, self._thread = self._thread, None

@@ -292,6 +292,12 @@ class Checkpoints:
         except CheckpointError as exc:
             _log.error("checkpoint_failed", error=str(exc))
 
+    def abandon(self) -> None:
+        """Stop waiting for the save in flight (a second Ctrl-C aborts at once): its
+        thread dies with the process, leaving at most a temporary file."""
+        self._landing = None
+        self._writer.forget()
+
     def _committed(self, landing: _Landing) -> None:
         path, phase, step, epoch, on_saved = landing
         comm = self.comm

@@ -282,7 +282,10 @@ class Lifecycle:
         """End a run that raised ``exc``: its traceback kept, ``run.json`` says failed."""
         parts = self.parts
         parts.checkpoints.discard()  # never a checkpoint of a half-done event
-        parts.checkpoints.settle()  # the save in flight is committed before the exit
+        if isinstance(exc, KeyboardInterrupt):  # the second Ctrl-C: no waiting
+            parts.checkpoints.abandon()
+        else:  # the save in flight is committed before the exit
+            parts.checkpoints.settle()
         if parts.directory is not None and not isinstance(exc, KeyboardInterrupt):
             parts.directory.save_traceback(exc)
         for cb in parts.callbacks:
