@@ -229,6 +229,45 @@ class TestPlan:
         assert main(["plan", path]) == 0
         assert "evaluated at every step: watch" in capsys.readouterr().out
 
+    @pytest.mark.parametrize(("run", "says"), [
+        ("", "checkpoint_mode = 'async'"),
+        ('checkpoint_mode = "sync"', "the loop waits for each file"),
+        ('checkpoint_busy = "skip"', "in flight is skipped (checkpoint_busy = 'skip')"),
+        ("", "in flight waits for it (checkpoint_busy = 'wait')"),
+    ])
+    def test_says_how_saves_are_written(self, tmp_path: Path, run: str, says: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+        """The table has a line on saves: the mode and the rule for a save while one is
+        in flight."""
+        path = write(tmp_path, f"""
+            [run]
+            max_epochs = 1
+            {run}
+            [clock]
+            epochs = 1
+            steps_per_epoch = 10
+            [callbacks.tick]
+            trigger = {{ every = "5 steps" }}
+        """)
+        assert main(["plan", path]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("saves:"))
+        assert says in line
+
+    def test_a_bad_busy_rule_is_refused_with_its_key_path(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """check names run.checkpoint_busy and what it may be."""
+        path = write(tmp_path, """
+            [run]
+            max_epochs = 1
+            checkpoint_busy = "drop"
+            [callbacks.tick]
+            trigger = { every = "5 steps" }
+        """)
+        assert main(["check", path]) == 2
+        err = capsys.readouterr().err
+        assert "run.checkpoint_busy" in err
+        assert "'wait' or 'skip'" in err
+
     def test_json_marks_conditional_firings(self, capsys: pytest.CaptureFixture[str]) -> None:
         """JSON firings carry the clock counters; metric-dependent ones are conditional."""
         assert main(["plan", str(SPECS / "early_stopping.toml"), "--format", "json"]) == 0

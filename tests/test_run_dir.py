@@ -162,8 +162,11 @@ def test_ended_is_what_a_resume_refuses(status: str, epoch: int, step: int,
 class TestProgressInRunJson:
     """run.json says how far a run got, even after kill -9."""
 
-    def test_each_checkpoint_is_recorded(self, tmp_path: Path) -> None:
-        """While training, run.json holds the step of the newest checkpoint."""
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    def test_each_checkpoint_is_recorded(self, tmp_path: Path, mode: str) -> None:
+        """While training, run.json holds the step of the newest committed checkpoint:
+        with sync saves the one just written; with async ones it is recorded once the
+        background write is committed, never before."""
         seen: list[tuple[int, int]] = []
 
         class Read(Noop):
@@ -175,9 +178,16 @@ class TestProgressInRunJson:
         Trainer(model, opt, UnevenData([3, 3]), mse,
                 schedule=Schedule({"save": every("2 steps"), "read": every("1 step")}),
                 bindings={"save": ModelSaver(keep=None), "read": Read()}, max_epochs=2,
-                run_dir=tmp_path, handle_signals=False).fit()
+                run_dir=tmp_path, handle_signals=False, checkpoint_mode=mode).fit()
         # The newest checkpoint before each step's reading: saves land after the event.
-        assert seen == [(s, 2 * ((s - 1) // 2)) for s in range(1, 7)]
+        newest = [(s, 2 * ((s - 1) // 2)) for s in range(1, 7)]
+        if mode == "sync":
+            assert seen == newest
+        else:
+            assert all(got in (want, want - 2, 0) for (_, got), (_, want)
+                       in zip(seen, newest, strict=True))
+        assert json.loads((tmp_path / "run.json").read_text())["checkpoint"].endswith(
+            "step-00000006.pt")
 
     def test_a_dead_run_is_described_as_such(self, tmp_path: Path) -> None:
         """A plain train in the directory of a killed run names its step and its gone

@@ -57,7 +57,8 @@ def _feed(h: Any, value: Any) -> None:
         t = value.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
         if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            # The tensor's own memory, without a copy (hashlib reads any buffer).
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
     elif isinstance(value, dict):
         h.update(b"{")
         for k, v in value.items():

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
-import torch
 
-from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, snapshot, trim
+from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.format import CheckpointError, is_finite
+from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.rng import rng_state
 from schedtrain.checkpoints.sharded import (
     SUFFIX,
@@ -29,58 +30,13 @@ from schedtrain.checkpoints.sharded import (
 )
 from schedtrain.checkpoints.storage import Storage
 from schedtrain.checkpoints.store import (
-    checkpoint_body,
     newest_valid,
-    read_checkpoint,
-    read_stored,
-    stored_newest_valid,
-    write_checkpoint,
 )
 from schedtrain.distributed.comm import Comm
-from schedtrain.errors import RunDirError, locate_failure
 
 __all__ = ["Checkpoints", "RunParts", "Save"]
 
 _log = structlog.get_logger("schedtrain.training")
-
-#: A save asked for during an event: where, and who to tell the path written.
-Save = tuple[Path, Callable[[Path], None] | None]
-
-
-def _cause(exc: BaseException) -> str:
-    """A write's failure in a few words: the OS error's own, or torch's first line."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    text = str(exc).strip()
-    if "unexpected pos" in text or "write" in text.lower():
-        return "the file could not be written in full: the disk is full or a size limit hit"
-    return (text.splitlines() or [type(exc).__name__])[0][:200]
-
-
-class RunParts(Protocol):
-    """What a checkpoint holds of the run besides its weights, and how it is put back."""
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: Any
-
-    def position(self) -> tuple[int, int]:
-        """The clock's ``(step, epoch)`` now."""
-
-    def last_loss(self) -> torch.Tensor | None:
-        """The last step's loss (its finiteness goes into the checkpoint)."""
-
-    def data_state(self) -> Any:
-        """This rank's position in the data."""
-
-    def capture(self) -> dict[str, Any]:
-        """The run's state (the checkpoint's ``run`` key) now."""
-
-    def check(self, path: Path, run: dict[str, Any]) -> None:
-        """Refuse a checkpoint this run cannot continue (``ValueError``)."""
-
-    def restore(self, run: dict[str, Any], rng: Any, data: Any) -> None:
-        """Put the run's state back, with this rank's generators and data position."""
 
 
 class Checkpoints:
@@ -93,12 +49,28 @@ class Checkpoints:
         storage: where ``RUN_DIR/checkpoints`` really is (``checkpoint_dir``: another
             folder or a URL); ``None``: that folder itself. Paths callbacks give under
             ``RUN_DIR/checkpoints`` stand for its files.
+        mode: ``"async"``: the loop blocks only for a host snapshot, one background
+            thread writes and commits it; ``"sync"``: the loop waits for the commit.
+        busy: a save asked for while another is in flight ``"wait"``s for it or is
+            ``"skip"``ped.
     """
 
     def __init__(self, parts: RunParts, *, run_dir: Path | None,
-                 comm: Comm | None = None, storage: Storage | None = None) -> None:
+                 comm: Comm | None = None, storage: Storage | None = None,
+                 mode: str = "async", busy: str = "wait") -> None:
+        if mode not in MODES:
+            raise ValueError(f"`checkpoint_mode` must be one of {MODES}, got {mode!r}")
+        if busy not in BUSY_RULES:
+            raise ValueError(f"`checkpoint_busy` must be one of {BUSY_RULES}, got {busy!r}")
         self.parts, self.run_dir, self.comm = parts, run_dir, comm
-        self.storage = storage
+        #: where ``RUN_DIR/checkpoints`` really is
+        self.mount = Mount(storage, run_dir, comm is None or comm.is_chief)
+        self.mode, self.busy = mode, busy
+        #: called from the writing thread when a background save ended (the loop then
+        #: collects it at its next step)
+        self.on_background_done: Callable[[], None] | None = None
+        self._writer = Writer(self._background_done)
+        self._landing: Landing | None = None
         #: checkpoints this run wrote (relative to the run directory when inside it)
         self.written: list[str] = []
         #: saves asked for during the current event, written once it is over
@@ -110,6 +82,10 @@ class Checkpoints:
         #: told ``(path, phase, step, epoch)`` after each checkpoint is written (the run
         #: directory records it in ``run.json``, so a killed run says how far it got)
         self.on_written: Callable[[Path, str, int, int], None] | None = None
+
+    def _background_done(self) -> None:
+        if self.on_background_done is not None:
+            self.on_background_done()
 
     # -- which checkpoints ---------------------------------------------------------------------
     def key(self, path: Path) -> str:
@@ -128,19 +104,7 @@ class Checkpoints:
 
     def paths(self) -> list[Path]:
         """Checkpoints this run wrote (across resumes) that are still there, oldest first."""
-        committed: set[str] | None = None
-        out = []
-        for path in map(self.resolve, self.written):
-            name = self.stored(path)
-            if name is None:
-                if path.exists():
-                    out.append(path)
-                continue
-            if committed is None and self.storage is not None:
-                committed = set(self.storage.committed())
-            if committed is not None and name in committed:
-                out.append(path)
-        return out
+        return self.mount.exists([self.resolve(key) for key in self.written])
 
     def delete(self, path: Path) -> bool:
         """Delete a checkpoint this run wrote (on the chief); any other path is left
@@ -153,13 +117,9 @@ class Checkpoints:
         if (self.key(path) not in self.written
                 or path.parent.resolve() not in self._folders):
             return False
-        if self.comm is None or self.comm.is_chief:
-            name = self.stored(path)
-            if name is None:
-                remove(path)
-            else:
-                assert self.storage is not None
-                self.storage.delete(name)
+        if self._landing is not None and self._landing[0] == path:
+            self.wait()  # never delete a file while it is being written
+        self.mount.delete(path)
         return True
 
     @staticmethod
@@ -169,53 +129,6 @@ class Checkpoints:
         and is finite; each one passed over goes to ``skipped(path, why)``."""
         return newest_valid(folder, skipped)
 
-    def newest_to_resume(self, folder: Path,
-                         skipped: Callable[[Path, str], None] | None = None) -> Path | None:
-        """``newest_valid`` for ``--resume auto``: of ``RUN_DIR/checkpoints``, looked up
-        where it really is (``storage``: the newest committed one)."""
-        if self.storage is not None and self.stored(folder / "x") is not None:
-            return stored_newest_valid(self.storage, folder, skipped)
-        return newest_valid(folder, skipped)
-
-    def stored(self, path: Path) -> str | None:
-        """The name in ``storage`` that ``path`` stands for (``None``: a plain path)."""
-        if self.storage is None or self.run_dir is None:
-            return None
-        mount = (self.run_dir / "checkpoints").resolve()
-        return path.name if path.parent.resolve() == mount else None
-
-    def shown(self, path: Path) -> str:
-        """Where ``path`` really is: its URL in ``storage``, or the path."""
-        name = self.stored(path)
-        return str(path) if name is None or self.storage is None else self.storage.url(name)
-
-    def open_storage(self, *, fresh: bool) -> None:
-        """The run opened its directory: remove what its interrupted writes left in
-        ``storage``; a fresh run (not a resume, nor ``--overwrite``, which empties it)
-        refuses a ``storage`` that holds checkpoints, as a run directory holding a run is
-        refused.
-
-        Raises:
-            RunDirError: a fresh run's ``storage`` holds checkpoints.
-        """
-        storage = self.storage
-        if storage is None or (self.comm is not None and not self.comm.is_chief):
-            return
-        storage.clean_leftovers()
-        held = storage.committed()
-        if fresh and held:
-            where = storage.url("").rstrip("/")
-            raise RunDirError(f"checkpoint_dir {where!r} holds checkpoints of a run "
-                              f"({len(held)}, e.g. {sorted(held)[-1]}): resume it "
-                              "(--resume auto) or start over (--overwrite)")
-
-    def clear_storage(self) -> None:
-        """Delete every checkpoint in ``storage`` (``--overwrite``: it belongs to this run)."""
-        if self.storage is not None and (self.comm is None or self.comm.is_chief):
-            for name in self.storage.committed():
-                self.storage.delete(name)
-            self.storage.clean_leftovers()
-
     # -- the save queue ------------------------------------------------------------------------
     def request(self, path: Path, on_saved: Callable[[Path], None] | None = None) -> None:
         """Write a checkpoint once the current event is over (every firing has run)."""
@@ -224,24 +137,40 @@ class Checkpoints:
     def flush(self, phase: str) -> None:
         """Write the checkpoints asked for during the event ``phase``."""
         saves, self.pending = self.pending, []
+        if not saves:
+            return
+        busy = self._landing is not None and not self._writer.done()
+        skip = self.busy == "skip" and busy
+        if self.busy == "skip" and self.comm is not None:  # every rank skips, or none
+            skip = self.comm.any(skip)  # (only the chief writes: it decides)
+        if busy or skip:
+            if self.log:
+                _log.info("checkpoint_busy", rule="skip" if skip else "wait",
+                          asked=[str(p) for p, _ in saves])
+            if skip:
+                return
         for path, on_saved in saves:
-            written = self.write(path, phase)
-            if on_saved is not None:  # the path written: "-nonfinite" added when it was
-                on_saved(written)
+            self.write(path, phase, on_saved)
 
     def discard(self) -> None:
         """Forget the saves asked for: never a checkpoint of a half-done event."""
         self.pending = []
 
     # -- writing and reading -------------------------------------------------------------------
-    def write(self, path: Path, phase: str) -> Path:
-        """Write a checkpoint of the run now; returns the path written.
+    def write(self, path: Path, phase: str,
+              on_saved: Callable[[Path], None] | None = None) -> Path:
+        """Write a checkpoint of the run now; returns the path written. ``on_saved(path)``
+        is called once it is committed (``"async"``: when the loop collects it).
+
+        In ``"async"`` mode the state is copied to host memory and written in the
+        background; a save still in flight is waited for first.
 
         A checkpoint of non-finite weights or loss never replaces a file: it goes beside
         it as ``<name>-nonfinite.pt``. On several processes every rank calls this: each
         rank's generators and data position are gathered, and the chief writes the file;
         of a sharded (FSDP2) model every rank writes its shard into ``<name>.dcp/``.
         """
+        self.wait()  # at most one save in flight
         parts, comm = self.parts, self.comm
         ranks = None
         if comm is not None:
@@ -249,8 +178,8 @@ class Checkpoints:
         model_state = parts.model.state_dict()
         sharded = comm is not None and is_sharded(model_state)
         finite = is_finite(model_state, parts.last_loss())
-        if sharded and self.stored(path) is not None:
-            raise CheckpointError(self.shown(path), "a sharded (FSDP2) checkpoint is a "
+        if sharded and self.mount.stored(path) is not None:
+            raise CheckpointError(self.mount.shown(path), "a sharded (FSDP2) checkpoint is a "
                                   "directory every rank writes: give a checkpoint_dir on a "
                                   "shared file system, not a URL or another folder")
         if sharded and comm is not None:
@@ -272,6 +201,7 @@ class Checkpoints:
         if comm is not None:
             run["ranks"] = ranks
             body = body if comm.is_chief else None
+        landing: Landing = (path, phase, step, epoch, on_saved)
         try:
             if sharded and comm is not None:
                 written = save_sharded(path, body, model=parts.model,
@@ -280,32 +210,59 @@ class Checkpoints:
                 written = path
             else:
                 body["model"], body["optimizer"] = model_state, parts.optimizer.state_dict()
-                written = self._write_file(body, path)
+                body = trim(body)  # the same bytes from the same values, in either mode
+                if self.mode == "async":
+                    # The stall: a host copy; the training may change the state at once.
+                    state = snapshot(body)
+                    self._landing = landing
+                    self._writer.start(lambda: self.mount.write(state, path))
+                    return path
+                written = self.mount.write(body, path)
         except (OSError, RuntimeError) as exc:  # a full disk, a quota, a read-only mount
-            failed = CheckpointError(path, f"could not be written ({_cause(exc)}); the "
-                                           "previous checkpoints are as they were")
-            locate_failure(failed, f"the checkpoint write after step {step} "
-                                   f"(epoch {epoch}, {phase})")
-            raise failed from exc
-        if self.log:
-            _log.debug("checkpoint", path=str(written), step=step, phase=phase)
-        if self.on_written is not None and (comm is None or comm.is_chief):
-            self.on_written(written, phase, step, epoch)
+            raise failure(exc, landing) from exc
+        self._committed(landing)
         return written
 
-    def _write_file(self, body: dict[str, Any], path: Path) -> Path:
-        name = self.stored(path)
-        if name is None or self.storage is None:
-            return write_checkpoint(body, path)
-        full = checkpoint_body(body, self.storage.url(name))
-        self.storage.write(name, lambda f: torch.save(full, f))
-        return path
+    def wait(self) -> None:
+        """Finish the save in flight (if any): once committed, ``on_saved`` runs.
 
-    def _read_file(self, path: Path) -> dict[str, Any]:
-        name = self.stored(path)
-        if name is None or self.storage is None:
-            return read_checkpoint(path, map_location="cpu")
-        return read_stored(self.storage, name)
+        Raises:
+            CheckpointError: the background write failed (named, with its cause).
+        """
+        landing, self._landing = self._landing, None
+        if landing is None:
+            return
+        try:
+            self._writer.result()
+        except Exception as exc:
+            failed = failure(exc, landing)
+            if failed is exc:
+                raise
+            raise failed from exc
+        self._committed(landing)
+
+    def settle(self) -> None:
+        """As ``wait``, on a way out that already fails: a write's failure is logged."""
+        try:
+            self.wait()
+        except CheckpointError as exc:
+            _log.error("checkpoint_failed", error=str(exc))
+
+    def abandon(self) -> None:
+        """Stop waiting for the save in flight (a second Ctrl-C aborts at once): its
+        thread dies with the process, leaving at most a temporary file."""
+        self._landing = None
+        self._writer.forget()
+
+    def _committed(self, landing: Landing) -> None:
+        path, phase, step, epoch, on_saved = landing
+        comm = self.comm
+        if self.log:
+            _log.debug("checkpoint", path=str(path), step=step, phase=phase)
+        if self.on_written is not None and (comm is None or comm.is_chief):
+            self.on_written(path, phase, step, epoch)
+        if on_saved is not None:  # the path written: "-nonfinite" added when it was
+            on_saved(path)
 
     def read(self, path: Path) -> dict[str, Any]:
         """Load ``path`` (checked) and put the run back as it was; returns the checkpoint
@@ -316,9 +273,10 @@ class Checkpoints:
             ValueError: the checkpoint does not fit this run (other callbacks, or taken
                 inside an epoch on another number of processes).
         """
+        self.wait()
         parts = self.parts
         # On the host: tensors are copied into the model's and optimizer's own devices.
-        state = self._read_file(path)
+        state = self.mount.read(path)
         run = state["run"]
         parts.check(path, run)
         rng, data = self._own_part(path, run)
@@ -334,9 +292,10 @@ class Checkpoints:
         a saver's ``load_best_at_end`` does; the clock, metrics and callbacks stay as they
         are. Returns the checkpoint. On several processes every rank calls it, after the
         chief has finished writing."""
+        self.wait()
         if self.comm is not None:
             self.comm.barrier()  # the chief's last write is over before anyone reads
-        state = self._read_file(path)
+        state = self.mount.read(path)
         self._load_model(path, state)
         return state
 

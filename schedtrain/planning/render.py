@@ -10,6 +10,7 @@ from typing import Any, Final
 from schedtrain.files import write_atomic
 from schedtrain.planning.plan import Plan
 from schedtrain.schedule.firings import Firing
+from schedtrain.spec.model import Spec
 
 __all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "draw_png", "render_json",
            "render_png", "render_table"]
@@ -70,6 +71,17 @@ def _timeline(plan: Plan, width: int = TIMELINE_WIDTH) -> list[str]:
     return lines
 
 
+def _saves_line(spec: Spec) -> str:
+    """How checkpoints are written, and what a save asked for during another does."""
+    mode = spec.run.checkpoint_mode if spec.run is not None else "async"
+    busy = spec.run.checkpoint_busy if spec.run is not None else "wait"
+    how = ("the loop blocks for a host copy, a background thread writes"
+           if mode == "async" else "the loop waits for each file")
+    rule = ("waits for it" if busy == "wait" else "is skipped")
+    return (f"saves: checkpoint_mode = {mode!r} ({how}); a save asked for while one is "
+            f"in flight {rule} (checkpoint_busy = {busy!r})")
+
+
 def render_table(plan: Plan, first: int) -> str:
     spec, shape = plan.spec, plan.shape
     names = plan.table.names
@@ -92,6 +104,7 @@ def render_table(plan: Plan, first: int) -> str:
                      + "  " + r[3])
     lines.append("")
     lines.append("evaluated at every step: " + (", ".join(plan.always) or "none"))
+    lines.append(_saves_line(spec))
     if any(f.conditional for f in plan.log):
         lines.append("'?': conditional, fires only if its runtime condition or metric "
                      "allows (--metrics FILE resolves them)")

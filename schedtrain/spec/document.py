@@ -233,6 +233,10 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
     for key in ("max_epochs", "max_steps", "grad_accum"):
         _whole(problems, ("run", key), getattr(run, key), 1)
     _whole(problems, ("run", "sanity_eval_batches"), run.sanity_eval_batches, 0)
+    if run.checkpoint_mode not in ("async", "sync"):
+        problems.expect(("run", "checkpoint_mode"), "'async' or 'sync'", run.checkpoint_mode)
+    if run.checkpoint_busy not in ("wait", "skip"):
+        problems.expect(("run", "checkpoint_busy"), "'wait' or 'skip'", run.checkpoint_busy)
     device = _DEVICE_RE.fullmatch(run.device)
     if device is None or int(device["index"] or 0) > MAX_DEVICE_INDEX:
         problems.expect(("run", "device"), f"'auto', 'cpu', 'cuda', 'cuda:N' (N from 0 to "

@@ -105,6 +105,10 @@ class RunSpec:
         checkpoint_dir: where ``RUN_DIR/checkpoints`` really is: a folder or an fsspec
             URL (``s3://bucket/run/checkpoints``); default the run directory's.
         storage_options: the URL's filesystem options (``client_kwargs``, credentials).
+        checkpoint_mode: ``"async"`` (the loop blocks only for a host copy; a background
+            thread writes) or ``"sync"``.
+        checkpoint_busy: a save asked for while another is in flight ``"wait"``s for it
+            or is ``"skip"``ped.
     """
 
     task: str | None = None
@@ -124,6 +128,8 @@ class RunSpec:
     sanity_eval_batches: int = 0
     checkpoint_dir: str | None = None
     storage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    checkpoint_mode: str = "async"
+    checkpoint_busy: str = "wait"
 
 
 @attrs.frozen

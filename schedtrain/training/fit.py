@@ -110,9 +110,8 @@ class Lifecycle:
         if self.stage is Stage.FITTING:
             checkpoints.request(path, on_saved)
             return
-        written = checkpoints.write(path, "manual")
-        if on_saved is not None:
-            on_saved(written)
+        checkpoints.write(path, "manual", on_saved)
+        checkpoints.wait()  # outside fit nothing collects it later
 
     # -- the run directory ---------------------------------------------------------------------
     def _open_directory(self) -> None:
@@ -134,8 +133,8 @@ class Lifecycle:
         checkpoints, fresh = self.parts.checkpoints, self.stage is Stage.NEW
         try:
             if fresh and self.options.overwrite:
-                checkpoints.clear_storage()
-            checkpoints.open_storage(fresh=fresh and not self.options.overwrite)
+                checkpoints.mount.clear()
+            checkpoints.mount.open(fresh=fresh and not self.options.overwrite)
         except RunDirError:
             directory.release()
             raise
@@ -298,6 +297,10 @@ class Lifecycle:
         """End a run that raised ``exc``: its traceback kept, ``run.json`` says failed."""
         parts = self.parts
         parts.checkpoints.discard()  # never a checkpoint of a half-done event
+        if isinstance(exc, KeyboardInterrupt):  # the second Ctrl-C: no waiting
+            parts.checkpoints.abandon()
+        else:  # the save in flight is committed before the exit
+            parts.checkpoints.settle()
         if parts.directory is not None and not isinstance(exc, KeyboardInterrupt):
             parts.directory.save_traceback(exc)
         for cb in parts.callbacks:
@@ -315,6 +318,7 @@ class Lifecycle:
                 try:
                     with contextlib.suppress(StopTraining):
                         parts.dispatch.fire("train_end")
+                    parts.checkpoints.wait()  # the last save is committed, or the run fails
                 except Exception as exc:  # a train_end callback failed: so did the run
                     outcome, failed = "failed", exc
                     self.outcome = outcome
@@ -322,6 +326,7 @@ class Lifecycle:
                         parts.directory.save_traceback(exc)
                     raise
         finally:
+            parts.checkpoints.settle()  # every way out waits for the save in flight
             if self.stage in (Stage.SET_UP, Stage.FITTING):
                 self.stage = Stage.ENDED
             try:

@@ -313,7 +313,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         shard_data=run.shard_data, reduce=dict(run.reduce),
         sinks=build_sinks(run.sinks, run.sink_every, out_dir),
         log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
-        checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options))
+        checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options),
+        checkpoint_mode=run.checkpoint_mode, checkpoint_busy=run.checkpoint_busy)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:
@@ -360,8 +361,8 @@ def _newest(spec: Spec, out: Path) -> tuple[str, str | None]:
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
     if resume == "auto":
-        shown = trainer.checkpoints.shown
-        found = trainer.checkpoints.newest_to_resume(
+        shown = trainer.checkpoints.mount.shown
+        found = trainer.checkpoints.mount.newest_to_resume(
             out_dir / "checkpoints", lambda p, why: _skipped(shown(p), why))
         if found is not None:
             trainer.resume(found)

@@ -247,6 +247,9 @@ class Loop:
         """The slow path once the clock has caught up: fold the kept losses, per-step
         hooks, ``step_end`` where a trigger is due, and a requested preemption."""
         dispatch, hooks = self.dispatch, self.dispatch.hooks
+        if self.guard.woken:  # a background checkpoint write ended: commit or fail now
+            self.guard.woken = False
+            dispatch.saves.wait()
         if len(self.losses.losses) >= FOLD:
             self.losses.fold(step)
         after, trig = hooks["_after_step"], hooks["_trigger_step"]

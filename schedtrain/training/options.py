@@ -14,6 +14,7 @@ from typing import Any, Final
 import attrs
 import torch
 
+from schedtrain.checkpoints.background import BUSY_RULES, MODES
 from schedtrain.distributed.comm import check_reduce
 from schedtrain.urls import is_url
 
@@ -54,6 +55,8 @@ class Options:
     sanity_eval_batches: int = 0
     checkpoint_dir: str | Path | None = None
     storage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    checkpoint_mode: str = "async"
+    checkpoint_busy: str = "wait"
 
     @classmethod
     def check(cls, *, loss_fn: object, step_fn: object, max_epochs: int | None,
@@ -80,6 +83,9 @@ class Options:
             raise ValueError(f"`sanity_eval_batches` must be a whole number >= 0, got "
                              f"{sanity!r}")
         _check_storage(rest.get("checkpoint_dir"), rest.get("storage_options"), run_dir)
+        for name, allowed in (("checkpoint_mode", MODES), ("checkpoint_busy", BUSY_RULES)):
+            if name in rest and rest[name] not in allowed:
+                raise ValueError(f"`{name}` must be one of {allowed}, got {rest[name]!r}")
         return cls(max_epochs, max_steps, precision, grad_accum, grad_clip,
                    cls.resolve_device(device), reduce=dict(reduce or {}),
                    run_dir=Path(run_dir) if run_dir is not None else None, **rest)

@@ -90,7 +90,9 @@ class Parts:
             path = checkpoints.write(
                 checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
                 "preempt")
-            written = path if checkpoints.stored(path) is None else checkpoints.shown(path)
+            checkpoints.wait()  # committed before the process exits
+            mount = checkpoints.mount
+            written = path if mount.stored(path) is None else mount.shown(path)
         raise Preempted(signal_name, self.clock.step, written)
 
 
@@ -151,10 +153,12 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
     storage = (open_storage(options.checkpoint_dir, options.storage_options)
                if options.checkpoint_dir is not None else None)
-    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage)
+    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage,
+                              mode=options.checkpoint_mode, busy=options.checkpoint_busy)
+    checkpoints.on_background_done = guard.wake
     if directory is not None:
         record = directory.checkpoint_written
-        checkpoints.on_written = lambda path, *at: record(checkpoints.shown(path), *at)
+        checkpoints.on_written = lambda path, *at: record(checkpoints.mount.shown(path), *at)
     agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
                                guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
                                table=table, losses=losses, max_steps=options.max_steps)

@@ -26,19 +26,28 @@ class Guard:
 
     The loop compares its step with ``limit`` after every step; a signal sets
     ``limit = 0`` so that comparison leads to the slow path, where ``requested`` is read.
+    A background checkpoint write that ended does the same through ``wake``, so the loop
+    collects it (or its failure) at the next step.
     """
 
-    __slots__ = ("limit", "requested")
+    __slots__ = ("limit", "requested", "woken")
 
     def __init__(self) -> None:
         self.limit: float = 0
         self.requested: str | None = None
+        self.woken = False
 
     def set_limit(self, limit: float) -> None:
-        """Set the next due step, unless a stop was requested (then it stays 0)."""
+        """Set the next due step, unless a stop was requested or a background save
+        ended (then it stays 0)."""
         self.limit = limit
-        if self.requested is not None:  # a signal between the two lines still wins
+        if self.requested is not None or self.woken:  # set between the two lines: wins
             self.limit = 0
+
+    def wake(self) -> None:
+        """Take the slow path at the next step (called from another thread)."""
+        self.woken = True
+        self.limit = 0
 
 
 @contextlib.contextmanager

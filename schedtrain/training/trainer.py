@@ -82,6 +82,11 @@ class Trainer:
             callbacks give under ``RUN_DIR/checkpoints`` stand for its files (see
             docs/checkpoints.md, "Object storage").
         storage_options: the URL's filesystem options (credentials, ``client_kwargs``).
+        checkpoint_mode: ``"async"`` (default): a save blocks the loop only to copy the
+            state to host memory; one background thread writes and commits it. ``"sync"``:
+            the loop waits for the file. Both write the same bytes (docs/checkpoints.md).
+        checkpoint_busy: a save asked for while another is in flight: ``"wait"``
+            (default) for it, or ``"skip"`` the new one; either is logged.
     """
 
     def __init__(
@@ -117,6 +122,8 @@ class Trainer:
         sanity_eval_batches: int = 0,
         checkpoint_dir: str | Path | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        checkpoint_mode: str = "async",
+        checkpoint_busy: str = "wait",
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -126,7 +133,8 @@ class Trainer:
             strategy=strategy, shard_data=shard_data, keep_firings=keep_firings,
             handle_signals=handle_signals, log_events=log_events,
             sanity_eval_batches=sanity_eval_batches, checkpoint_dir=checkpoint_dir,
-            storage_options=dict(storage_options or {}))
+            storage_options=dict(storage_options or {}), checkpoint_mode=checkpoint_mode,
+            checkpoint_busy=checkpoint_busy)
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,

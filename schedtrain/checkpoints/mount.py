@@ -1,0 +1,127 @@
+"""``Mount``: where ``RUN_DIR/checkpoints`` really is — that folder, or another folder or an
+fsspec URL (``[run] checkpoint_dir``). Paths callbacks give under ``RUN_DIR/checkpoints``
+stand for the storage's files; any other path is a plain file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.storage import Storage
+from schedtrain.checkpoints.store import (
+    checkpoint_body,
+    newest_valid,
+    read_checkpoint,
+    read_stored,
+    stored_newest_valid,
+    write_checkpoint,
+)
+from schedtrain.errors import RunDirError
+
+__all__ = ["Mount"]
+
+
+class Mount:
+    """Maps the run's checkpoint paths to their storage.
+
+    Args:
+        storage: where ``RUN_DIR/checkpoints`` really is; ``None``: that folder itself.
+        run_dir: the run directory (``None``: paths are plain files).
+        chief: whether this process writes and deletes (rank 0).
+    """
+
+    def __init__(self, storage: Storage | None, run_dir: Path | None, chief: bool) -> None:
+        self.storage, self.run_dir, self.chief = storage, run_dir, chief
+
+    def stored(self, path: Path) -> str | None:
+        """The name in ``storage`` that ``path`` stands for (``None``: a plain path)."""
+        if self.storage is None or self.run_dir is None:
+            return None
+        mount = (self.run_dir / "checkpoints").resolve()
+        return path.name if path.parent.resolve() == mount else None
+
+    def shown(self, path: Path) -> str:
+        """Where ``path`` really is: its URL in ``storage``, or the path."""
+        name = self.stored(path)
+        return str(path) if name is None or self.storage is None else self.storage.url(name)
+
+    def exists(self, paths: list[Path]) -> list[Path]:
+        """Those of ``paths`` that are there (committed, in ``storage``), in order."""
+        committed: set[str] | None = None
+        out = []
+        for path in paths:
+            name = self.stored(path)
+            if name is None:
+                if path.exists():
+                    out.append(path)
+                continue
+            if committed is None and self.storage is not None:
+                committed = set(self.storage.committed())
+            if committed is not None and name in committed:
+                out.append(path)
+        return out
+
+    def write(self, body: dict[str, Any], path: Path) -> Path:
+        """Write the checkpoint ``body`` at ``path`` (committed by a manifest in storage)."""
+        name = self.stored(path)
+        if name is None or self.storage is None:
+            return write_checkpoint(body, path)
+        full = checkpoint_body(body, self.storage.url(name))
+        self.storage.write(name, lambda f: torch.save(full, f))
+        return path
+
+    def read(self, path: Path) -> dict[str, Any]:
+        """The checkpoint at ``path``, checked, on the host."""
+        name = self.stored(path)
+        if name is None or self.storage is None:
+            return read_checkpoint(path, map_location="cpu")
+        return read_stored(self.storage, name)
+
+    def delete(self, path: Path) -> None:
+        """Delete the checkpoint at ``path`` (on the chief)."""
+        if not self.chief:
+            return
+        name = self.stored(path)
+        if name is None or self.storage is None:
+            remove(path)
+        else:
+            self.storage.delete(name)
+
+    def newest_to_resume(self, folder: Path,
+                         skipped: Callable[[Path, str], None] | None = None) -> Path | None:
+        """The newest good checkpoint of ``folder`` for ``--resume auto``, looked up where
+        it really is (``storage``: the newest committed one)."""
+        if self.storage is not None and self.stored(folder / "x") is not None:
+            return stored_newest_valid(self.storage, folder, skipped)
+        return newest_valid(folder, skipped)
+
+    def open(self, *, fresh: bool) -> None:
+        """The run opened its directory: remove what its interrupted writes left in
+        ``storage``; a fresh run (not a resume, nor ``--overwrite``, which empties it)
+        refuses a ``storage`` that holds checkpoints, as a run directory holding a run is
+        refused.
+
+        Raises:
+            RunDirError: a fresh run's ``storage`` holds checkpoints.
+        """
+        storage = self.storage
+        if storage is None or not self.chief:
+            return
+        storage.clean_leftovers()
+        held = storage.committed()
+        if fresh and held:
+            where = storage.url("").rstrip("/")
+            raise RunDirError(f"checkpoint_dir {where!r} holds checkpoints of a run "
+                              f"({len(held)}, e.g. {sorted(held)[-1]}): resume it "
+                              "(--resume auto) or start over (--overwrite)")
+
+    def clear(self) -> None:
+        """Delete every checkpoint in ``storage`` (``--overwrite``: it belongs to this run)."""
+        if self.storage is not None and self.chief:
+            for name in self.storage.committed():
+                self.storage.delete(name)
+            self.storage.clean_leftovers()
