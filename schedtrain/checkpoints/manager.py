@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import structlog
 import torch
 
+from schedtrain.checkpoints.export import export_weights
 from schedtrain.checkpoints.files import remove
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.rng import rng_state
@@ -98,6 +99,8 @@ class Checkpoints:
         #: told ``(path, phase, step, epoch)`` after each checkpoint is written (the run
         #: directory records it in ``run.json``, so a killed run says how far it got)
         self.on_written: Callable[[Path, str, int, int], None] | None = None
+        #: formats the model's weights are also exported in (``export.EXPORT_FORMATS``)
+        self.export: tuple[str, ...] = ()
 
     # -- which checkpoints ---------------------------------------------------------------------
     def key(self, path: Path) -> str:
@@ -212,6 +215,24 @@ class Checkpoints:
         if self.on_written is not None and (comm is None or comm.is_chief):
             self.on_written(written, phase, step, epoch)
         return written
+
+    # -- exports -------------------------------------------------------------------------------
+    def export_model(self, path: Path) -> Path | None:
+        """Export the model's weights now to ``path`` (with ``export``; on the chief):
+        ``None`` when nothing is exported here."""
+        if "safetensors" not in self.export or not (self.comm is None or self.comm.is_chief):
+            return None
+        step, epoch = self.parts.position()
+        return export_weights(self.parts.model.state_dict(), path, step=step, epoch=epoch)
+
+    def export_checkpoint(self, checkpoint: Path, path: Path) -> Path | None:
+        """Export the weights of the committed ``checkpoint`` to ``path`` (with
+        ``export``; on the chief): the file holds what the checkpoint holds, however
+        long after its request it was written."""
+        if "safetensors" not in self.export or not (self.comm is None or self.comm.is_chief):
+            return None
+        state = read_checkpoint(checkpoint, map_location="cpu")
+        return export_weights(state["model"], path, step=state["step"], epoch=state["epoch"])
 
     def read(self, path: Path) -> dict[str, Any]:
         """Load ``path`` (checked) and put the run back as it was; returns the checkpoint

@@ -250,6 +250,7 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
             problems.expect(("run", "reduce", name),
                             " or ".join(repr(x) for x in REDUCE_OPS), op)
     _check_sinks(run, problems)
+    _check_export(run, problems)
 
 
 #: ``[run] sinks`` values.
@@ -281,6 +282,29 @@ def _check_sinks(run: RunSpec, problems: Problems) -> None:
         if message is not None:
             problems.add(where, message, expected="a period such as '1 epoch' or "
                                                   "'100 steps'", found=period)
+
+
+#: ``[run] export`` formats (``checkpoints.export.EXPORT_FORMATS``; kept here: the core
+#: imports no torch).
+EXPORT_FORMATS: Final = ("safetensors",)
+
+
+def _check_export(run: RunSpec, problems: Problems) -> None:
+    seen: set[str] = set()
+    for i, fmt in enumerate(run.export):
+        if fmt not in EXPORT_FORMATS:
+            problems.add(("run", "export", i), f"unknown export format {fmt!r}"
+                         f"{did_you_mean(fmt, EXPORT_FORMATS)}; expected "
+                         f"{', '.join(repr(x) for x in EXPORT_FORMATS)}",
+                         expected=" or ".join(repr(x) for x in EXPORT_FORMATS), found=fmt)
+        elif fmt in seen:
+            problems.add(("run", "export", i), f"export format {fmt!r} is listed twice",
+                         expected="each format once", found=fmt)
+        seen.add(fmt)
+    if run.export and run.strategy == "fsdp":
+        problems.add(("run", "export"), "export is not available with strategy = 'fsdp' "
+                     "(the weights are sharded)", expected="no export, or strategy 'ddp'",
+                     found=list(run.export))
 
 
 def sink_period_problem(period: str) -> str | None:

@@ -102,6 +102,7 @@ class RunSpec:
             ``"100 steps"``); a sink not named reports every value.
         sanity_eval_batches: with N > 0, ``sanity_eval`` fires once before ``train_start``
             (not on resume); an ``InferenceRunner`` it fires evaluates at most N batches.
+        export: also write the model's weights in these formats (``"safetensors"``).
     """
 
     task: str | None = None
@@ -119,6 +120,7 @@ class RunSpec:
     sinks: tuple[str, ...] = ("jsonl",)
     sink_every: Mapping[str, str] = attrs.field(factory=dict)
     sanity_eval_batches: int = 0
+    export: tuple[str, ...] = ()
 
 
 @attrs.frozen

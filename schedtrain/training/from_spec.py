@@ -310,7 +310,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         seed=run.seed, run_dir=out_dir, overwrite=overwrite, strategy=run.strategy,
         shard_data=run.shard_data, reduce=dict(run.reduce),
         sinks=build_sinks(run.sinks, run.sink_every, out_dir),
-        log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches)
+        log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
+        export=run.export)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:

@@ -146,6 +146,7 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
     checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm)
+    checkpoints.export = options.export
     if directory is not None:
         checkpoints.on_written = directory.checkpoint_written
     agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,

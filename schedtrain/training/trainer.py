@@ -77,6 +77,9 @@ class Trainer:
             (a fresh run only, not on resume): an ``InferenceRunner`` whose trigger names
             it evaluates at most N batches and puts no metric (Lightning's
             ``num_sanity_val_steps``). 0: no sanity evaluation.
+        export: also write the model's weights in these formats (``["safetensors"]``):
+            ``RUN_DIR/export/final.safetensors`` when training ends, and beside each
+            ``MinSaver``/``MaxSaver`` best checkpoint (docs/checkpoints.md).
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class Trainer:
         reduce: Mapping[str, str] | None = None,
         log_events: bool = True,
         sanity_eval_batches: int = 0,
+        export: Iterable[str] = (),
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -118,7 +122,8 @@ class Trainer:
             reduce=reduce, run_dir=run_dir, seed=seed, overwrite=overwrite,
             strategy=strategy, shard_data=shard_data, keep_firings=keep_firings,
             handle_signals=handle_signals, log_events=log_events,
-            sanity_eval_batches=sanity_eval_batches)
+            sanity_eval_batches=sanity_eval_batches,
+            export=export)
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
@@ -284,6 +289,11 @@ class Trainer:
         """Load the model and optimizer states of checkpoint ``path`` (checked against its
         checksum), nothing else: the clock, metrics and callbacks stay as they are."""
         self.checkpoints.load_weights(Path(path))
+
+    def export_checkpoint(self, checkpoint: str | Path, path: str | Path) -> Path | None:
+        """With ``export``: the weights of the written ``checkpoint`` also as safetensors
+        at ``path`` (on the chief; ``None`` when nothing is written here)."""
+        return self.checkpoints.export_checkpoint(Path(checkpoint), Path(path))
 
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
