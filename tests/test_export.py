@@ -191,3 +191,12 @@ def test_transformers_loads_an_exported_model(tmp_path: Path) -> None:
     export_weights(model.state_dict(), tmp_path / "model.safetensors", step=1, epoch=0)
     loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
     assert _same(loaded.state_dict(), model.state_dict())
+
+
+def test_overwrite_removes_the_previous_runs_export(tmp_path: Path) -> None:
+    """``overwrite`` starts afresh: the export folder of the run before goes too."""
+    _fit(tmp_path)
+    model, opt = tiny_model()
+    Trainer(model, opt, UnevenData([3]), mse, max_epochs=1, run_dir=tmp_path,
+            overwrite=True).fit()
+    assert not (tmp_path / "export").exists()
