@@ -109,6 +109,9 @@ class TrainingContext(Protocol):
     def load_weights(self, path: str | Path) -> None:
         """Load the model and optimizer states of a checkpoint (checked), nothing else."""
 
+    def export_checkpoint(self, checkpoint: str | Path, path: str | Path) -> Path | None:
+        """With ``export``: a written checkpoint's weights also as safetensors at ``path``."""
+
     @property
     def outcome(self) -> str | None:
         """How the run ended, in ``after_train``: ``"finished"``, ``"stopped"``,

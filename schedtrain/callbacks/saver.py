@@ -153,9 +153,12 @@ class _BestSaver(_Ranking):
         return _save_folder(self, self.folder, "best") / self.filename
 
     def _saved(self, written: Path, earlier: int | None) -> None:
-        """A ``-nonfinite`` file went beside the best one: the best to load is the earlier."""
+        """A ``-nonfinite`` file went beside the best one: the best to load is the earlier.
+        Else, with ``export``, its weights also go beside it (``min-val-loss.safetensors``)."""
         if written.name != self.filename:
             self.best_step = earlier
+            return
+        self.trainer.export_checkpoint(written, written.with_suffix(".safetensors"))
 
     def _after_train(self) -> None:
         """With ``load_best_at_end``, once training finished or stopped: the best

@@ -18,6 +18,7 @@ import structlog
 
 from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, snapshot, trim
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
+from schedtrain.checkpoints.export import export_weights
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.rng import rng_state
@@ -82,6 +83,8 @@ class Checkpoints:
         #: told ``(path, phase, step, epoch)`` after each checkpoint is written (the run
         #: directory records it in ``run.json``, so a killed run says how far it got)
         self.on_written: Callable[[Path, str, int, int], None] | None = None
+        #: formats the model's weights are also exported in (``export.EXPORT_FORMATS``)
+        self.export: tuple[str, ...] = ()
 
     def _background_done(self) -> None:
         if self.on_background_done is not None:
@@ -263,6 +266,24 @@ class Checkpoints:
             self.on_written(path, phase, step, epoch)
         if on_saved is not None:  # the path written: "-nonfinite" added when it was
             on_saved(path)
+
+    # -- exports -------------------------------------------------------------------------------
+    def export_model(self, path: Path) -> Path | None:
+        """Export the model's weights now to ``path`` (with ``export``; on the chief):
+        ``None`` when nothing is exported here."""
+        if "safetensors" not in self.export or not (self.comm is None or self.comm.is_chief):
+            return None
+        step, epoch = self.parts.position()
+        return export_weights(self.parts.model.state_dict(), path, step=step, epoch=epoch)
+
+    def export_checkpoint(self, checkpoint: Path, path: Path) -> Path | None:
+        """Export the weights of the committed ``checkpoint`` to ``path`` (with
+        ``export``; on the chief): the file holds what the checkpoint holds, however
+        long after its request it was written."""
+        if "safetensors" not in self.export or not (self.comm is None or self.comm.is_chief):
+            return None
+        state = self.mount.read(checkpoint)
+        return export_weights(state["model"], path, step=state["step"], epoch=state["epoch"])
 
     def read(self, path: Path) -> dict[str, Any]:
         """Load ``path`` (checked) and put the run back as it was; returns the checkpoint

@@ -29,10 +29,10 @@ from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_name
 from schedtrain.spec.model import ClockSpec, RunSpec
+from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel
-from schedtrain.time import MAX_COUNT, Time, Unit
+from schedtrain.time import MAX_COUNT
 from schedtrain.triggers import MAX_DEPTH
-from schedtrain.urls import is_url, missing_package
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -254,74 +254,7 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
         if op not in REDUCE_OPS:
             problems.expect(("run", "reduce", name),
                             " or ".join(repr(x) for x in REDUCE_OPS), op)
-    _check_sinks(run, problems)
-    _check_storage(run, problems)
-
-
-def _check_storage(run: RunSpec, problems: Problems) -> None:
-    where = ("run", "checkpoint_dir")
-    if run.checkpoint_dir is None:
-        if run.storage_options:
-            problems.add(("run", "storage_options"), "storage_options apply to a URL "
-                         "checkpoint_dir; none is given", expected="a checkpoint_dir URL "
-                         "beside it", found="no checkpoint_dir")
-        return
-    if not run.checkpoint_dir.strip():
-        problems.expect(where, "a folder or a URL such as 's3://bucket/run/checkpoints'",
-                        run.checkpoint_dir)
-    elif is_url(run.checkpoint_dir):
-        missing = missing_package(run.checkpoint_dir)
-        if missing is not None:
-            problems.add(where, missing, expected="its package installed",
-                         found=run.checkpoint_dir)
-    elif run.storage_options:
-        problems.add(("run", "storage_options"), "storage_options apply to a URL "
-                     f"checkpoint_dir, not the folder {run.checkpoint_dir!r}",
-                     expected="a URL checkpoint_dir", found=run.checkpoint_dir)
-
-
-#: ``[run] sinks`` values.
-SINKS: Final = ("jsonl", "console", "tensorboard")
-
-
-def _check_sinks(run: RunSpec, problems: Problems) -> None:
-    seen: set[str] = set()
-    for i, sink in enumerate(run.sinks):
-        if sink not in SINKS:
-            problems.add(("run", "sinks", i), f"unknown sink {sink!r}{did_you_mean(sink, SINKS)}"
-                         f"; expected {', '.join(repr(x) for x in SINKS)}",
-                         expected=" or ".join(repr(x) for x in SINKS), found=sink)
-        elif sink in seen:
-            problems.add(("run", "sinks", i), f"sink {sink!r} is listed twice",
-                         expected="each sink once", found=sink)
-        seen.add(sink)
-    for sink, period in run.sink_every.items():
-        where = ("run", "sink_every", sink)
-        if sink == "jsonl":
-            problems.add(where, "events.jsonl keeps every value (resume and `plan --metrics` "
-                                "read it); give a cadence to 'console' or 'tensorboard'",
-                         expected="'console' or 'tensorboard'", found=sink)
-        elif sink not in run.sinks:
-            problems.add(where, f"{sink!r} is not in run.sinks ({list(run.sinks)}); add it "
-                                f"there{did_you_mean(sink, SINKS)}",
-                         expected="a sink listed in run.sinks", found=sink)
-        message = sink_period_problem(period)
-        if message is not None:
-            problems.add(where, message, expected="a period such as '1 epoch' or "
-                                                  "'100 steps'", found=period)
-
-
-def sink_period_problem(period: str) -> str | None:
-    """Why ``period`` cannot be a sink's cadence, or ``None``: scalars carry their step
-    and epoch, so a whole number of steps or epochs."""
-    try:
-        t = Time.parse(period)
-    except (ValueError, TypeError) as exc:
-        return f"expected a period such as '1 epoch' or '100 steps', found {period!r} ({exc})"
-    if t.unit not in (Unit.STEP, Unit.EPOCH) or not (isinstance(t.value, int) and t.value >= 1):
-        return (f"expected a whole number >= 1 of steps or epochs (values are stamped with "
-                f"those), found {period!r}")
-    return None
+    check_outputs(run, problems)
 
 
 def _check_events(events: tuple[str, ...], problems: Problems) -> None:

@@ -109,6 +109,7 @@ class RunSpec:
             thread writes) or ``"sync"``.
         checkpoint_busy: a save asked for while another is in flight ``"wait"``s for it
             or is ``"skip"``ped.
+        export: also write the model's weights in these formats (``"safetensors"``).
     """
 
     task: str | None = None
@@ -130,6 +131,7 @@ class RunSpec:
     storage_options: Mapping[str, Any] = attrs.field(factory=dict)
     checkpoint_mode: str = "async"
     checkpoint_busy: str = "wait"
+    export: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -81,7 +81,7 @@ class Dispatcher:
         self.hooks["_before_firings"] = [(cb, None) for cb in callbacks.values()
                                          if overrides(cb, "_before_firings")]
         self._fresh = False  # an outermost event has started and nothing fired yet
-        self.log_firings = False
+        self._firing_log: Any = None
         self.payload: dict[str, Any] = {}
         self._before_firing = before_firing
         self.saves, self.agreement = saves, agreement
@@ -90,6 +90,17 @@ class Dispatcher:
         self._stepped: list[Callback] = []
         #: why a callback asked training to stop (``request_stop``), until it stops
         self.stop_reason: str | None = None
+
+    @property
+    def log_firings(self) -> bool:
+        """Log each firing (at debug level; an application configured structlog)."""
+        return self._firing_log is not None
+
+    @log_firings.setter
+    def log_firings(self, on: bool) -> None:
+        # Bound once per run: structlog's lazy proxy builds a logger at every call, which
+        # cost more than the firing itself in benchmarks/bench_loop.py.
+        self._firing_log = _log.bind() if on else None
 
     # -- events ------------------------------------------------------------------------------
     def fire(self, event: str, payload: Mapping[str, Any] | None = None) -> tuple[str, ...]:
@@ -133,9 +144,9 @@ class Dispatcher:
         self.firings.append(Firing(name, event, ts))
         if self.metrics.sinks:
             self.metrics.firing(name, event, ts)
-        if self.log_firings:
-            _log.debug("firing", callback=name, trigger_event=event, step=ts.step,
-                       epoch=ts.epoch)
+        if self._firing_log is not None:
+            self._firing_log.debug("firing", callback=name, trigger_event=event,
+                                   step=ts.step, epoch=ts.epoch)
         self._depth += 1
         try:
             self.agreement.run_callback(self, name, self._fired[name])

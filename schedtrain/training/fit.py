@@ -293,6 +293,14 @@ class Lifecycle:
                 raise
         self.stage = Stage.SET_UP
 
+    def _export_final(self) -> None:
+        """With ``export``: the weights training ended with, as
+        ``RUN_DIR/export/final.safetensors`` (before ``after_train`` hooks such as
+        ``load_best_at_end`` change them)."""
+        run_dir = self.options.run_dir
+        if run_dir is not None:
+            self.parts.checkpoints.export_model(run_dir / "export" / "final.safetensors")
+
     def _failed(self, exc: BaseException) -> None:
         """End a run that raised ``exc``: its traceback kept, ``run.json`` says failed."""
         parts = self.parts
@@ -319,6 +327,7 @@ class Lifecycle:
                     with contextlib.suppress(StopTraining):
                         parts.dispatch.fire("train_end")
                     parts.checkpoints.wait()  # the last save is committed, or the run fails
+                    self._export_final()
                 except Exception as exc:  # a train_end callback failed: so did the run
                     outcome, failed = "failed", exc
                     self.outcome = outcome

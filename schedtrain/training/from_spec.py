@@ -314,7 +314,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         sinks=build_sinks(run.sinks, run.sink_every, out_dir),
         log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
         checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options),
-        checkpoint_mode=run.checkpoint_mode, checkpoint_busy=run.checkpoint_busy)
+        checkpoint_mode=run.checkpoint_mode, checkpoint_busy=run.checkpoint_busy,
+        export=run.export)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:

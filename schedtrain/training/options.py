@@ -7,7 +7,7 @@ fills) and carried whole to the parts that need it; nothing re-checks it later.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +31,24 @@ def _positive(name: str, value: int | None, *, allow_none: bool) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be a whole number >= 1"
                          f"{' or None' if allow_none else ''}, got {value!r}")
+
+
+def _export(export: object, strategy: object) -> tuple[str, ...]:
+    """The checked ``export`` formats."""
+    from schedtrain.checkpoints.export import EXPORT_FORMATS
+
+    if isinstance(export, str) or not isinstance(export, Iterable):
+        raise ValueError(f"`export` must be a list of formats ({list(EXPORT_FORMATS)}), got "
+                         f"{export!r}")
+    formats = tuple(export)
+    for fmt in formats:
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"`export` holds {fmt!r}; expected formats from "
+                             f"{list(EXPORT_FORMATS)}")
+    if formats and strategy == "fsdp":
+        raise ValueError("`export` is not available with strategy='fsdp' (FSDP2): the "
+                         "weights are sharded; convert a checkpoint after training")
+    return tuple(dict.fromkeys(formats))
 
 
 @attrs.frozen
@@ -57,6 +75,7 @@ class Options:
     storage_options: Mapping[str, Any] = attrs.field(factory=dict)
     checkpoint_mode: str = "async"
     checkpoint_busy: str = "wait"
+    export: tuple[str, ...] = ()
 
     @classmethod
     def check(cls, *, loss_fn: object, step_fn: object, max_epochs: int | None,
@@ -78,6 +97,7 @@ class Options:
         if grad_clip is not None and not grad_clip > 0:
             raise ValueError(f"`grad_clip` must be > 0 or None, got {grad_clip!r}")
         check_reduce(reduce or {})
+        rest["export"] = _export(rest.get("export", ()), rest.get("strategy", "auto"))
         sanity = rest.get("sanity_eval_batches", 0)
         if isinstance(sanity, bool) or not isinstance(sanity, int) or sanity < 0:
             raise ValueError(f"`sanity_eval_batches` must be a whole number >= 0, got "

@@ -156,6 +156,7 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage,
                               mode=options.checkpoint_mode, busy=options.checkpoint_busy)
     checkpoints.on_background_done = guard.wake
+    checkpoints.export = options.export
     if directory is not None:
         record = directory.checkpoint_written
         checkpoints.on_written = lambda path, *at: record(checkpoints.mount.shown(path), *at)

@@ -32,7 +32,7 @@ RUN_FILE: Final = "run.json"
 LOCK_FILE: Final = ".lock"
 #: What a run writes, and all that --overwrite removes.
 _OWNED_FILES: Final = ("events.jsonl", RUN_FILE, "traceback.txt")
-_OWNED_DIRS: Final = ("checkpoints", "best", "media")
+_OWNED_DIRS: Final = ("checkpoints", "best", "media", "export")
 #: Folders a run writes into: none may lead out of the directory.
 _WRITTEN_DIRS: Final = (*_OWNED_DIRS, "tensorboard")
 #: ``run.json`` is a few hundred bytes; anything much longer is not ours.
@@ -121,7 +121,7 @@ class RunDirectory:
         except UnsafeFile:
             self.release()
             raise
-        for folder in (self.path, self.checkpoints, self.path / "best"):
+        for folder in (self.path, self.checkpoints, self.path / "best", self.path / "export"):
             remove_leftovers(folder)
 
     def release(self) -> None:

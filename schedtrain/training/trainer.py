@@ -87,6 +87,9 @@ class Trainer:
             the loop waits for the file. Both write the same bytes (docs/checkpoints.md).
         checkpoint_busy: a save asked for while another is in flight: ``"wait"``
             (default) for it, or ``"skip"`` the new one; either is logged.
+        export: also write the model's weights in these formats (``["safetensors"]``):
+            ``RUN_DIR/export/final.safetensors`` when training ends, and beside each
+            ``MinSaver``/``MaxSaver`` best checkpoint (docs/checkpoints.md).
     """
 
     def __init__(
@@ -124,6 +127,7 @@ class Trainer:
         storage_options: Mapping[str, Any] | None = None,
         checkpoint_mode: str = "async",
         checkpoint_busy: str = "wait",
+        export: Iterable[str] = (),
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -134,7 +138,7 @@ class Trainer:
             handle_signals=handle_signals, log_events=log_events,
             sanity_eval_batches=sanity_eval_batches, checkpoint_dir=checkpoint_dir,
             storage_options=dict(storage_options or {}), checkpoint_mode=checkpoint_mode,
-            checkpoint_busy=checkpoint_busy)
+            checkpoint_busy=checkpoint_busy, export=export)
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
@@ -300,6 +304,11 @@ class Trainer:
         """Load the model and optimizer states of checkpoint ``path`` (checked against its
         checksum), nothing else: the clock, metrics and callbacks stay as they are."""
         self.checkpoints.load_weights(Path(path))
+
+    def export_checkpoint(self, checkpoint: str | Path, path: str | Path) -> Path | None:
+        """With ``export``: the weights of the written ``checkpoint`` also as safetensors
+        at ``path`` (on the chief; ``None`` when nothing is written here)."""
+        return self.checkpoints.export_checkpoint(Path(checkpoint), Path(path))
 
     def resume(self, path: str | Path) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
