@@ -98,3 +98,30 @@ def test_toml_before_deadline_bad_value(value: str) -> None:
     with pytest.raises(Exception, match=r"callbacks\.save\.trigger\.before_deadline"):
         loads_spec('[callbacks.save]\ntype = "ModelSaver"\n'
                    f'trigger = {{ before_deadline = {value} }}\n')
+
+
+def test_resolve_deadline_the_earlier_wins() -> None:
+    from schedtrain.deadlines import resolve_deadline
+    assert resolve_deadline("23 h", start=1000.0, env={}) == 1000.0 + 23 * 3600
+    assert resolve_deadline("23 h", start=1000.0, env={"SLURM_JOB_END_TIME": "5000"}) == 5000
+    assert resolve_deadline("10 s", start=1000.0, env={"SLURM_JOB_END_TIME": "5000"}) == 1010
+    assert resolve_deadline("1970-01-01T00:20:00+00:00", start=0.0, env={}) == 1200
+    assert resolve_deadline(None, start=0.0, env={"SLURM_JOB_END_TIME": "77"}) == 77
+    assert resolve_deadline(None, start=0.0, env={}) is None
+    with pytest.raises(ValueError, match="SLURM_JOB_END_TIME='soon'"):
+        resolve_deadline(None, start=0.0, env={"SLURM_JOB_END_TIME": "soon"})
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("deadline", '"10 steps"', "a duration such as '23 h'"),
+    ("deadline", '"tomorrow"', "expected an ISO time"),
+    ("deadline", "5", "expected a string"),
+    ("preempt_signals", '["SIGKILL"]', "SIGKILL cannot be caught"),
+    ("preempt_signals", '["SIGFOO"]', "'SIGFOO' is not a signal name"),
+    ("preempt_signals", "[]", "non-empty list"),
+])
+def test_run_deadline_and_signals_bad_values(key: str, value: str, says: str) -> None:
+    with pytest.raises(Exception, match=rf"run\.{key}") as info:
+        loads_spec(f'[run]\ntask = "m:f"\nmax_steps = 5\n{key} = {value}\n'
+                   '[callbacks.c]\ntype = "ModelSaver"\ntrigger = { every = "1 step" }\n')
+    assert says in str(info.value)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import structlog
 
 from schedtrain.checkpoints.rng import preserved_rng
+from schedtrain.deadlines import SLURM_END, deadline_ns, resolve_deadline, signals_of
 from schedtrain.distributed.comm import reraise_on_all
 from schedtrain.errors import (
     Preempted,
@@ -184,6 +187,23 @@ class Lifecycle:
             ts = self.parts.clock.now()
             directory.record(status, step=ts.step, epoch=ts.epoch)
 
+    def _deadline_ns(self) -> int | None:
+        """The run's deadline on the clock's time axis, worked out on the chief (so every
+        rank counts down to the same point; one broadcast, only when a deadline is known
+        somewhere) from ``[run] deadline`` and the scheduler's job end."""
+        parts, opts = self.parts, self.options
+        comm = parts.comm
+        if comm is not None and not comm.is_chief:
+            deadline = None
+        else:
+            deadline = resolve_deadline(opts.deadline, start=time.time(), env=os.environ)
+        found = (None if deadline is None else
+                 deadline_ns(deadline, time_ns=parts.clock.time_ns, now=time.time()))
+        if comm is not None and comm.size > 1 and (opts.deadline is not None
+                                                  or SLURM_END in os.environ):
+            found = comm.broadcast(found)
+        return found
+
     # -- fit -----------------------------------------------------------------------------------
     def fit(self) -> None:
         """Train until ``max_epochs``/``max_steps``, a stop, a signal or an exception."""
@@ -197,6 +217,7 @@ class Lifecycle:
         except BaseException as exc:
             self._failed(exc)
             raise
+        parts.table.deadline_ns = self._deadline_ns()
         parts.table.attach(parts.clock, parts.metrics, parts.predicates)
         parts.model.train()
         # Unconfigured structlog prints every debug line: log firings only when an
@@ -208,7 +229,8 @@ class Lifecycle:
         phase, self.checkpoint_phase = self.checkpoint_phase, None
         ended = self._ended_at(phase)
         outcome = "stopped" if ended and parts.run_state.stopped is not None else "finished"
-        signals = (handle_signals(parts.guard) if self.options.handle_signals
+        signals = (handle_signals(parts.guard, signals_of(self.options.preempt_signals))
+                   if self.options.handle_signals
                    else contextlib.nullcontext())
         try:
             with signals:
