@@ -125,3 +125,14 @@ def test_run_deadline_and_signals_bad_values(key: str, value: str, says: str) ->
         loads_spec(f'[run]\ntask = "m:f"\nmax_steps = 5\n{key} = {value}\n'
                    '[callbacks.c]\ntype = "ModelSaver"\ntrigger = { every = "1 step" }\n')
     assert says in str(info.value)
+
+
+def test_plan_shows_where_the_run_deadline_fires() -> None:
+    """`plan` counts a duration deadline from now: 2 s a step and an hour: step 1501."""
+    from schedtrain.planning import plan_spec
+    spec = loads_spec('[clock]\nepochs = 1\nsteps_per_epoch = 2000\nseconds_per_step = 2.0\n'
+                      '[run]\ntask = "m:f"\nmax_epochs = 1\ndeadline = "1 h"\n'
+                      '[callbacks.save]\ntype = "ModelSaver"\n'
+                      'trigger = { before_deadline = "10 min" }\n')
+    plan = plan_spec(spec)
+    assert [f.timestamp.step for f in plan.log if f.callback == "save"] == [1501]
