@@ -136,3 +136,13 @@ def test_plan_shows_where_the_run_deadline_fires() -> None:
                       'trigger = { before_deadline = "10 min" }\n')
     plan = plan_spec(spec)
     assert [f.timestamp.step for f in plan.log if f.callback == "save"] == [1501]
+
+
+def test_python_to_toml_and_back() -> None:
+    from schedtrain.spec.write import trigger_to_toml
+    trigger = before_deadline("10 min") | (every("5 steps") & when("time_left < 10 min"))
+    text = trigger_to_toml(trigger)
+    assert text == ('{ any = [{ before_deadline = "10 min" }, '
+                    '{ every = "5 steps", if = "time_left < 10 min" }] }')
+    spec = loads_spec(f'[callbacks.c]\ntype = "ModelSaver"\ntrigger = {text}\n')
+    assert spec.callbacks["c"].trigger == trigger
