@@ -101,7 +101,7 @@ def test_toml_before_deadline_bad_value(value: str) -> None:
 
 
 def test_resolve_deadline_the_earlier_wins() -> None:
-    from schedtrain.deadlines import resolve_deadline
+    from schedtrain.spec.deadlines import resolve_deadline
     assert resolve_deadline("23 h", start=1000.0, env={}) == 1000.0 + 23 * 3600
     assert resolve_deadline("23 h", start=1000.0, env={"SLURM_JOB_END_TIME": "5000"}) == 5000
     assert resolve_deadline("10 s", start=1000.0, env={"SLURM_JOB_END_TIME": "5000"}) == 1010

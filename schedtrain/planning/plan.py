@@ -13,7 +13,6 @@ from typing import Final
 
 import attrs
 
-from schedtrain.deadlines import resolve_deadline
 from schedtrain.planning.stops import stop_rules
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.table import TriggerTable
@@ -21,6 +20,7 @@ from schedtrain.simulation.metric_stream import MetricRecord
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.simulation.simulate import Simulation
 from schedtrain.spec import Spec
+from schedtrain.spec.deadlines import resolve_deadline
 from schedtrain.time import Time
 
 __all__ = ["MAX_ALWAYS_STEPS", "MAX_FIRINGS", "Plan", "PlanError", "plan_spec"]

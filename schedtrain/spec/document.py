@@ -24,11 +24,11 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from schedtrain.deadlines import check_deadline, check_signals
 from schedtrain.distributed.vocabulary import REDUCE_OPS, STRATEGIES
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_name
+from schedtrain.spec.deadlines import check_deadline, check_signals
 from schedtrain.spec.model import ClockSpec, RunSpec
 from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel

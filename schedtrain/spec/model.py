@@ -7,11 +7,11 @@ from typing import Any
 
 import attrs
 
-from schedtrain.deadlines import DEFAULT_SIGNALS
 from schedtrain.errors import Problem, SpecError
 from schedtrain.schedule.analysis import Analysis, Located
 from schedtrain.schedule.schedule import Schedule, Scheduled
 from schedtrain.simulation.simclock import RunShape
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.triggers import Trigger
 
 __all__ = ["CallbackSpec", "ClockSpec", "RunSpec", "Spec"]

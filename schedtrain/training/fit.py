@@ -25,7 +25,6 @@ from typing import Any
 import structlog
 
 from schedtrain.checkpoints.rng import preserved_rng
-from schedtrain.deadlines import SLURM_END, deadline_ns, resolve_deadline, signals_of
 from schedtrain.distributed.comm import reraise_on_all
 from schedtrain.errors import (
     Preempted,
@@ -34,6 +33,7 @@ from schedtrain.errors import (
     failure_place,
     locate_failure,
 )
+from schedtrain.spec.deadlines import SLURM_END, deadline_ns, resolve_deadline, signals_of
 from schedtrain.training.options import Options
 from schedtrain.training.parts import Parts
 from schedtrain.training.preempt import handle_signals

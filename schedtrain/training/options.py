@@ -15,8 +15,8 @@ import attrs
 import torch
 
 from schedtrain.checkpoints.background import BUSY_RULES, MODES
-from schedtrain.deadlines import DEFAULT_SIGNALS, check_deadline, check_signals
 from schedtrain.distributed.comm import check_reduce
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS, check_deadline, check_signals
 from schedtrain.urls import is_url
 
 __all__ = ["PRECISIONS", "Options", "StepFn"]

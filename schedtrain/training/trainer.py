@@ -17,11 +17,11 @@ import torch
 
 from schedtrain.checkpoints import Checkpoints
 from schedtrain.clock import LoopClock
-from schedtrain.deadlines import DEFAULT_SIGNALS
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.training.batches import to_device
 from schedtrain.training.data_position import seed_everything
 from schedtrain.training.dispatch import DEFAULT_KEEP_FIRINGS, Dispatcher
