@@ -57,3 +57,10 @@ def test_bad_deadline_argument() -> None:
     with pytest.raises(ValueError, match="`deadline`: invalid deadline 'soon'"):
         Trainer(model, opt, UnevenData([4]), torch.nn.functional.mse_loss,
                 schedule=Schedule({}), max_epochs=1, deadline="soon")
+
+
+def test_a_bad_slurm_end_time_is_ignored_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_END_TIME", "soon")
+    with pytest.warns(RuntimeWarning, match="SLURM_JOB_END_TIME='soon'.*ignored"):
+        assert fired("47 s") == ([3], [3, 4, 5, 6, 7, 8])

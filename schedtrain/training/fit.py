@@ -18,6 +18,7 @@ import contextlib
 import enum
 import os
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,12 @@ class Lifecycle:
         if comm is not None and not comm.is_chief:
             deadline = None
         else:
-            deadline = resolve_deadline(opts.deadline, start=time.time(), env=os.environ)
+            start = time.time()
+            try:
+                deadline = resolve_deadline(opts.deadline, start=start, env=os.environ)
+            except ValueError as exc:  # the scheduler's value, not the user's: go on
+                warnings.warn(f"{exc}; it is ignored", RuntimeWarning, stacklevel=2)
+                deadline = resolve_deadline(opts.deadline, start=start, env={})
         found = (None if deadline is None else
                  deadline_ns(deadline, time_ns=parts.clock.time_ns, now=time.time()))
         if comm is not None and comm.size > 1 and (opts.deadline is not None
