@@ -7,6 +7,7 @@ cut at ``MAX_FIRINGS``. Rendering lives in ``schedtrain.planning.render``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Final
 
@@ -19,6 +20,8 @@ from schedtrain.simulation.metric_stream import MetricRecord
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.simulation.simulate import Simulation
 from schedtrain.spec import Spec
+from schedtrain.spec.deadlines import resolve_deadline
+from schedtrain.time import Time
 
 __all__ = ["MAX_ALWAYS_STEPS", "MAX_FIRINGS", "Plan", "PlanError", "plan_spec"]
 
@@ -83,6 +86,17 @@ def _shape(spec: Spec, epochs: int | None, steps_per_epoch: int | None) -> RunSh
         f"or pass {' and '.join('--' + m.replace('_', '-') for m in missing)}{hint}")
 
 
+def _deadline(spec: Spec) -> Time | None:
+    """``[run] deadline`` as a duration from the start, the start being now (a plan is
+    made just before launching); the scheduler's job end is not known to a plan."""
+    if spec.run is None or spec.run.deadline is None:
+        return None
+    now = time.time()
+    end = resolve_deadline(spec.run.deadline, start=now, env={})
+    assert end is not None
+    return Time(max(end - now, 0.0), "s")
+
+
 def plan_spec(
     spec: Spec,
     metrics: Iterable[MetricRecord] | None = None,
@@ -104,7 +118,7 @@ def plan_spec(
                         "plan it with --import (which imports and runs that module)")
     shape = shape if shape is not None else _shape(spec, epochs, steps_per_epoch)
     sim = Simulation(spec.schedule(), shape, metrics=None if metrics is None else list(metrics),
-                     sanity_eval=bool(spec.clock.sanity_eval))
+                     sanity_eval=bool(spec.clock.sanity_eval), deadline=_deadline(spec))
     always = sim.table.always_evaluated
     if always and shape.total_steps > MAX_ALWAYS_STEPS:
         raise PlanError(

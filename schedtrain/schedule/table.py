@@ -113,6 +113,9 @@ class TriggerTable:
         self.warnings = warnings
         self.predicates = predicates
         self._metrics: MetricsView | None = None
+        #: The run's deadline on the clock's ``time_ns`` axis (``None``: none); set
+        #: before ``attach`` by the trainer (or the simulator).
+        self.deadline_ns: int | None = None
         self._clock: Clock | None = None
         self._books: dict[str, DueBook] = {}
         #: Call ``step_end()`` only once ``clock.step >= step_due``: the loop's whole
@@ -250,7 +253,8 @@ class TriggerTable:
         clock = self._clock
         assert clock is not None
         now = clock.now()
-        pt = Point(event, now, clock.previous(event), self._metrics, self.predicates)
+        pt = Point(event, now, clock.previous(event), self._metrics, self.predicates,
+                   self.deadline_ns)
         out: list[tuple[int, bool | None]] = []
         nodes, shared, names = self.nodes, self._shared, self.names
         values: dict[int, bool | None] = {}
@@ -302,7 +306,7 @@ class TriggerTable:
             prev = (step_back(now, event) if event != "step_end"
                     else attrs.evolve(now, step=max(now.step - 1, 0)))
         pt = Point(event, now, prev, metrics if metrics is not None else self._metrics,
-                   self.predicates)
+                   self.predicates, self.deadline_ns)
         listening = set(self.listeners(event))
         out: dict[str, Explanation] = {}
         for i, (name, node) in enumerate(zip(self.names, self.nodes, strict=True)):

@@ -32,7 +32,7 @@ from schedtrain.simulation.simclock import (
     batch_key,
     ceil_div,
 )
-from schedtrain.time import COUNTERS
+from schedtrain.time import COUNTERS, Time, as_time
 from schedtrain.triggers.protocol import Due, Predicate
 
 __all__ = ["Firing", "FiringLog", "RunShape", "SimClock", "Simulation", "next_firing", "simulate"]
@@ -52,9 +52,15 @@ class Simulation:
         predicates: Mapping[str, Predicate] | None = None,
         events: Mapping[str, Iterable[int]] | None = None,
         sanity_eval: bool = False,
+        deadline: Time | str | None = None,
     ) -> None:
         self.table = schedule if isinstance(schedule, TriggerTable) else schedule.compile(
             predicates=predicates)
+        if deadline is not None:  # a duration from the start: where it falls on time_ns
+            left = as_time(deadline, "deadline")
+            if not left.unit.is_time:
+                raise ValueError(f"deadline must be a duration such as '23 h', got {left}")
+            self.table.deadline_ns = left.base
         self.shape = shape
         #: ``sanity_eval`` fires once, first (the run's ``sanity_eval_batches`` > 0)
         self.sanity_eval = sanity_eval
@@ -269,6 +275,7 @@ def simulate(
     max_steps: int | None = None,
     shape: RunShape | None = None,
     sanity_eval: bool = False,
+    deadline: Time | str | None = None,
 ) -> FiringLog:
     """Simulate a run and return every firing, in order.
 
@@ -287,6 +294,9 @@ def simulate(
             once (``RunShape.build(...)``) and passed as is.
         sanity_eval: the run has ``sanity_eval_batches`` > 0: ``sanity_eval`` fires once,
             before ``train_start``.
+        deadline: the run's deadline as a duration from its start ("23 h"): with
+            ``seconds_per_step`` it shows where ``before_deadline`` and ``time_left``
+            conditions fire.
     """
     given = {"epochs": epochs, "steps_per_epoch": steps_per_epoch,
              "epoch_lengths": epoch_lengths, "batches_per_step": batches_per_step,
@@ -294,7 +304,7 @@ def simulate(
              "seconds_per_step": seconds_per_step, "max_steps": max_steps}
     shape = shape_of(shape, given)
     return Simulation(schedule, shape, metrics=metrics, predicates=predicates,
-                      events=events, sanity_eval=sanity_eval).run()
+                      events=events, sanity_eval=sanity_eval, deadline=deadline).run()
 
 
 def shape_of(shape: RunShape | None, given: Mapping[str, Any]) -> RunShape:

@@ -28,6 +28,7 @@ from schedtrain.distributed.vocabulary import REDUCE_OPS, STRATEGIES
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_name
+from schedtrain.spec.deadlines import check_deadline, check_signals
 from schedtrain.spec.model import ClockSpec, RunSpec
 from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel
@@ -254,6 +255,10 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
         if op not in REDUCE_OPS:
             problems.expect(("run", "reduce", name),
                             " or ".join(repr(x) for x in REDUCE_OPS), op)
+    for key, why in (("deadline", run.deadline is not None and check_deadline(run.deadline)),
+                     ("preempt_signals", check_signals(list(run.preempt_signals)))):
+        if why:
+            problems.add(("run", key), why, found=repr(getattr(run, key)))
     check_outputs(run, problems)
 
 

@@ -11,6 +11,7 @@ from schedtrain.errors import Problem, SpecError
 from schedtrain.schedule.analysis import Analysis, Located
 from schedtrain.schedule.schedule import Schedule, Scheduled
 from schedtrain.simulation.simclock import RunShape
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.triggers import Trigger
 
 __all__ = ["CallbackSpec", "ClockSpec", "RunSpec", "Spec"]
@@ -110,6 +111,9 @@ class RunSpec:
         checkpoint_busy: a save asked for while another is in flight ``"wait"``s for it
             or is ``"skip"``ped.
         export: also write the model's weights in these formats (``"safetensors"``).
+        deadline: an ISO time or a duration from the start (``"23 h"``); the earlier of
+            it and SLURM's ``SLURM_JOB_END_TIME`` is the run's deadline.
+        preempt_signals: the signals that checkpoint and stop the run (exit code 75).
     """
 
     task: str | None = None
@@ -132,6 +136,8 @@ class RunSpec:
     checkpoint_mode: str = "async"
     checkpoint_busy: str = "wait"
     export: tuple[str, ...] = ()
+    deadline: str | None = None
+    preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
 
 
 @attrs.frozen

@@ -21,6 +21,7 @@ from schedtrain.time import Time
 from schedtrain.triggers import (
     MAX_DEPTH,
     At,
+    BeforeDeadline,
     Every,
     Improved,
     On,
@@ -173,6 +174,14 @@ def _write_if(t: When) -> dict[str, Any]:
     return {"if": t.text}
 
 
+def _read_before_deadline(table: Mapping[str, Any], rel: Rel,
+                          problems: Problems) -> Trigger | None:
+    margin = _time(table, "before_deadline", rel, problems)
+    if margin is None:
+        return None
+    return _BEFORE_DEADLINE.build(table, rel, problems, lambda: BeforeDeadline(margin))
+
+
 # -- improved, plateau ----------------------------------------------------------------
 
 
@@ -266,6 +275,9 @@ _AT: Final = Term(("at",), At, _read_at, lambda t: {"at": [str(p) for p in t.poi
                   {"points": "at"})
 _WINDOW: Final = Term(("start", "stop"), Window, _read_window, _write_window,
                       {"start": "start", "stop": "stop"})
+_BEFORE_DEADLINE: Final = Term(("before_deadline",), BeforeDeadline, _read_before_deadline,
+                              lambda t: {"before_deadline": str(t.margin)},
+                              {"margin": "before_deadline"})
 _METRIC_ARGS: Final = {"mode": "mode", "min_delta": "min_delta", "patience": "patience"}
 _IMPROVED: Final = Term(("improved", "mode", "min_delta"), Improved, _read_improved,
                         _write_metric("improved"), {"metric": "improved", **_METRIC_ARGS})
@@ -278,6 +290,7 @@ TERMS: Final = (
     _AT,
     Term(("on",), On, _read_on, lambda t: {"on": t.event}),
     _WINDOW,
+    _BEFORE_DEADLINE,
     Term(("if",), When, _read_if, _write_if),
     _IMPROVED,
     _PLATEAU,

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
+import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from schedtrain.errors import (
     failure_place,
     locate_failure,
 )
+from schedtrain.spec.deadlines import SLURM_END, deadline_ns, resolve_deadline, signals_of
 from schedtrain.training.options import Options
 from schedtrain.training.parts import Parts
 from schedtrain.training.preempt import handle_signals
@@ -184,6 +188,28 @@ class Lifecycle:
             ts = self.parts.clock.now()
             directory.record(status, step=ts.step, epoch=ts.epoch)
 
+    def _deadline_ns(self) -> int | None:
+        """The run's deadline on the clock's time axis, worked out on the chief (so every
+        rank counts down to the same point; one broadcast, only when a deadline is known
+        somewhere) from ``[run] deadline`` and the scheduler's job end."""
+        parts, opts = self.parts, self.options
+        comm = parts.comm
+        if comm is not None and not comm.is_chief:
+            deadline = None
+        else:
+            start = time.time()
+            try:
+                deadline = resolve_deadline(opts.deadline, start=start, env=os.environ)
+            except ValueError as exc:  # the scheduler's value, not the user's: go on
+                warnings.warn(f"{exc}; it is ignored", RuntimeWarning, stacklevel=2)
+                deadline = resolve_deadline(opts.deadline, start=start, env={})
+        found = (None if deadline is None else
+                 deadline_ns(deadline, time_ns=parts.clock.time_ns, now=time.time()))
+        if comm is not None and comm.size > 1 and (opts.deadline is not None
+                                                  or SLURM_END in os.environ):
+            found = comm.broadcast(found)
+        return found
+
     # -- fit -----------------------------------------------------------------------------------
     def fit(self) -> None:
         """Train until ``max_epochs``/``max_steps``, a stop, a signal or an exception."""
@@ -197,6 +223,7 @@ class Lifecycle:
         except BaseException as exc:
             self._failed(exc)
             raise
+        parts.table.deadline_ns = self._deadline_ns()
         parts.table.attach(parts.clock, parts.metrics, parts.predicates)
         parts.model.train()
         # Unconfigured structlog prints every debug line: log firings only when an
@@ -208,7 +235,8 @@ class Lifecycle:
         phase, self.checkpoint_phase = self.checkpoint_phase, None
         ended = self._ended_at(phase)
         outcome = "stopped" if ended and parts.run_state.stopped is not None else "finished"
-        signals = (handle_signals(parts.guard) if self.options.handle_signals
+        signals = (handle_signals(parts.guard, signals_of(self.options.preempt_signals))
+                   if self.options.handle_signals
                    else contextlib.nullcontext())
         try:
             with signals:

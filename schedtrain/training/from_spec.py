@@ -315,7 +315,7 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
         checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options),
         checkpoint_mode=run.checkpoint_mode, checkpoint_busy=run.checkpoint_busy,
-        export=run.export)
+        export=run.export, deadline=run.deadline, preempt_signals=run.preempt_signals)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:

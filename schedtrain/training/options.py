@@ -16,6 +16,7 @@ import torch
 
 from schedtrain.checkpoints.background import BUSY_RULES, MODES
 from schedtrain.distributed.comm import check_reduce
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS, check_deadline, check_signals
 from schedtrain.urls import is_url
 
 __all__ = ["PRECISIONS", "Options", "StepFn"]
@@ -76,6 +77,8 @@ class Options:
     checkpoint_mode: str = "async"
     checkpoint_busy: str = "wait"
     export: tuple[str, ...] = ()
+    deadline: str | None = None
+    preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
 
     @classmethod
     def check(cls, *, loss_fn: object, step_fn: object, max_epochs: int | None,
@@ -97,6 +100,12 @@ class Options:
         if grad_clip is not None and not grad_clip > 0:
             raise ValueError(f"`grad_clip` must be > 0 or None, got {grad_clip!r}")
         check_reduce(reduce or {})
+        for key, why in (("deadline", rest.get("deadline") is not None
+                          and check_deadline(rest["deadline"])),
+                         ("preempt_signals", check_signals(list(rest.get(
+                             "preempt_signals", DEFAULT_SIGNALS))))):
+            if why:
+                raise ValueError(f"`{key}`: {why}")
         rest["export"] = _export(rest.get("export", ()), rest.get("strategy", "auto"))
         sanity = rest.get("sanity_eval_batches", 0)
         if isinstance(sanity, bool) or not isinstance(sanity, int) or sanity < 0:

@@ -1,4 +1,5 @@
-"""Preemption: SIGTERM or SIGINT end the current step, checkpoint, and stop.
+"""Preemption: SIGTERM or SIGINT (``[run] preempt_signals``) end the current step,
+checkpoint, and stop.
 
 Schedulers (SLURM, Kubernetes, spot instances) send SIGTERM before they kill a job;
 Ctrl-C sends SIGINT. While training runs, either only sets a flag and lowers the
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -51,8 +52,11 @@ class Guard:
 
 
 @contextlib.contextmanager
-def handle_signals(guard: Guard) -> Iterator[None]:
-    """Route SIGTERM and SIGINT to ``guard`` while the block runs (main thread only)."""
+def handle_signals(guard: Guard,
+                   signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+                   ) -> Iterator[None]:
+    """Route ``signals`` (``[run] preempt_signals``) to ``guard`` while the block runs
+    (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -65,7 +69,7 @@ def handle_signals(guard: Guard) -> Iterator[None]:
         guard.limit = 0
 
     previous: dict[signal.Signals, Any] = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in signals:
         previous[sig] = signal.signal(sig, on_signal)
     try:
         yield

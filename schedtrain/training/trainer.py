@@ -8,7 +8,7 @@ agreement between ranks...), and its lifecycle is ``training.fit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.training.batches import to_device
 from schedtrain.training.data_position import seed_everything
 from schedtrain.training.dispatch import DEFAULT_KEEP_FIRINGS, Dispatcher
@@ -66,6 +67,10 @@ class Trainer:
         keep_firings: how many recent firings ``firings`` keeps in memory (``None``: all);
             ``events.jsonl`` has them all.
         handle_signals: SIGTERM/SIGINT checkpoint and stop the run (``Preempted``).
+        deadline: an ISO time or a duration from the start of training (``"23 h"``);
+            the earlier of it and ``SLURM_JOB_END_TIME`` is what ``time_left`` and
+            ``before_deadline`` count down to.
+        preempt_signals: the signals that do so (default SIGTERM and SIGINT).
         strategy: on several processes (``torchrun``): ``"ddp"`` (``"auto"``) or
             ``"fsdp"`` (FSDP2); ignored on one process. See docs/distributed.md.
         shard_data: on several processes, give a plain ``DataLoader`` (training and
@@ -128,6 +133,8 @@ class Trainer:
         checkpoint_mode: str = "async",
         checkpoint_busy: str = "wait",
         export: Iterable[str] = (),
+        deadline: str | None = None,
+        preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -138,7 +145,8 @@ class Trainer:
             handle_signals=handle_signals, log_events=log_events,
             sanity_eval_batches=sanity_eval_batches, checkpoint_dir=checkpoint_dir,
             storage_options=dict(storage_options or {}), checkpoint_mode=checkpoint_mode,
-            checkpoint_busy=checkpoint_busy, export=export)
+            checkpoint_busy=checkpoint_busy, export=export, deadline=deadline,
+            preempt_signals=tuple(preempt_signals))
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,

@@ -18,6 +18,8 @@ from schedtrain.triggers.base import not_ as not_
 from schedtrain.triggers.conditions import When as When
 from schedtrain.triggers.conditions import parse_condition as parse_condition
 from schedtrain.triggers.conditions import when as when
+from schedtrain.triggers.deadline import BeforeDeadline as BeforeDeadline
+from schedtrain.triggers.deadline import before_deadline as before_deadline
 from schedtrain.triggers.lifecycle import On as On
 from schedtrain.triggers.lifecycle import on as on
 from schedtrain.triggers.metric import Improved as Improved
@@ -40,8 +42,10 @@ from schedtrain.triggers.windows import Window as Window
 from schedtrain.triggers.windows import window as window
 
 __all__ = [
-    "ANY_TIME", "DEFAULT_EVENTS", "MAX_DEPTH", "NEVER", "AllOf", "AnyOf", "At", "Due",
+    "ANY_TIME", "DEFAULT_EVENTS", "MAX_DEPTH", "NEVER", "AllOf", "AnyOf", "At",
+    "BeforeDeadline", "Due",
     "EventSet", "Every", "Explanation", "Improved", "MetricValue", "MetricsView", "Not", "On",
-    "Plateau", "Point", "Trigger", "When", "Window", "all_of", "any_of", "at", "due_on",
+    "Plateau", "Point", "Trigger", "When", "Window", "all_of", "any_of", "at",
+    "before_deadline", "due_on",
     "every", "improved", "not_", "on", "parse_condition", "plateau", "when", "window",
 ]  # fmt: skip

@@ -7,11 +7,14 @@ Grammar (keywords are lower case)::
     conj       := neg ("and" neg)*
     neg        := "not" neg | "(" expr ")" | comparison | PREDICATE
     comparison := operand OP operand (OP operand)*     # chained: 0.1 < val/loss < 0.5
-    operand    := NUMBER | METRIC
+    operand    := NUMBER [TIME_UNIT] | METRIC | "time_left"
     OP         := "<" | "<=" | ">" | ">=" | "==" | "!="
 
 A bare name is a predicate registered from Python; a name in a comparison is
-a metric. A missing metric makes its comparison false.
+a metric. A missing metric makes its comparison false. ``time_left`` is not a metric:
+it is the seconds left before the run's deadline (``Point.deadline_ns``), and a
+number followed by a time unit (``10 min``) is that many seconds, so
+``time_left < 10 min`` reads as written; without a deadline it is false.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from typing import Final
 
 import attrs
 
+from schedtrain.time import Unit
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.kleene import k_and, k_not, k_or
 from schedtrain.triggers.protocol import Point, Predicate
 
-__all__ = ["Condition", "When", "parse_condition", "when"]
+__all__ = ["TIME_LEFT", "Condition", "When", "parse_condition", "when"]
+
+#: The name a condition reads the seconds left before the run's deadline by.
+TIME_LEFT: Final = "time_left"
 
 _OPS: Final[dict[str, Callable[[float, float], bool]]] = {
     "<": operator.lt,
@@ -189,6 +196,12 @@ class _Parser:
             return None
         if tok.kind == "num":
             self.i += 1
+            unit = self.peek()
+            if unit is not None and unit.kind == "name":
+                seconds = _seconds_per(unit.text)
+                if seconds is not None:  # "10 min": a duration, in seconds
+                    self.i += 1
+                    return float(tok.text) * seconds
             return float(tok.text)
         if tok.kind == "name":
             self.i += 1
@@ -218,6 +231,22 @@ class _Parser:
         return Compare(tuple(operands), tuple(ops))
 
 
+def _seconds_per(name: str) -> float | None:
+    """Seconds in one time unit ``name`` ("s", "min", "h"...); ``None`` if it is none."""
+    try:
+        unit = Unit.parse(name)
+    except ValueError:
+        return None
+    return unit.scale / 1e9 if unit.is_time else None
+
+
+def time_left(pt: Point) -> float | None:
+    """Seconds left before the deadline at ``pt`` (``None``: the run has no deadline)."""
+    if pt.deadline_ns is None:
+        return None
+    return (pt.deadline_ns - pt.now.time_ns) / 1e9
+
+
 def parse_condition(text: str) -> Condition:
     """Parse condition text into a syntax tree; ``ValueError`` says where it is wrong."""
     if not isinstance(text, str):
@@ -245,13 +274,19 @@ def _eval(node: Condition, pt: Point) -> bool | None:
         if fn is None:
             raise KeyError(f"predicate {node.name!r} is not registered")
         return bool(fn(pt))
-    if pt.metrics is None:
-        return None
     values_f: list[float] = []
     for operand in node.operands:
         if isinstance(operand, float):
             values_f.append(operand)
             continue
+        if operand == TIME_LEFT:
+            left = time_left(pt)
+            if left is None:
+                return False
+            values_f.append(left)
+            continue
+        if pt.metrics is None:
+            return None
         mv = pt.metrics.latest(operand)
         if mv is None:
             return False
@@ -277,7 +312,7 @@ class When(Trigger):
         names: set[str] = set()
         for n in _walk(self.tree):
             if isinstance(n, Compare):
-                names.update(o for o in n.operands if isinstance(o, str))
+                names.update(o for o in n.operands if isinstance(o, str) and o != TIME_LEFT)
         return frozenset(names)
 
     def predicates(self) -> frozenset[str]:

@@ -74,7 +74,8 @@ class Point:
     """An evaluation point: an event, the clock at it and at the previous point of that event.
 
     ``metrics`` or ``predicates`` set to ``None`` means unknown (planning):
-    conditions that need them evaluate to ``None``.
+    conditions that need them evaluate to ``None``. ``deadline_ns`` is the run's
+    deadline on the clock's ``time_ns`` axis (``None``: the run has none).
     """
 
     event: str
@@ -82,6 +83,7 @@ class Point:
     prev: Timestamp
     metrics: MetricsView | None = None
     predicates: Mapping[str, Predicate] | None = None
+    deadline_ns: int | None = None
 
 
 @attrs.frozen
