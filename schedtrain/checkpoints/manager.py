@@ -132,7 +132,8 @@ class Checkpoints:
         if (self.key(path) not in self.written
                 or path.parent.resolve() not in self._folders):
             return False
-        if self._landing is not None and self._landing[0] == path:
+        landing = self._landing  # (its thread may yet name it -nonfinite)
+        if landing is not None and path in (landing[0], nonfinite(landing[0])):
             self.wait()  # never delete a file while it is being written
         self.mount.delete(path)
         return True
