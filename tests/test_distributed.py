@@ -430,6 +430,27 @@ trigger = { every = "1 step" }
                ) == {"0.weight", "0.bias", "2.weight", "2.bias"}  # type: ignore[arg-type]
 
 
+def test_fsdp_busy_skip_is_decided_alike_on_every_rank(tmp_path: Path) -> None:
+    """A save every step with ``checkpoint_busy = "skip"``: whether the previous shards
+    are still being written differs between ranks, yet they skip together (a rank alone
+    would hang the next collective), and every directory committed is complete."""
+    from schedtrain.checkpoints import read_checkpoint
+
+    spec = fsdp_spec(tmp_path, epochs=1)  # 8 steps
+    spec.write_text(spec.read_text().replace("seed = 1", 'seed = 1\ncheckpoint_busy = "skip"')
+                    .replace('every = "5 steps"', 'every = "1 step"')
+                    .replace("keep = 2", "keep = 100")
+                    .replace("make_momentum_task", "make_slow_save_task"))
+    result = torchrun(spec, tmp_path / "run", timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    kept = sorted((tmp_path / "run" / "checkpoints").iterdir())
+    assert kept and all(p.suffix == ".dcp" for p in kept)
+    assert len(kept) < 8  # saves asked for while one was being written were skipped
+    for path in kept:  # checks run.pt and every shard against its digest
+        assert read_checkpoint(path)["shards"]["world_size"] == 2
+    assert not [p for p in (tmp_path / "run").rglob("*") if ".tmp" in p.name]
+
+
 @pytest.fixture(scope="module")
 def fsdp_two_epochs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 2-epoch run on 2 ranks (its last checkpoint is at train_end)."""
