@@ -26,6 +26,7 @@ from training_helpers import UnevenData
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.checkpoints import CheckpointError, newest_valid, read_checkpoint
+from schedtrain.checkpoints import background as background_module
 from schedtrain.checkpoints import mount as mount_module
 from schedtrain.checkpoints.background import snapshot
 from schedtrain.clock import LoopClock
@@ -82,6 +83,19 @@ class _Call(Callback):
         self.fn(self.trainer)
 
 
+class _Poison(Callback):
+    """Turns the model's weights NaN once the step ``at`` is over."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def _trigger(self) -> None:
+        if self.trainer.clock.step == self.at:
+            with torch.no_grad():
+                for p in self.trainer.model.parameters():
+                    p.fill_(float("nan"))
+
+
 def _events(run_dir: Path) -> list[dict[str, Any]]:
     rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
@@ -110,6 +124,61 @@ class TestSameAsSync:
                         strict=True):
             assert torch.equal(a, b)
         assert _events(tmp_path / "sync") == _events(tmp_path / "async")
+
+    @settings(max_examples=8, deadline=None)
+    @given(st.integers(1, 8), st.sampled_from([None, 1, 2]), st.sampled_from(["1 step",
+                                                                              "2 steps"]))
+    def test_non_finite_weights_get_the_same_names_and_bytes(
+            self, tmp_path_factory: pytest.TempPathFactory, at: int, keep: int | None,
+            save: str) -> None:
+        """Weights turned NaN after step ``at``: in either mode the same files, named
+        ``-nonfinite`` from there on, byte for byte; the last finite one is kept."""
+        root = tmp_path_factory.mktemp("nan")
+        folders = {}
+        with pytest.MonkeyPatch.context() as patch:  # metric records hold no real time
+            patch.setattr(store_module, "time", types.SimpleNamespace(time=lambda: 1.0))
+            for mode in ("sync", "async"):
+                t = _trainer(root / mode, mode=mode, steps=8, save=save, keep=keep,
+                             extra={"poison": ("1 step", _Poison(at))})
+                t.fit()
+                folders[mode] = root / mode / "checkpoints"
+        names = sorted(p.name for p in folders["sync"].iterdir())
+        assert names == sorted(p.name for p in folders["async"].iterdir())
+        assert any("nonfinite" in n for n in names)
+        for name in names:
+            assert (folders["sync"] / name).read_bytes() == \
+                (folders["async"] / name).read_bytes(), name
+            state = read_checkpoint(folders["async"] / name)
+            assert state["finite"] == ("nonfinite" not in name)
+        every_ = 1 if save == "1 step" else 2
+        finite = [s for s in range(every_, 9, every_) if s < at]  # the save of step
+        good = newest_valid(folders["async"])  # `at` comes after the poison: not finite
+        assert (good.name if good else None) == (
+            f"step-{finite[-1]:08d}.pt" if finite else None)
+
+    def test_the_finiteness_check_runs_in_the_writing_thread(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The loop blocks only for the host copy: the weights are checked by the thread
+        that writes them, and the name it chose reaches ``on_saved``."""
+        seen: list[str] = []
+        real = background_module.is_finite
+
+        def spy(*args: Any) -> bool:
+            seen.append(threading.current_thread().name)
+            return real(*args)
+
+        monkeypatch.setattr(background_module, "is_finite", spy)
+        t = _trainer(tmp_path, steps=3, save="3 steps")
+        t.fit()
+        with torch.no_grad():
+            for p in t.model.parameters():
+                p.fill_(float("nan"))
+        written: list[Path] = []
+        t.checkpoints.write(tmp_path / "manual.pt", "manual", written.append)
+        t.checkpoints.wait()
+        assert seen and set(seen) == {"schedtrain-checkpoint"}
+        assert written == [tmp_path / "manual-nonfinite.pt"]
+        assert not (tmp_path / "manual.pt").exists()
 
     def test_resume_from_an_async_checkpoint_is_exact(self, tmp_path: Path) -> None:
         """A run resumed from a mid-run async checkpoint ends as the uninterrupted one."""

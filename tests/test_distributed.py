@@ -376,6 +376,81 @@ def test_fsdp_sigterm_writes_one_sharded_checkpoint_then_resumes_exactly(
                             full_state(run_dir / rel, tmp_path / "b"), str(rel))
 
 
+def test_fsdp_async_saves_equal_sync_ones(fsdp_reference: tuple[Path, Path],
+                                          tmp_path: Path) -> None:
+    """The FSDP2 run with background saves (the default: each rank stages its shards and
+    DCP writes them) and with ``checkpoint_mode = "sync"``: the same log, the same kept
+    checkpoints with byte-identical shard files, the same tensors and run state in each."""
+    from schedtrain.checkpoints import read_checkpoint
+
+    _, ref = fsdp_reference
+    spec = fsdp_spec(tmp_path / "spec", SLOW)
+    spec.write_text(spec.read_text().replace("seed = 1", 'seed = 1\ncheckpoint_mode = "sync"'))
+    result = torchrun(spec, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    assert events(run_dir) == events(ref)
+    kept = sorted(p.relative_to(ref) for p in ref.rglob("*.dcp"))
+    assert kept == sorted(p.relative_to(run_dir) for p in run_dir.rglob("*.dcp"))
+    for rel in kept:  # (.metadata names the folder it was written in: not compared)
+        shards = sorted(p.name for p in (ref / rel).glob("*.distcp"))
+        assert shards == sorted(p.name for p in (run_dir / rel).glob("*.distcp"))
+        for name in shards:
+            assert (ref / rel / name).read_bytes() == (run_dir / rel / name).read_bytes()
+        assert_same_tensors(full_state(ref / rel, tmp_path / "a"),
+                            full_state(run_dir / rel, tmp_path / "b"), str(rel))
+        a, b = read_checkpoint(ref / rel), read_checkpoint(run_dir / rel)
+        a["shards"]["files"].pop(".metadata")
+        b["shards"]["files"].pop(".metadata")
+        assert (a["step"], a["phase"], a["shards"]) == (b["step"], b["phase"], b["shards"])
+        assert a["run"]["written"] == b["run"]["written"]
+
+
+def test_fsdp_save_in_flight_is_committed_when_the_chief_fails(tmp_path: Path) -> None:
+    """The step-5 save is still being written in the background when the chief raises at
+    step 7: the chief finishes and commits it before exiting (no collective on that way
+    out: the other rank need not be there), and it resumes."""
+    from schedtrain.checkpoints import read_checkpoint
+
+    spec = fsdp_spec(tmp_path, SLOW + """
+[callbacks.fail]
+type = "jobs.ddp:FailOnRank"
+rank = 0
+step = 7
+trigger = { every = "1 step" }
+""")
+    result = torchrun(spec, tmp_path / "run", timeout=60)
+    assert result.returncode != 0
+    assert "deliberate failure on rank 0" in result.stderr
+    folder = tmp_path / "run" / "checkpoints"
+    assert [p.name for p in folder.iterdir()] == ["step-00000005.dcp"]
+    state = read_checkpoint(folder / "step-00000005.dcp")
+    assert (state["step"], state["shards"]["world_size"]) == (5, 2)
+    assert set(full_state(folder / "step-00000005.dcp", tmp_path / "full")["model"]
+               ) == {"0.weight", "0.bias", "2.weight", "2.bias"}  # type: ignore[arg-type]
+
+
+def test_fsdp_busy_skip_is_decided_alike_on_every_rank(tmp_path: Path) -> None:
+    """A save every step with ``checkpoint_busy = "skip"``: whether the previous shards
+    are still being written differs between ranks, yet they skip together (a rank alone
+    would hang the next collective), and every directory committed is complete."""
+    from schedtrain.checkpoints import read_checkpoint
+
+    spec = fsdp_spec(tmp_path, epochs=1)  # 8 steps
+    spec.write_text(spec.read_text().replace("seed = 1", 'seed = 1\ncheckpoint_busy = "skip"')
+                    .replace('every = "5 steps"', 'every = "1 step"')
+                    .replace("keep = 2", "keep = 100")
+                    .replace("make_momentum_task", "make_slow_save_task"))
+    result = torchrun(spec, tmp_path / "run", timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    kept = sorted((tmp_path / "run" / "checkpoints").iterdir())
+    assert kept and all(p.suffix == ".dcp" for p in kept)
+    assert len(kept) < 8  # saves asked for while one was being written were skipped
+    for path in kept:  # checks run.pt and every shard against its digest
+        assert read_checkpoint(path)["shards"]["world_size"] == 2
+    assert not [p for p in (tmp_path / "run").rglob("*") if ".tmp" in p.name]
+
+
 @pytest.fixture(scope="module")
 def fsdp_two_epochs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 2-epoch run on 2 ranks (its last checkpoint is at train_end)."""

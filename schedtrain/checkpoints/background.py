@@ -5,23 +5,50 @@ memory (pinned when CUDA is there), so training may change the live state at onc
 ``Writer`` then serialises, checksums, writes, syncs and commits it in one background
 thread; at most one save is in flight. What the thread raised is kept and re-raised on
 the loop's thread by ``Writer.result`` (never lost), and ``on_done`` tells the loop a
-save ended, so it looks at the next step.
+save ended, so it looks at the next step. ``checked`` decides a checkpoint's name in
+that thread: the finiteness check reads the host copy, not the loop's time.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Final
 
 import torch
 
-__all__ = ["BUSY_RULES", "MODES", "Writer", "snapshot", "trim"]
+from schedtrain.checkpoints.format import is_finite
+
+__all__ = ["BUSY_RULES", "MODES", "Writer", "checked", "nonfinite", "snapshot", "trim"]
 
 #: ``[run] checkpoint_mode``: write in the background, or block until the file is committed.
 MODES: Final = ("async", "sync")
 #: ``[run] checkpoint_busy``: what a save asked for while another is in flight does.
 BUSY_RULES: Final = ("wait", "skip")
+
+
+def nonfinite(path: Path) -> Path:
+    """Where a checkpoint of non-finite weights or loss goes: beside ``path``, never
+    replacing a finite one (``last.pt``: ``last-nonfinite.pt``)."""
+    return path.with_name(f"{path.stem}-nonfinite{path.suffix}")
+
+
+def checked(state: dict[str, Any], loss: torch.Tensor | None, path: Path,
+            written_if_not: list[str],
+            write: Callable[[dict[str, Any], Path], Path]) -> Callable[[], Path]:
+    """A background write of the snapshot ``state`` that first checks its weights and
+    ``loss`` (host copies): if any is not finite the checkpoint goes to
+    ``nonfinite(path)``, marked so, with ``written_if_not`` as its ``run.written`` — the
+    file ``"sync"`` writes. Returns the path written."""
+    def run() -> Path:
+        if is_finite(state["model"], loss):
+            return write(state, path)
+        state["finite"] = False
+        state["run"]["written"] = written_if_not
+        return write(state, nonfinite(path))
+
+    return run
 
 
 def snapshot(tree: Any) -> Any:
@@ -137,6 +164,7 @@ class Writer:
         self.on_done = on_done
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._result: Any = None
 
     @property
     def busy(self) -> bool:
@@ -151,11 +179,11 @@ class Writer:
         """Run ``write()`` in the background; a save must not be in flight."""
         if self._thread is not None:
             raise RuntimeError("a checkpoint save is already in flight")
-        self._error = None
+        self._error = self._result = None
 
         def run() -> None:
             try:
-                write()
+                self._result = write()
             except BaseException as exc:  # kept for the loop's thread: never lost
                 self._error = exc
             finally:
@@ -170,12 +198,15 @@ class Writer:
         """No longer track the save in flight (it runs on, in a daemon thread)."""
         self._thread = None
 
-    def result(self) -> None:
-        """Wait for the save in flight to end; re-raise what it raised."""
+    def result(self) -> Any:
+        """Wait for the save in flight to end; re-raise what it raised, else return what
+        it returned (``None`` when none was in flight)."""
         thread, self._thread = self._thread, None
         if thread is None:
-            return
+            return None
         thread.join()
         error, self._error = self._error, None
+        result, self._result = self._result, None
         if error is not None:
             raise error
+        return result

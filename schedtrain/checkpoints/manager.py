@@ -16,7 +16,15 @@ from typing import Any
 
 import structlog
 
-from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, snapshot, trim
+from schedtrain.checkpoints.background import (
+    BUSY_RULES,
+    MODES,
+    Writer,
+    checked,
+    nonfinite,
+    snapshot,
+    trim,
+)
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
 from schedtrain.checkpoints.format import CheckpointError, is_finite
@@ -24,10 +32,13 @@ from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.rng import rng_state
 from schedtrain.checkpoints.sharded import (
     SUFFIX,
+    InFlight,
+    finish_sharded,
     is_sharded,
     load_full,
     load_sharded,
     save_sharded,
+    start_sharded,
 )
 from schedtrain.checkpoints.storage import Storage
 from schedtrain.checkpoints.store import (
@@ -72,6 +83,10 @@ class Checkpoints:
         self.on_background_done: Callable[[], None] | None = None
         self._writer = Writer(self._background_done)
         self._landing: Landing | None = None
+        #: the sharded save in flight (its ranks finish it together: never on a wake-up)
+        self._flight: InFlight | None = None
+        #: ``written`` had the one-file save in flight been of non-finite weights
+        self._if_nonfinite: list[str] = []
         #: checkpoints this run wrote (relative to the run directory when inside it)
         self.written: list[str] = []
         #: saves asked for during the current event, written once it is over
@@ -120,7 +135,8 @@ class Checkpoints:
         if (self.key(path) not in self.written
                 or path.parent.resolve() not in self._folders):
             return False
-        if self._landing is not None and self._landing[0] == path:
+        landing = self._landing  # (its thread may yet name it -nonfinite)
+        if landing is not None and path in (landing[0], nonfinite(landing[0])):
             self.wait()  # never delete a file while it is being written
         self.mount.delete(path)
         return True
@@ -142,7 +158,9 @@ class Checkpoints:
         saves, self.pending = self.pending, []
         if not saves:
             return
-        busy = self._landing is not None and not self._writer.done()
+        flight = self._flight
+        busy = self._landing is not None and not (
+            flight.future.done() if flight is not None else self._writer.done())
         skip = self.busy == "skip" and busy
         if self.busy == "skip" and self.comm is not None:  # every rank skips, or none
             skip = self.comm.any(skip)  # (only the chief writes: it decides)
@@ -180,7 +198,9 @@ class Checkpoints:
             ranks = comm.gather({"rng": rng_state(), "data": parts.data_state()})
         model_state = parts.model.state_dict()
         sharded = comm is not None and is_sharded(model_state)
-        finite = is_finite(model_state, parts.last_loss())
+        # One process in "async": the writing thread checks the host copy and names it.
+        deferred = self.mode == "async" and comm is None
+        finite = deferred or is_finite(model_state, parts.last_loss())
         if sharded and self.mount.stored(path) is not None:
             raise CheckpointError(self.mount.shown(path), "a sharded (FSDP2) checkpoint is a "
                                   "directory every rank writes: give a checkpoint_dir on a "
@@ -189,8 +209,11 @@ class Checkpoints:
             finite = not comm.any(not finite)  # each rank checked its own shard
             path = path.with_suffix(SUFFIX)
         if not finite:
-            path = path.with_name(f"{path.stem}-nonfinite{path.suffix}")
+            path = nonfinite(path)
         key = self.key(path)
+        if deferred:
+            bad = self.key(nonfinite(path))
+            self._if_nonfinite = self.written + ([] if bad in self.written else [bad])
         if key not in self.written:
             self.written.append(key)
         self._folders.add(path.parent.resolve())
@@ -207,6 +230,11 @@ class Checkpoints:
         landing: Landing = (path, phase, step, epoch, on_saved)
         try:
             if sharded and comm is not None:
+                if self.mode == "async":  # each rank stages its shards; DCP writes them
+                    self._flight = start_sharded(path, snapshot(body), model=parts.model,
+                                                 optimizer=parts.optimizer, comm=comm)
+                    self._landing = landing
+                    return path
                 written = save_sharded(path, body, model=parts.model,
                                        optimizer=parts.optimizer, comm=comm)
             elif body is None:
@@ -215,10 +243,7 @@ class Checkpoints:
                 body["model"], body["optimizer"] = model_state, parts.optimizer.state_dict()
                 body = trim(body)  # the same bytes from the same values, in either mode
                 if self.mode == "async":
-                    # The stall: a host copy; the training may change the state at once.
-                    state = snapshot(body)
-                    self._landing = landing
-                    self._writer.start(lambda: self.mount.write(state, path))
+                    self._start(body, landing)
                     return path
                 written = self.mount.write(body, path)
         except (OSError, RuntimeError) as exc:  # a full disk, a quota, a read-only mount
@@ -226,17 +251,35 @@ class Checkpoints:
         self._committed(landing)
         return written
 
-    def wait(self) -> None:
+    def _start(self, body: dict[str, Any], landing: Landing) -> None:
+        """Write ``body`` in the background; the loop blocks only for the host copy (the
+        training may change the state at once)."""
+        state = snapshot(body)
+        loss = self.parts.last_loss()
+        self._landing = landing
+        self._writer.start(checked(state, None if loss is None else snapshot(loss),
+                                   landing[0], self._if_nonfinite, self.mount.write))
+
+    def wait(self, *, together: bool = True) -> None:
         """Finish the save in flight (if any): once committed, ``on_saved`` runs.
+
+        A sharded save is finished by every rank together: call this only where the
+        ranks agree (a save, a way out of the loop), as the loop does; ``together=False``
+        (``settle``) runs no collective.
 
         Raises:
             CheckpointError: the background write failed (named, with its cause).
         """
         landing, self._landing = self._landing, None
+        flight, self._flight = self._flight, None
         if landing is None:
             return
         try:
-            self._writer.result()
+            if flight is not None and self.comm is not None:
+                finish_sharded(flight, self.comm, together=together)
+            elif (written := self._writer.result()) != landing[0] and written is not None:
+                self.written = self._if_nonfinite  # the thread found it non-finite
+                landing = (written, *landing[1:])
         except Exception as exc:
             failed = failure(exc, landing)
             if failed is exc:
@@ -245,16 +288,17 @@ class Checkpoints:
         self._committed(landing)
 
     def settle(self) -> None:
-        """As ``wait``, on a way out that already fails: a write's failure is logged."""
+        """As ``wait``, on a way out that already fails (maybe on this rank alone: no
+        collective runs); a write's failure is logged."""
         try:
-            self.wait()
+            self.wait(together=False)
         except CheckpointError as exc:
             _log.error("checkpoint_failed", error=str(exc))
 
     def abandon(self) -> None:
         """Stop waiting for the save in flight (a second Ctrl-C aborts at once): its
         thread dies with the process, leaving at most a temporary file."""
-        self._landing = None
+        self._landing = self._flight = None
         self._writer.forget()
 
     def _committed(self, landing: Landing) -> None:

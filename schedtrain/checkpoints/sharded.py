@@ -14,6 +14,14 @@ parameter name, so DCP reshards them on load: a checkpoint from 2 ranks resumes 
 (no process group: the plain model gets full tensors) or on 3. A one-file checkpoint
 (one process, DDP) loads into a sharded model too: each rank keeps its shard.
 
+Under ``checkpoint_mode = "async"`` every rank stages its shards to host memory
+(``async_save``) and a DCP thread writes them, talking over a gloo group of its own (the
+loop's collectives go on meanwhile on the default group). The write is finished by
+``finish_sharded``, which every rank calls at the same agreed point (the next save, or a
+way out of the loop): each waits for its own future, the ranks agree all succeeded, the
+chief commits (``run.pt`` with the shards' checksums, then the rename) and a barrier ends
+it.
+
 ``torch.distributed.checkpoint`` is imported only when a sharded checkpoint is written or
 read: it takes over a second to import, which a one-process run never needs.
 """
@@ -21,18 +29,21 @@ read: it takes over a second to import, which a one-process run never needs.
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from schedtrain.checkpoints.files import fresh_dir, fsync_dir, replace_dir
-from schedtrain.checkpoints.format import STATE_FILE, file_digests
+from schedtrain.checkpoints.format import STATE_FILE, CheckpointError, file_digests
 from schedtrain.checkpoints.rng import preserved_rng
 from schedtrain.checkpoints.store import write_checkpoint
 from schedtrain.distributed.comm import Comm
 
-__all__ = ["SUFFIX", "is_sharded", "load_full", "load_sharded", "save_sharded"]
+__all__ = ["SUFFIX", "InFlight", "finish_sharded", "is_sharded", "load_full", "load_sharded",
+           "save_sharded", "start_sharded"]
 
 #: A sharded checkpoint's directory name ends so; ``step-00000120.dcp``.
 SUFFIX = ".dcp"
@@ -54,15 +65,97 @@ def save_sharded(path: Path, body: dict[str, Any] | None, *, model: torch.nn.Mod
     from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-    tmp = path.with_name(f".{path.name}.tmp")  # the same name on every rank
-    if comm.is_chief:
-        fresh_dir(tmp)
-    comm.barrier()
+    tmp = _begin(path, comm)
     # DCP must not move the generators: the uninterrupted run would then differ from
     # the resumed one, which restores them as they were before the save.
     with preserved_rng():
         msd, osd = get_state_dict(model, optimizer)
         dcp_save({"model": msd, "optimizer": osd}, checkpoint_id=tmp)
+    _commit(tmp, path, body, comm)
+    return path
+
+
+@attrs.frozen
+class InFlight:
+    """A sharded checkpoint being written in the background on this rank."""
+
+    path: Path
+    tmp: Path
+    body: dict[str, Any] | None
+    future: Future[Any]
+
+
+_groups: dict[int, Any] = {}  # the DCP thread's gloo group, one per world
+
+
+def start_sharded(path: Path, body: dict[str, Any] | None, *, model: torch.nn.Module,
+                  optimizer: torch.optim.Optimizer, comm: Comm) -> InFlight:
+    """Stage this rank's shards to host memory and write them in the background; every
+    rank calls this, then ``finish_sharded`` at one agreed later point. ``body`` is the
+    chief's ``run.pt`` as of now (a snapshot)."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import async_save
+
+    group = _groups.get(comm.size)
+    if group is None:  # collective: every rank is here at its first sharded save
+        group = _groups[comm.size] = dist.new_group(backend="gloo")
+    tmp = _begin(path, comm)
+    with preserved_rng():
+        msd, osd = get_state_dict(model, optimizer)
+        future = async_save({"model": msd, "optimizer": osd}, checkpoint_id=tmp,
+                            process_group=group)
+    assert isinstance(future, Future)  # the default stager copies now: a plain future
+    return InFlight(path, tmp, body, future)
+
+
+def finish_sharded(flight: InFlight, comm: Comm, *, together: bool = True) -> Path:
+    """Wait for this rank's background write of ``flight``, then commit it.
+
+    ``together``: every rank calls this at the same point; they agree all wrote, the
+    chief commits and a barrier ends it. Otherwise (a way out on an exception, which
+    other ranks may not share) no collective runs: each rank waits for its own write and
+    the chief commits once its write is done, for DCP ends the chief's write only after
+    every rank's shards and the index are written.
+
+    Raises:
+        CheckpointError: a rank's write failed (``together``: on every rank, and none
+            commits).
+    """
+    error: BaseException | None = None
+    try:
+        flight.future.result()
+    except Exception as exc:  # told every rank below: they fail alike
+        error = exc
+    if not together:
+        if error is not None:
+            raise error
+        if comm.is_chief:
+            _commit(flight.tmp, flight.path, flight.body, comm, barrier=False)
+        return flight.path
+    if comm.any(error is not None):
+        if error is not None:
+            raise error
+        raise CheckpointError(flight.path, "another rank could not write its shard; the "
+                                           "previous checkpoints are as they were")
+    _commit(flight.tmp, flight.path, flight.body, comm)
+    return flight.path
+
+
+def _begin(path: Path, comm: Comm) -> Path:
+    """The temporary directory ``.NAME.tmp`` beside ``path`` (the same name on every
+    rank), fresh and empty once every rank returns."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    if comm.is_chief:
+        fresh_dir(tmp)
+    comm.barrier()
+    return tmp
+
+
+def _commit(tmp: Path, path: Path, body: dict[str, Any] | None, comm: Comm, *,
+            barrier: bool = True) -> None:
+    """The shards in ``tmp`` are complete on every rank: the chief adds ``run.pt`` (with
+    their checksums) and renames ``tmp`` to ``path``."""
     if comm.is_chief:
         assert body is not None
         fsync_dir(tmp)
@@ -70,8 +163,8 @@ def save_sharded(path: Path, body: dict[str, Any] | None, *, model: torch.nn.Mod
         write_checkpoint({**body, "model": None, "optimizer": None, "shards": shards},
                          tmp / STATE_FILE)
         replace_dir(tmp, path)
-    comm.barrier()  # nobody prunes or saves again before the directory is in place
-    return path
+    if barrier:
+        comm.barrier()  # nobody prunes or saves again before the directory is in place
 
 
 def load_sharded(path: Path, *, model: torch.nn.Module,

@@ -28,6 +28,23 @@ def make_momentum_task() -> Task:
     return make_task(momentum=0.9)
 
 
+def make_slow_save_task() -> Task:
+    """The momentum job whose sharded checkpoint writes take 0.2 s longer (in DCP's
+    thread): a save every step finds the previous one still in flight."""
+    import time
+
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    original = FileSystemWriter.write_data
+
+    def slow(self: FileSystemWriter, *args: object, **kwargs: object) -> object:
+        time.sleep(0.2)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    FileSystemWriter.write_data = slow  # type: ignore[method-assign,assignment]
+    return make_momentum_task()
+
+
 class _NaNOnRank:
     """Cross-entropy whose loss is NaN on one rank at one step (the step's one batch)."""
 
