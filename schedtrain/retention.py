@@ -23,7 +23,7 @@ from schedtrain.errors import describe
 from schedtrain.time import Time, Timestamp
 
 __all__ = ["AnyOf", "Best", "Every", "Latest", "Policy", "Saved", "parse_keep",
-           "policy_problems", "retained"]
+           "policy_problems", "retained", "spell"]
 
 
 @attrs.frozen
@@ -142,6 +142,19 @@ class AnyOf:
 
 #: A retention policy: one rule, or rules any of which keeps a checkpoint.
 Policy = Latest | Every | Best | AnyOf
+
+
+def spell(policy: Policy | None) -> str:
+    """``policy`` as its TOML value (``{ any = [{ latest = 3 }, { every = "1 h" }] }``)."""
+    if policy is None:
+        return "all"
+    if isinstance(policy, Latest):
+        return f"{{ latest = {policy.n} }}"
+    if isinstance(policy, Every):
+        return f'{{ every = "{policy.period}" }}'
+    if isinstance(policy, Best):
+        return f'{{ best = {policy.n}, monitor = "{policy.monitor}", mode = "{policy.mode}" }}'
+    return f"{{ any = [{', '.join(spell(r) for r in policy.rules)}] }}"
 
 
 def retained(policy: Policy | None, saved: Sequence[Saved]) -> set[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from schedtrain.retention import (
     policy_problems,
     retained,
 )
+from schedtrain.simulation import planned_files, simulate
 from schedtrain.time import Time, Timestamp
 from schedtrain.training import Trainer
 
@@ -194,6 +196,25 @@ class TestModelSaver:
         files = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
         assert files == _expected(keep, values, 6)
 
+    @settings(max_examples=12, deadline=None)
+    @given(st.one_of(_policies, _any), st.integers(2, 7), st.data())
+    def test_plan_lists_the_files_a_run_leaves(self, tmp_path_factory: pytest.TempPathFactory,
+                                                keep: Any, steps: int,
+                                                data: st.DataObject) -> None:
+        """After each save, the files in checkpoints/ are those planned_files lists for
+        the simulated run (a save lands once its event's firings have run, so the real
+        run's look at step s sees the files after the save of step s - 1)."""
+        values = data.draw(st.lists(st.floats(-2, 2), min_size=steps, max_size=steps))
+        run_dir = tmp_path_factory.mktemp("run")
+        seen = _run(run_dir, keep, values, steps)
+        log = simulate(Schedule({"feed": every("1 step"), "save": every("1 step"),
+                                 "look": every("1 step")}), epochs=1, steps_per_epoch=steps)
+        planned = planned_files(log, {"save": parse_keep(keep)},
+                                lambda f: {"val/loss": values[f.step - 1]})
+        assert [list(p.files) for p in planned[:-1]] == seen[1:]
+        assert list(planned[-1].files) == sorted(p.name for p in (run_dir / "checkpoints")
+                                                 .iterdir())
+
     def test_resume_keeps_the_same_files(self, tmp_path: Path) -> None:
         """Stopped at step 3 and resumed, the run keeps the files of an unbroken one."""
         keep = {"any": [{"latest": 1}, {"best": 1}, {"every": "4 steps"}]}
@@ -206,3 +227,42 @@ class TestModelSaver:
         names = sorted(p.name for p in (part / "checkpoints").iterdir())
         assert names == sorted(p.name for p in (whole / "checkpoints").iterdir())
         assert names == ["step-00000002.pt", "step-00000004.pt", "step-00000006.pt"]
+
+
+class TestPlanCommand:
+    """schedtrain plan lists the files after each save, the peak and the disk."""
+
+    SPEC = ('[clock]\nepochs = 3\nsteps_per_epoch = 100\n[callbacks.save]\n'
+            'type = "ModelSaver"\ntrigger = { every = "25 steps" }\n'
+            'keep = { any = [{ latest = 2 }, { every = "100 steps" }, { best = 1 }] }\n')
+
+    def _plan(self, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+        spec = tmp_path / "s.toml"
+        spec.write_text(self.SPEC)
+        assert main(["plan", str(spec), *extra]) == 0
+        return capsys.readouterr().out
+
+    def test_table_gives_the_peak_and_disk(self, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+        """Two latest, one per 100 steps and the best: 4 files at most, 16 GB at 4 GB."""
+        out = self._plan(tmp_path, capsys, "--checkpoint-size", "4GB")
+        assert "checkpoint files: at most 4 at once (step 250), 16 GB at 4 GB each" in out
+        assert ("(the last): step-00000100.pt, step-00000200.pt, step-00000275.pt, "
+                "step-00000300.pt") in out
+        assert "best rules may keep up to 1 more" in out
+
+    def test_json_places_the_best_from_a_metric_stream(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """With --metrics the best save (step 50, the lowest loss) stays to the end."""
+        stream = tmp_path / "m.jsonl"
+        stream.write_text("".join(
+            f'{{"name": "val/loss", "value": {1.0 if s != 50 else 0.1}, "step": {s}}}\n'
+            for s in range(25, 301, 25)))
+        data = json.loads(self._plan(tmp_path, capsys, "--format", "json", "--metrics",
+                                     str(stream), "--checkpoint-size", "1 MB"))
+        files = data["checkpoints"]
+        assert files["after_saves"][-1]["files"] == [
+            "step-00000050.pt", "step-00000100.pt", "step-00000200.pt", "step-00000275.pt",
+            "step-00000300.pt"]
+        assert (files["peak_files"], files["peak_bytes"], files["best_slots"]) == \
+            (5, 5 * 10**6, 0)

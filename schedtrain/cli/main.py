@@ -120,6 +120,9 @@ def _build_parser() -> _Parser:
                            "line, or a run's events.jsonl) to resolve conditional firings")
     plan.add_argument("--first", type=_positive_int, default=5, metavar="N",
                       help="firings listed per callback in the table (default 5)")
+    plan.add_argument("--checkpoint-size", type=_size, metavar="SIZE",
+                      help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
+                           "peak disk its ModelSavers' files take")
     plan.add_argument("--import", dest="do_import", action="store_true",
                       help="import custom trigger classes ({ custom = \"module:Class\" }); "
                            "this runs code from those modules")
@@ -135,6 +138,15 @@ def _build_parser() -> _Parser:
     train.add_argument("--resume", metavar="PATH|auto",
                        help="resume from a checkpoint, or 'auto' for the newest in the run dir")
     return parser
+
+
+def _size(text: str) -> int:
+    from schedtrain.planning.disk import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -235,8 +247,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         print(f"wrote {out}")
         return EXIT_OK
-    text = (plan_render.render_json(plan) if args.format == "json"
-            else plan_render.render_table(plan, args.first))
+    size = args.checkpoint_size
+    text = (plan_render.render_json(plan, size) if args.format == "json"
+            else plan_render.render_table(plan, args.first, size))
     if args.out:
         # Replaced whole: a link planted at --out is replaced, never written through.
         write_atomic(Path(args.out), lambda f: f.write(text.encode()))
