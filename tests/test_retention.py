@@ -15,6 +15,7 @@ from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, ModelSaver
+from schedtrain.checkpoints.size import estimate_checkpoint_bytes
 from schedtrain.cli import main
 from schedtrain.retention import (
     AnyOf,
@@ -27,8 +28,10 @@ from schedtrain.retention import (
     retained,
 )
 from schedtrain.simulation import planned_files, simulate
+from schedtrain.spec import load_spec
 from schedtrain.time import Time, Timestamp
 from schedtrain.training import Trainer
+from schedtrain.training.from_spec import load_task
 
 
 def _saves(steps: list[int], finite: list[bool] | None = None,
@@ -266,3 +269,14 @@ class TestPlanCommand:
             "step-00000300.pt"]
         assert (files["peak_files"], files["peak_bytes"], files["best_slots"]) == \
             (5, 5 * 10**6, 0)
+
+    def test_import_measures_the_size_from_the_task(
+            self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        """plan --import takes one checkpoint's size from the task's model and optimizer."""
+        monkeypatch.chdir(Path(__file__).parents[1])  # the task module is examples/digits.py
+        assert main(["plan", "specs/digits.toml", "--import", "--format", "json"]) == 0
+        files = json.loads(capsys.readouterr().out)["checkpoints"]
+        task = load_task(load_spec("specs/digits.toml"), "examples.digits:make_task")
+        size = estimate_checkpoint_bytes(task.model, task.optimizer)
+        assert files["checkpoint_bytes"] == size
+        assert files["peak_bytes"] == files["peak_files"] * size == 2 * size  # keep = 2

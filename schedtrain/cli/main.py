@@ -140,6 +140,21 @@ def _build_parser() -> _Parser:
     return parser
 
 
+def _plan_task(spec: Any) -> Any:
+    """``[run] task`` built as ``train`` builds it (seeded), for ``plan --import``; ``None``
+    without one."""
+    if spec.run is None or not spec.run.task:
+        return None
+    try:
+        from schedtrain.training.data_position import seed_everything
+        from schedtrain.training.from_spec import load_task
+    except ImportError as exc:
+        raise UsageError(f"--import builds the task with schedtrain.training (and torch), "
+                         f"which cannot be imported: {exc}") from None
+    seed_everything(spec.run.seed)
+    return load_task(spec, spec.run.task)
+
+
 def _size(text: str) -> int:
     from schedtrain.planning.disk import parse_size
 
@@ -229,8 +244,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain.simulation.metric_stream import read_metrics
 
     spec = load_spec(args.spec, imports=args.do_import)
-    spec, notes = derived_clock(spec, args.do_import)
+    task = _plan_task(spec) if args.do_import else None
+    spec, notes = derived_clock(spec, args.do_import, task)
     _warn(args.spec, notes, sys.stderr)
+    size = args.checkpoint_size
+    if size is None and task is not None:
+        from schedtrain.checkpoints.size import estimate_checkpoint_bytes
+
+        size = estimate_checkpoint_bytes(task.model, task.optimizer)
     metrics = read_metrics(args.metrics) if args.metrics else None
     plan = plan_spec(spec, metrics, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
     if plan.truncated:
@@ -247,7 +268,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         print(f"wrote {out}")
         return EXIT_OK
-    size = args.checkpoint_size
     text = (plan_render.render_json(plan, size) if args.format == "json"
             else plan_render.render_table(plan, args.first, size))
     if args.out:
