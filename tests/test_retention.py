@@ -17,6 +17,8 @@ from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.checkpoints.size import estimate_checkpoint_bytes
 from schedtrain.cli import main
+from schedtrain.planning.plan import plan_spec
+from schedtrain.planning.render import draw_png
 from schedtrain.retention import (
     AnyOf,
     Best,
@@ -280,3 +282,11 @@ class TestPlanCommand:
         size = estimate_checkpoint_bytes(task.model, task.optimizer)
         assert files["checkpoint_bytes"] == size
         assert files["peak_bytes"] == files["peak_files"] * size == 2 * size  # keep = 2
+
+    def test_png_title_gives_the_peak(self, tmp_path: Path) -> None:
+        """The png timeline's title says how many checkpoint files exist at most."""
+        pytest.importorskip("matplotlib")
+        spec = tmp_path / "s.toml"
+        spec.write_text(self.SPEC)
+        fig = draw_png(plan_spec(load_spec(str(spec))))
+        assert "checkpoint files: at most 4 at once (step 250)" in fig.axes[0].get_title()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from schedtrain.files import write_atomic
-from schedtrain.planning.disk import files_json, files_lines
+from schedtrain.planning.disk import files_json, files_lines, peak
 from schedtrain.planning.plan import Plan
 from schedtrain.schedule.firings import Firing
 from schedtrain.spec.model import Spec
@@ -170,6 +170,9 @@ def draw_png(plan: Plan) -> Any:
     title = f"schedtrain plan: {Path(plan.spec.path or 'spec').name}"
     if any(f.conditional for f in plan.log):
         title += "  (dotted orange: conditional)"
+    if plan.files:
+        most, at = peak(plan.files)
+        title += f"\ncheckpoint files: at most {most:,} at once (step {at:,})"
     ax.set_title(title)
     fig.tight_layout()
     return fig
