@@ -145,7 +145,8 @@ class Feed(Callback):
 
 
 def _run(run_dir: Path, keep: Any, values: list[float], steps: int, *,
-         max_steps: int | None = None, resume: Path | None = None) -> list[list[str]]:
+         max_steps: int | None = None, resume: Path | None = None,
+         mode: str = "sync") -> list[list[str]]:
     """A run saving every step; the files in checkpoints/ after each save."""
     seen: list[list[str]] = []
 
@@ -160,7 +161,7 @@ def _run(run_dir: Path, keep: Any, values: list[float], steps: int, *,
     t = Trainer(model, opt, UnevenData([steps]), torch.nn.functional.mse_loss,
                 schedule=schedule, bindings={"feed": Feed(values), "save": ModelSaver(keep),
                                              "look": Look()},
-                max_epochs=1, max_steps=max_steps, run_dir=run_dir, checkpoint_mode="sync")
+                max_epochs=1, max_steps=max_steps, run_dir=run_dir, checkpoint_mode=mode)
     if resume is not None:
         t.resume(resume)
     t.fit()
@@ -219,6 +220,20 @@ class TestModelSaver:
         assert [list(p.files) for p in planned[:-1]] == seen[1:]
         assert list(planned[-1].files) == sorted(p.name for p in (run_dir / "checkpoints")
                                                  .iterdir())
+
+    def test_async_saves_leave_the_planned_files(self, tmp_path: Path) -> None:
+        """With background saves (each pruned once it lands), the run ends with the
+        planned files."""
+        keep = {"any": [{"latest": 2}, {"every": "3 steps"}, {"best": 1}]}
+        values = [0.5, 0.1, 0.9, 0.8, 0.7, 0.6, 0.4, 0.3]
+        _run(tmp_path, keep, values, 8, mode="async")
+        log = simulate(Schedule({"save": every("1 step")}), epochs=1, steps_per_epoch=8)
+        planned = planned_files(log, {"save": parse_keep(keep)},
+                                lambda f: {"val/loss": values[f.step - 1]})
+        assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == \
+            list(planned[-1].files) == ["step-00000002.pt", "step-00000003.pt",
+                                        "step-00000006.pt", "step-00000007.pt",
+                                        "step-00000008.pt"]
 
     def test_resume_keeps_the_same_files(self, tmp_path: Path) -> None:
         """Stopped at step 3 and resumed, the run keeps the files of an unbroken one."""
