@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn
 
+from schedtrain.cli import preflight
 from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
     SHOWN_PROBLEMS,
@@ -120,7 +121,7 @@ def _build_parser() -> _Parser:
                            "line, or a run's events.jsonl) to resolve conditional firings")
     plan.add_argument("--first", type=_positive_int, default=5, metavar="N",
                       help="firings listed per callback in the table (default 5)")
-    plan.add_argument("--checkpoint-size", type=_size, metavar="SIZE",
+    plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
                       help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
                            "peak disk its ModelSavers' files take")
     plan.add_argument("--import", dest="do_import", action="store_true",
@@ -138,30 +139,6 @@ def _build_parser() -> _Parser:
     train.add_argument("--resume", metavar="PATH|auto",
                        help="resume from a checkpoint, or 'auto' for the newest in the run dir")
     return parser
-
-
-def _plan_task(spec: Any) -> Any:
-    """``[run] task`` built as ``train`` builds it (seeded), for ``plan --import``; ``None``
-    without one."""
-    if spec.run is None or not spec.run.task:
-        return None
-    try:
-        from schedtrain.training.data_position import seed_everything
-        from schedtrain.training.from_spec import load_task
-    except ImportError as exc:
-        raise UsageError(f"--import builds the task with schedtrain.training (and torch), "
-                         f"which cannot be imported: {exc}") from None
-    seed_everything(spec.run.seed)
-    return load_task(spec, spec.run.task)
-
-
-def _size(text: str) -> int:
-    from schedtrain.planning.disk import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -244,7 +221,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain.simulation.metric_stream import read_metrics
 
     spec = load_spec(args.spec, imports=args.do_import)
-    task = _plan_task(spec) if args.do_import else None
+    task = preflight.plan_task(spec) if args.do_import else None
     spec, notes = derived_clock(spec, args.do_import, task)
     _warn(args.spec, notes, sys.stderr)
     size = args.checkpoint_size
