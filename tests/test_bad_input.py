@@ -41,9 +41,11 @@ class TestRefusedByCheck:
         ('events = ["x", "x"]\n[callbacks.a]\ntrigger = { on = "x" }\n', "events[1]",
          "declared twice"),
         ('[callbacks.a]\ntype = "ModelSaver"\nkeep = "two"\ntrigger = { every = "1 epoch" }\n',
-         "callbacks.a.keep", "expected a whole number >= 1, found string 'two'"),
+         "callbacks.a.keep", "expected a whole number >= 1 or a retention table such as "
+         "{ latest = 3 }, found string 'two'"),
         ('[callbacks.a]\ntype = "ModelSaver"\nkeep = 0\ntrigger = { every = "1 epoch" }\n',
-         "callbacks.a.keep", "expected a whole number >= 1, found integer 0"),
+         "callbacks.a.keep", "expected a whole number >= 1 or a retention table such as "
+         "{ latest = 3 }, found integer 0"),
         ('[callbacks.a]\ntype = "EarlyStopping"\nmode = "lowest"\n'
          'trigger = { every = "1 epoch" }\n', "callbacks.a.mode", "'min' or 'max'"),
         ('[callbacks.a]\ntype = "InferenceRunner"\ndata = "val.pt"\n'

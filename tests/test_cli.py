@@ -56,10 +56,13 @@ class TestEntryPoint:
         assert "Traceback" not in result.stderr
 
     def test_plan_json(self) -> None:
-        """``plan --format json`` prints one JSON object of firings."""
+        """``plan --format json`` prints one JSON object of firings, and of the checkpoint
+        files when a ModelSaver saves."""
         result = run_cli("plan", RESNET, "--format", "json")
         assert result.returncode == 0
-        assert list(json.loads(result.stdout)) == ["firings"]
+        data = json.loads(result.stdout)
+        assert list(data) == ["firings", "checkpoints"]  # the spec has a ModelSaver
+        assert data["checkpoints"]["after_saves"][0]["files"]
 
 
 class TestHelp:

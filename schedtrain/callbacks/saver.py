@@ -12,10 +12,13 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import structlog
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
+from schedtrain.retention import Policy, Saved, parse_keep, retained
+from schedtrain.time import Timestamp
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
@@ -43,8 +46,10 @@ class ModelSaver(Callback):
     is a directory, ``step-00000120.dcp``, that every rank writes its shard into.
 
     Args:
-        keep: how many checkpoints to keep (``None``: all); the newest finite one is
-            always kept besides.
+        keep: which checkpoints to keep: ``N`` (the newest N), a retention policy
+            (``Latest``, ``Every``, ``Best``, ``AnyOf`` from ``schedtrain.retention``)
+            or its TOML table (``{ any = [{ latest = 3 }, { every = "10000 steps" }] }``),
+            ``None``: all. The newest finite one is always kept besides.
         folder: where to write them (default: ``RUN_DIR/checkpoints``).
     """
 
@@ -52,12 +57,13 @@ class ModelSaver(Callback):
 
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 
-    def __init__(self, keep: int | None = 3, folder: str | None = None) -> None:
-        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int)
-                                 or keep < 1):
-            raise ValueError(f"`keep` must be a whole number >= 1 or None, got {keep!r}")
-        self.keep = keep
+    def __init__(self, keep: int | Policy | dict[str, Any] | None = 3,
+                 folder: str | None = None) -> None:
+        self.keep = parse_keep(keep)
         self.folder = folder
+        self.needs = self.keep.monitors() if self.keep is not None else ()
+        #: file name -> when it was saved and the monitored values then (for ``keep``)
+        self._records: dict[str, Saved] = {}
 
     def _dir(self) -> Path:
         return _save_folder(self, self.folder, "checkpoints")
@@ -68,11 +74,27 @@ class ModelSaver(Callback):
     def _trigger(self) -> None:
         # Every rank saves: each adds its generators and data position, the chief writes.
         path = self._dir() / checkpoint_name(self.now.step)
+        # Recorded on every rank before the write, so the checkpoint holds its own record.
+        if self.keep is not None:
+                self._records[path.name] = Saved(path.name, self.now, True, self._values())
         self.trainer.save_checkpoint(path, on_saved=self._prune)
 
-    def _prune(self, _written: Path) -> None:
-        """Delete the oldest of this run's checkpoints beyond ``keep``, sparing the newest
-        finite one (on the chief)."""
+    def _values(self) -> dict[str, float]:
+        """The monitored metrics put at this step (an older value measured older weights)."""
+        out = {}
+        for name in self.needs:
+            got, put = self.metrics.latest(name), self.metrics.put_at(name)
+            if got is not None and (put is None or put[0] == self.now.step):
+                out[name] = got.value
+        return out
+
+    def _prune(self, written: Path) -> None:
+        """Delete this run's checkpoints ``keep`` does not keep, sparing the newest finite
+        one (on the chief)."""
+        planned = written.name.replace("-nonfinite", "")
+        if written.name != planned and planned in self._records:
+            was = self._records.pop(planned)
+            self._records[written.name] = attrs.evolve(was, name=written.name, finite=False)
         if self.keep is None or not self.is_chief:
             return
         folder = self._dir().resolve()
@@ -82,15 +104,26 @@ class ModelSaver(Callback):
             if m is not None and path.resolve().parent == folder:
                 mine.append((int(m[1]), m[2] is None, path))
         mine.sort(key=lambda x: (x[0], x[1]))
-        finite = [p for _, ok, p in mine if ok]
-        spared = {finite[-1]} if finite else set()
-        keep = {p for _, _, p in mine[-self.keep:]} | spared
-        for _, _, path in mine:
-            if path not in keep:
+        saved = [self._records.get(p.name) or Saved(p.name, Timestamp(step=step), ok)
+                 for step, ok, p in mine]
+        keep = retained(self.keep, saved)
+        for i, (_, _, path) in enumerate(mine):
+            if i not in keep:
                 self.trainer.delete_checkpoint(path)
+                self._records.pop(path.name, None)
 
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        return {"records": [[s.name, s.at.step, s.at.batch, s.at.epoch, s.at.step_in_epoch,
+                             s.at.sample, s.at.token, s.at.time_ns, s.finite, dict(s.values)]
+                            for s in self._records.values()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Absent from checkpoints of 0.3 and before: pruning then knows steps alone.
+        self._records = {}
+        for name, *counters, finite, values in state.get("records", []):
+            at = Timestamp.make(*(int(c) for c in counters))
+            self._records[str(name)] = Saved(str(name), at, bool(finite),
+                                             {str(k): float(v) for k, v in values.items()})
 
 
 class _Ranking(Callback):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn
 
+from schedtrain.cli import preflight
 from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
     SHOWN_PROBLEMS,
@@ -120,6 +121,9 @@ def _build_parser() -> _Parser:
                            "line, or a run's events.jsonl) to resolve conditional firings")
     plan.add_argument("--first", type=_positive_int, default=5, metavar="N",
                       help="firings listed per callback in the table (default 5)")
+    plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
+                      help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
+                           "peak disk its ModelSavers' files take")
     plan.add_argument("--import", dest="do_import", action="store_true",
                       help="import custom trigger classes ({ custom = \"module:Class\" }); "
                            "this runs code from those modules")
@@ -217,8 +221,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain.simulation.metric_stream import read_metrics
 
     spec = load_spec(args.spec, imports=args.do_import)
-    spec, notes = derived_clock(spec, args.do_import)
+    task = preflight.plan_task(spec) if args.do_import else None
+    spec, notes = derived_clock(spec, args.do_import, task)
     _warn(args.spec, notes, sys.stderr)
+    size = args.checkpoint_size
+    if size is None and task is not None:
+        from schedtrain.checkpoints.size import estimate_checkpoint_bytes
+
+        size = estimate_checkpoint_bytes(task.model, task.optimizer)
     metrics = read_metrics(args.metrics) if args.metrics else None
     plan = plan_spec(spec, metrics, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
     if plan.truncated:
@@ -235,8 +245,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         print(f"wrote {out}")
         return EXIT_OK
-    text = (plan_render.render_json(plan) if args.format == "json"
-            else plan_render.render_table(plan, args.first))
+    text = (plan_render.render_json(plan, size) if args.format == "json"
+            else plan_render.render_table(plan, args.first, size))
     if args.out:
         # Replaced whole: a link planted at --out is replaced, never written through.
         write_atomic(Path(args.out), lambda f: f.write(text.encode()))

@@ -4,12 +4,14 @@ from ``[run]`` and the task."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from schedtrain.errors import ScheduleError
 from schedtrain.spec import Spec
 
-__all__ = ["UsageError", "check_spec", "derived_clock", "stale_notes"]
+__all__ = ["UsageError", "check_spec", "derived_clock", "plan_task", "size_argument",
+           "stale_notes"]
 
 
 class UsageError(Exception):
@@ -64,3 +66,28 @@ def derived_clock(spec: Spec, do_import: bool, task: Any = None) -> tuple[Spec, 
                              f"(and torch), which cannot be imported: {exc}") from None
         counted = count_steps_per_epoch(spec, task)
     return derive_clock(spec, counted)
+
+
+def plan_task(spec: Spec) -> Any:
+    """``[run] task`` built as ``train`` builds it (seeded), for ``plan --import``; ``None``
+    without one."""
+    if spec.run is None or not spec.run.task:
+        return None
+    try:
+        from schedtrain.training.data_position import seed_everything
+        from schedtrain.training.from_spec import load_task
+    except ImportError as exc:
+        raise UsageError(f"--import builds the task with schedtrain.training (and torch), "
+                         f"which cannot be imported: {exc}") from None
+    seed_everything(spec.run.seed)
+    return load_task(spec, spec.run.task)
+
+
+def size_argument(text: str) -> int:
+    """``--checkpoint-size``: a size such as ``4GB``, in bytes."""
+    from schedtrain.planning.disk import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

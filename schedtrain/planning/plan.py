@@ -8,15 +8,17 @@ cut at ``MAX_FIRINGS``. Rendering lives in ``schedtrain.planning.render``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
 
 from schedtrain.planning.stops import stop_rules
+from schedtrain.retention import Policy, parse_keep
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.table import TriggerTable
-from schedtrain.simulation.metric_stream import MetricRecord
+from schedtrain.simulation.files import SaveFiles, planned_files
+from schedtrain.simulation.metric_stream import MetricRecord, StreamMetrics
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.simulation.simulate import Simulation
 from schedtrain.spec import Spec
@@ -49,6 +51,9 @@ class Plan:
         notes: what the plan cannot predict exactly, one sentence each.
         stopped: where and why a callback stops the run (``schedtrain.planning.stops``),
             or ``None``: the log ends with that event's firings and ``train_end`` there.
+        keep: each ``ModelSaver``'s retention policy (``None``: it keeps all).
+        files: after each of their saves, the checkpoint files its folder holds.
+        ranked: a metric stream was given, so ``Best`` rules ranked the saves by it.
     """
 
     spec: Spec
@@ -58,6 +63,9 @@ class Plan:
     truncated: bool = False
     notes: tuple[str, ...] = ()
     stopped: str | None = None
+    keep: Mapping[str, Policy | None] = attrs.field(factory=dict)
+    files: tuple[SaveFiles, ...] = ()
+    ranked: bool = False
 
     @property
     def always(self) -> tuple[str, ...]:
@@ -129,11 +137,16 @@ def plan_spec(
     rules = stop_rules(spec)
     stopped: str | None = None
     firings: list[Firing] = []
+    keep = _policies(spec)
+    values: dict[int, dict[str, float]] = {}
+    truncated = False
     for firing in sim.iter_firings():
         if len(firings) >= max_firings:
-            return Plan(spec, shape, FiringLog(firings), sim.table, truncated=True,
-                        notes=notes, stopped=stopped)
+            truncated = True
+            break
         firings.append(firing)
+        if firing.callback in keep and sim.metrics is not None:
+            values[len(firings) - 1] = _values(keep[firing.callback], sim.metrics)
         rule = rules.get(firing.callback)
         why = rule(firing, sim.metrics) if rule is not None and stopped is None else None
         if why is not None:
@@ -141,7 +154,27 @@ def plan_spec(
             where = (f"epoch {firing.epoch}" if firing.event == "epoch_end"
                      else f"{firing.event} of step {firing.step}")
             stopped = f"the run stops at {where} (step {firing.step}): {why}"
-    return Plan(spec, shape, FiringLog(firings), sim.table, notes=notes, stopped=stopped)
+    index = {id(f): i for i, f in enumerate(firings)}
+    files = planned_files(firings, keep, lambda f: values.get(index[id(f)], {}))
+    return Plan(spec, shape, FiringLog(firings), sim.table, truncated=truncated, notes=notes,
+                stopped=stopped, keep=keep, files=tuple(files),
+                ranked=sim.metrics is not None)
+
+
+def _policies(spec: Spec) -> dict[str, Policy | None]:
+    """Each ``ModelSaver``'s ``keep`` (its default: the newest 3)."""
+    return {name: parse_keep(cb.args.get("keep", 3)) for name, cb in spec.callbacks.items()
+            if cb.type == "ModelSaver"}
+
+
+def _values(policy: Policy | None, metrics: StreamMetrics) -> dict[str, float]:
+    """The values ``policy``'s ``Best`` rules rank by, as the stream has them now."""
+    out = {}
+    for name in policy.monitors() if policy is not None else ():
+        got = metrics.latest(name)
+        if got is not None:
+            out[name] = got.value
+    return out
 
 
 def _notes(spec: Spec) -> tuple[str, ...]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
 from typing import Any, Final
 
 from schedtrain.files import write_atomic
+from schedtrain.planning.disk import files_json, files_lines, peak
 from schedtrain.planning.plan import Plan
 from schedtrain.schedule.firings import Firing
 from schedtrain.spec.model import Spec
@@ -20,9 +22,14 @@ TIMELINE_WIDTH: Final = 64
 PNG_MISSING: Final = "the png format needs matplotlib: pip install 'schedtrain[plot]'"
 
 
-def render_json(plan: Plan) -> str:
-    """``{"firings": [...]}`` as ``schedtrain plan --format json`` prints it."""
-    return plan.log.to_json() + "\n"
+def render_json(plan: Plan, checkpoint_size: int | None = None) -> str:
+    """``{"firings": [...]}`` as ``schedtrain plan --format json`` prints it, with
+    ``"checkpoints"`` (the files after each save, the peak) when a ``ModelSaver`` saves."""
+    if not plan.keep:
+        return plan.log.to_json() + "\n"
+    out = json.loads(plan.log.to_json())
+    out["checkpoints"] = files_json(plan, checkpoint_size)
+    return json.dumps(out) + "\n"
 
 
 def _when(f: Firing) -> str:
@@ -82,7 +89,7 @@ def _saves_line(spec: Spec) -> str:
             f"in flight {rule} (checkpoint_busy = {busy!r})")
 
 
-def render_table(plan: Plan, first: int) -> str:
+def render_table(plan: Plan, first: int, checkpoint_size: int | None = None) -> str:
     spec, shape = plan.spec, plan.shape
     names = plan.table.names
     lengths = sorted({n for n, _ in shape.runs}) or [0]
@@ -112,6 +119,7 @@ def render_table(plan: Plan, first: int) -> str:
         lines.append(f"{plan.stopped}; nothing is planned after its train_end")
     if plan.truncated:
         lines.append(f"note: stopped after {len(plan.log):,} firings")
+    lines += files_lines(plan, checkpoint_size, first)
     lines.append("")
     lines += _timeline(plan) if names and shape.total_steps else []
     return "\n".join(lines) + "\n"
@@ -162,6 +170,9 @@ def draw_png(plan: Plan) -> Any:
     title = f"schedtrain plan: {Path(plan.spec.path or 'spec').name}"
     if any(f.conditional for f in plan.log):
         title += "  (dotted orange: conditional)"
+    if plan.files:
+        most, at = peak(plan.files)
+        title += f"\ncheckpoint files: at most {most:,} at once (step {at:,})"
     ax.set_title(title)
     fig.tight_layout()
     return fig

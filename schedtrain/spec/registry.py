@@ -19,6 +19,7 @@ import attrs
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.imports import IMPORT_PATH_RE, import_class
 from schedtrain.names import PLACEHOLDER_RE, is_name
+from schedtrain.retention import policy_problems
 from schedtrain.spec import argtypes
 
 __all__ = ["BUILTINS", "Param", "check_arguments", "is_import_path", "is_known", "resolve"]
@@ -163,7 +164,9 @@ TORCH_SCHEDULERS: Final = frozenset({
 #: Built-in callback type name -> where it lives and its TOML arguments.
 BUILTINS: Final[Mapping[str, Builtin]] = {
     "ModelSaver": Builtin("schedtrain.callbacks.saver:ModelSaver", (
-        Param("keep", "a whole number >= 1", _int(1)), _FOLDER)),
+        Param("keep", "a whole number >= 1 or a retention table such as { latest = 3 }",
+              lambda v: _int(1)(v) or isinstance(v, dict)), _FOLDER),
+        check=lambda args: policy_problems(args["keep"]) if "keep" in args else []),
     "MinSaver": Builtin("schedtrain.callbacks.saver:MinSaver", (
         _MONITOR, Param("filename", "a file name", _text), _FOLDER,
         Param("load_best_at_end", "true or false", _flag))),

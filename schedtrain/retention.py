@@ -1,0 +1,258 @@
+"""Which checkpoints a saver keeps: retention rules in the schedule's vocabulary.
+
+A policy is a rule or ``AnyOf`` rules; a checkpoint is kept if any rule keeps it, and the
+newest finite one is always kept besides (a diverged run has a good one to go back to).
+``Latest(3)`` keeps the newest three (temporary: each is deleted once three newer ones
+exist); ``Every(Time.parse("10000 steps"))`` keeps the first checkpoint at or after each
+multiple of the period, on any counter (``"1 h"`` is a training-time grid), for good
+(permanent); ``Best(2, "val/loss", "min")`` keeps the two best by a metric's value at
+the save. The rules are pure functions of the saves' records, so a simulated run and a
+real run keep the same files, and a resumed run, given the records back, keeps the same.
+Torch-free: ``schedtrain plan`` evaluates it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from schedtrain.errors import describe
+from schedtrain.time import Time, Timestamp
+
+__all__ = ["AnyOf", "Best", "Every", "Latest", "Policy", "Saved", "parse_keep",
+           "policy_problems", "retained", "spell"]
+
+
+@attrs.frozen
+class Saved:
+    """One checkpoint a saver wrote: its file name, when, and the monitored values then.
+
+    Args:
+        name: the file name (``step-00000120.pt``).
+        at: the clock when it was saved.
+        finite: whether its weights and loss were finite (not ``-nonfinite``).
+        values: metric name -> value at the save, for ``Best`` rules.
+    """
+
+    name: str
+    at: Timestamp
+    finite: bool = True
+    values: Mapping[str, float] = attrs.field(factory=dict)
+
+
+def _whole(least: int) -> Any:
+    def check(_inst: object, attribute: attrs.Attribute[int], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"`{attribute.name}` must be a whole number >= {least}, "
+                             f"got {value!r}")
+    return check
+
+
+@attrs.frozen
+class Latest:
+    """Keep the newest ``n`` checkpoints (temporary ones: each goes when ``n`` newer exist)."""
+
+    n: int = attrs.field(validator=_whole(1))
+
+    def keeps(self, saved: Sequence[Saved]) -> set[int]:
+        """Indexes (into ``saved``, oldest first) of the checkpoints this rule keeps."""
+        return set(range(max(0, len(saved) - self.n), len(saved)))
+
+    def monitors(self) -> tuple[str, ...]:
+        """Metrics whose values the rule reads."""
+        return ()
+
+
+def _period(value: object) -> Time:
+    t = Time.parse(value) if isinstance(value, str) else value
+    if not isinstance(t, Time) or t.base <= 0:
+        raise ValueError(f"`every` must be a time > 0 such as '10000 steps' or '1 h', "
+                         f"got {value!r}")
+    return t
+
+
+@attrs.frozen
+class Every:
+    """Keep, for good, the first checkpoint at or after each multiple of ``period``."""
+
+    period: Time = attrs.field(converter=_period)
+
+    def keeps(self, saved: Sequence[Saved]) -> set[int]:
+        """Indexes of the checkpoints that are the first to reach a new grid point."""
+        counter, base = self.period.counter, self.period.base
+        kept, before = set(), 0
+        for i, s in enumerate(saved):
+            now = s.at.get(counter)
+            if now // base > before // base:
+                kept.add(i)
+            before = now
+        return kept
+
+    def monitors(self) -> tuple[str, ...]:
+        """Metrics whose values the rule reads."""
+        return ()
+
+
+@attrs.frozen
+class Best:
+    """Keep the ``n`` finite checkpoints with the best value of ``monitor`` (a tie keeps
+    the earlier; one saved without a finite value is never among them)."""
+
+    n: int = attrs.field(validator=_whole(1))
+    monitor: str = "val/loss"
+    mode: Literal["min", "max"] = attrs.field(default="min")
+
+    @mode.validator
+    def _check_mode(self, _attribute: object, value: object) -> None:
+        if value not in ("min", "max"):
+            raise ValueError(f"`mode` must be 'min' or 'max', got {value!r}")
+
+    def keeps(self, saved: Sequence[Saved]) -> set[int]:
+        """Indexes of the best ``n`` checkpoints by ``monitor``."""
+        sign = 1.0 if self.mode == "min" else -1.0
+        ranked = sorted((sign * v, i) for i, s in enumerate(saved) if s.finite
+                        for v in [s.values.get(self.monitor, math.nan)] if math.isfinite(v))
+        return {i for _, i in ranked[:self.n]}
+
+    def monitors(self) -> tuple[str, ...]:
+        """Metrics whose values the rule reads."""
+        return (self.monitor,)
+
+
+Rule = Latest | Every | Best
+
+
+@attrs.frozen
+class AnyOf:
+    """Keep a checkpoint if any of ``rules`` keeps it."""
+
+    rules: tuple[Rule, ...] = attrs.field(converter=tuple[Rule, ...])
+
+    def keeps(self, saved: Sequence[Saved]) -> set[int]:
+        """Indexes kept by at least one rule."""
+        return set().union(*(r.keeps(saved) for r in self.rules))
+
+    def monitors(self) -> tuple[str, ...]:
+        """Metrics whose values the rules read."""
+        return tuple(dict.fromkeys(m for r in self.rules for m in r.monitors()))
+
+
+#: A retention policy: one rule, or rules any of which keeps a checkpoint.
+Policy = Latest | Every | Best | AnyOf
+
+
+def spell(policy: Policy | None) -> str:
+    """``policy`` as its TOML value (``{ any = [{ latest = 3 }, { every = "1 h" }] }``)."""
+    if policy is None:
+        return "all"
+    if isinstance(policy, Latest):
+        return f"{{ latest = {policy.n} }}"
+    if isinstance(policy, Every):
+        return f'{{ every = "{policy.period}" }}'
+    if isinstance(policy, Best):
+        return f'{{ best = {policy.n}, monitor = "{policy.monitor}", mode = "{policy.mode}" }}'
+    return f"{{ any = [{', '.join(spell(r) for r in policy.rules)}] }}"
+
+
+def retained(policy: Policy | None, saved: Sequence[Saved]) -> set[int]:
+    """Indexes of ``saved`` (oldest first) that stay: those ``policy`` keeps (all when
+    ``None``) and the newest finite one."""
+    if policy is None:
+        return set(range(len(saved)))
+    keep = policy.keeps(saved)
+    finite = [i for i, s in enumerate(saved) if s.finite]
+    return keep | set(finite[-1:])
+
+
+Where = tuple[str | int, ...]
+
+_RULE_KEYS = {"latest": ("latest",), "every": ("every",),
+              "best": ("best", "monitor", "mode")}
+
+
+def _rule(table: object, where: Where, problems: list[tuple[Where, str]]) -> Policy | None:
+    example = "{ latest = 3 }, { every = '10000 steps' }, { best = 2, monitor = 'val/loss' }"
+    if isinstance(table, int) and not isinstance(table, bool):
+        if table >= 1:
+            return Latest(table)
+        problems.append((where, f"expected a whole number >= 1 or a table such as "
+                                f"{example}, found {describe(table)}"))
+        return None
+    if not isinstance(table, dict):
+        problems.append((where, f"expected a whole number >= 1 or a table such as {example}, "
+                                f"found {describe(table)}"))
+        return None
+    if "any" in table:
+        extra = sorted(set(table) - {"any"})
+        rules = table["any"]
+        if extra:
+            problems.append(((*where, extra[0]), "`any` takes no other key beside it"))
+            return None
+        if not isinstance(rules, list) or not rules:
+            problems.append(((*where, "any"), f"expected a non-empty list of rules such as "
+                                              f"[{example}], found {describe(rules)}"))
+            return None
+        parts = [_rule(r, (*where, "any", i), problems) for i, r in enumerate(rules)]
+        flat: list[Rule] = []
+        for p in parts:
+            if p is None:
+                return None
+            flat.extend(p.rules if isinstance(p, AnyOf) else [p])
+        return AnyOf(flat)
+    kinds = [k for k in _RULE_KEYS if k in table]
+    if len(kinds) != 1:
+        problems.append((where, f"expected exactly one of 'latest', 'every', 'best' or 'any' "
+                                f"(such as {example}), found {describe(table)}"))
+        return None
+    kind = kinds[0]
+    for key in table:
+        if key not in _RULE_KEYS[kind]:
+            problems.append(((*where, key), f"unknown key {key!r} for a {kind!r} rule; it "
+                                            f"takes {', '.join(_RULE_KEYS[kind])}"))
+            return None
+    count = table.get(kind) if kind != "every" else 1
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        problems.append(((*where, kind), f"expected a whole number >= 1, found "
+                                         f"{describe(count)}"))
+        return None
+    try:
+        if kind == "latest":
+            return Latest(table["latest"])
+        if kind == "every":
+            return Every(table["every"])
+        monitor = table.get("monitor", "val/loss")
+        if not isinstance(monitor, str) or not monitor.strip():
+            problems.append(((*where, "monitor"), f"expected a metric name such as "
+                                                  f"'val/loss', found {describe(monitor)}"))
+            return None
+        return Best(table["best"], monitor, table.get("mode", "min"))
+    except ValueError as exc:  # the period, or the mode
+        problems.append(((*where, "every" if kind == "every" else "mode"), str(exc)))
+        return None
+
+
+def policy_problems(value: object, where: Where = ("keep",)) -> list[tuple[Where, str]]:
+    """Each problem of a TOML ``keep`` value, at its key path below the callback."""
+    problems: list[tuple[Where, str]] = []
+    _rule(value, where, problems)
+    return problems
+
+
+def parse_keep(value: object) -> Policy | None:
+    """A ``keep`` argument as a policy: ``None`` (keep all), ``N`` (``Latest(N)``), a
+    policy, or its TOML table.
+
+    Raises:
+        ValueError: the value is not a valid policy (the first problem, with its path).
+    """
+    if value is None or isinstance(value, Latest | Every | Best | AnyOf):
+        return value
+    problems: list[tuple[Where, str]] = []
+    policy = _rule(value, ("keep",), problems)
+    if problems:
+        where, message = problems[0]
+        raise ValueError(f"{'.'.join(str(w) for w in where)}: {message}")
+    return policy
