@@ -118,6 +118,12 @@ def _build_parser() -> _Parser:
     plan.add_argument("--metrics", metavar="FILE",
                       help="JSONL metric stream ({\"name\", \"value\", \"step\"|\"epoch\"} per "
                            "line, or a run's events.jsonl) to resolve conditional firings")
+    plan.add_argument("--costs", metavar="EVENTS",
+                      help="a previous run's events.jsonl: predict each callback's cost and "
+                           "the run's wall time from its measured durations")
+    plan.add_argument("--warn-share", type=_share, default=0.10, metavar="F",
+                      help="with --costs, warn when a callback takes more than this share "
+                           "of the run (default 0.10)")
     plan.add_argument("--first", type=_positive_int, default=5, metavar="N",
                       help="firings listed per callback in the table (default 5)")
     plan.add_argument("--import", dest="do_import", action="store_true",
@@ -135,6 +141,16 @@ def _build_parser() -> _Parser:
     train.add_argument("--resume", metavar="PATH|auto",
                        help="resume from a checkpoint, or 'auto' for the newest in the run dir")
     return parser
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -237,12 +253,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_OK
     text = (plan_render.render_json(plan) if args.format == "json"
             else plan_render.render_table(plan, args.first))
+    if args.costs:
+        text = _with_costs(plan, args, text)
     if args.out:
         # Replaced whole: a link planted at --out is replaced, never written through.
         write_atomic(Path(args.out), lambda f: f.write(text.encode()))
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+def _with_costs(plan: Any, args: argparse.Namespace, text: str) -> str:
+    """The plan's text with ``--costs`` applied: a warning per callback over the share."""
+    from schedtrain.planning import costs
+
+    pred = costs.predict(plan, costs.read_costs(args.costs))
+    for c in pred.over(args.warn_share):
+        print(f"warning: callbacks.{c.callback} takes {c.share:.0%} of the predicted run "
+              f"({c.firings:,} firings x {c.mean:.3g} s; threshold "
+              f"{args.warn_share:.0%}, --warn-share)", file=sys.stderr)
+    if args.format == "json":
+        return costs.cost_json(plan, pred)
+    return text + costs.cost_table(pred)
 
 
 # -- train ------------------------------------------------------------------------------

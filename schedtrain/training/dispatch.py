@@ -12,6 +12,7 @@ only while the callback's gate (``EnableCallbackIf``) is open; a step's
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -142,11 +143,12 @@ class Dispatcher:
                 self.run_hooks("_before_firings", ts)
         self._before_firing()
         self.firings.append(Firing(name, event, ts))
-        if self.metrics.sinks:
-            self.metrics.firing(name, event, ts)
         if self._firing_log is not None:
             self._firing_log.debug("firing", callback=name, trigger_event=event,
                                    step=ts.step, epoch=ts.epoch)
+        sinks = bool(self.metrics.sinks)
+        if sinks:
+            wall, start = time.time(), time.monotonic()
         self._depth += 1
         try:
             self.agreement.run_callback(self, name, self._fired[name])
@@ -156,6 +158,11 @@ class Dispatcher:
             raise
         finally:
             self._depth -= 1
+            if sinks:
+                # The line is written once the callback returned (or raised), with the
+                # host's wall time it took: no device sync, so on CUDA work the callback
+                # queued and did not wait for is not counted.
+                self.metrics.firing(name, event, ts, wall, time.monotonic() - start)
 
     # -- hooks ---------------------------------------------------------------------------------
     def run_hooks(self, hook: str, now: Timestamp, *args: Any) -> None:
