@@ -9,12 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from jobs.trials import write_spec
+from training_helpers import Noop, UnevenData, tiny_model
 
+from schedtrain import Schedule, every
 from schedtrain.cli.main import main
+from schedtrain.monitors.cadence import Every
+from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.planning.costs import CostError, read_costs
+from schedtrain.time import Timestamp
+from schedtrain.training import Trainer
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -119,3 +126,33 @@ def test_bad_costs_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["plan", str(spec), "--import", "--costs", str(old)]) == 2
     err = capsys.readouterr().err
     assert str(old) in err and "Traceback" not in err
+
+
+class _OldSink:
+    """A user's sink written before durations: ``firing`` with four arguments."""
+
+    def __init__(self) -> None:
+        self.firings: list[tuple[str, str, int]] = []
+
+    def scalars(self, records: object) -> None:
+        return None
+
+    def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
+        self.firings.append((callback, event, ts.step))
+
+    def close(self) -> None:
+        return None
+
+
+def test_sinks_without_durations_still_get_firings(tmp_path: Path) -> None:
+    """A sink with only ``firing`` is told every firing, and the JSONL writer behind a
+    cadence wrapper still gets each firing's duration."""
+    old = _OldSink()
+    model, opt = tiny_model()
+    t = Trainer(model, opt, UnevenData([4]), torch.nn.functional.mse_loss,
+                schedule=Schedule({"a": every("2 steps")}), bindings={"a": Noop()},
+                max_epochs=1, sinks=[old, Every(JsonlWriter(tmp_path / "e.jsonl"), "1 step")])
+    t.fit()
+    assert old.firings == [("a", "step_end", 2), ("a", "step_end", 4)]
+    lines = [json.loads(x) for x in (tmp_path / "e.jsonl").read_text().splitlines()]
+    assert [r["duration"] >= 0 for r in lines if r["kind"] == "firing"] == [True, True]

@@ -2,7 +2,8 @@
 
 ``fire(event)`` asks the trigger table which callbacks fire, runs each one's
 ``_trigger`` as soon as its trigger is found true (so a metric it puts is visible to
-later callbacks' triggers at the same event), records the firing, and once the
+later callbacks' triggers at the same event), records the firing (to the sinks once the
+callback has returned, with the seconds it ran), and once the
 outermost event is over has the checkpoint owner write the saves callbacks asked for.
 Per-event hooks (``before_epoch``, ``after_step``...) run only on callbacks that override them, and
 only while the callback's gate (``EnableCallbackIf``) is open; a step's
