@@ -33,6 +33,7 @@ from schedtrain.clock import LoopClock
 from schedtrain.errors import Preempted
 from schedtrain.monitors import store as store_module
 from schedtrain.training import Trainer
+from schedtrain.training import dispatch as dispatch_module
 
 mse = torch.nn.functional.mse_loss
 
@@ -98,7 +99,7 @@ class _Poison(Callback):
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
     rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds", "duration")} for r in rows]
 
 
 class TestSameAsSync:
@@ -109,6 +110,9 @@ class TestSameAsSync:
         """Every checkpoint file is byte-identical; final weights and events.jsonl match."""
         # Metric records carry the wall-clock time: fixed, so two runs can be compared.
         monkeypatch.setattr(store_module, "time", types.SimpleNamespace(time=lambda: 1.0))
+        # and firing lines their start and duration (a measurement)
+        monkeypatch.setattr(dispatch_module, "time",
+                            types.SimpleNamespace(time=lambda: 1.0, monotonic=lambda: 0.0))
         runs = {}
         for mode in ("sync", "async"):
             t = _trainer(tmp_path / mode, mode=mode, keep=None)

@@ -90,7 +90,7 @@ def torchrun(spec: Path, run_dir: Path, *args: str, kill_at_line: int | None = N
 
 def events(run_dir: Path) -> list[dict[str, object]]:
     rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds", "duration")} for r in rows]
 
 
 def rank_firings(folder: Path, rank: int) -> list[list[object]]:

@@ -399,6 +399,7 @@ def _media_log(run_dir: Path) -> list[dict[str, Any]]:
         row = json.loads(line)
         row.pop("time", None)
         row.pop("seconds", None)
+        row.pop("duration", None)
         out.append(row)
     return out
 

@@ -81,7 +81,7 @@ def _trainer(run_dir: Path, crash_at: int | None, accum: int, epochs: int, *,
 
 def _log(run_dir: Path) -> list[dict[str, Any]]:
     rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds", "duration")} for r in rows]
 
 
 def _run_with_crashes(run_dir: Path, crashes: list[int], accum: int, epochs: int, *,

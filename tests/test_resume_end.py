@@ -77,7 +77,7 @@ def _trainer(run_dir: Path, *, steps: int, epochs: int, stop: int | None,
 
 def _log(run_dir: Path) -> list[dict[str, Any]]:
     rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds", "duration")} for r in rows]
 
 
 def _status(run_dir: Path) -> tuple[str, int, int]:

@@ -62,7 +62,7 @@ def _log(run_dir: Path) -> list[dict[str, Any]]:
     out = []
     for line in (run_dir / "events.jsonl").read_text().splitlines():
         row = json.loads(line)
-        for key in ("seconds", "time", "wall"):
+        for key in ("seconds", "time", "wall", "duration"):
             row.pop(key, None)
         out.append(row)
     return out

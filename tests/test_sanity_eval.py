@@ -153,7 +153,7 @@ def _log(run_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for line in (run_dir / "events.jsonl").read_text().splitlines():
         row = json.loads(line)
-        for key in ("seconds", "time", "wall"):
+        for key in ("seconds", "time", "wall", "duration"):
             row.pop(key, None)
         rows.append(row)
     return rows

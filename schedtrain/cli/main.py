@@ -8,16 +8,16 @@ the only module that configures logging (``structlog.configure``).
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, Final, NoReturn
+from typing import IO, Any, Final
 
 from schedtrain.cli import preflight
+from schedtrain.cli.parser import build_parser
 from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
     SHOWN_PROBLEMS,
@@ -48,107 +48,6 @@ EXIT_PREEMPTED: Final = 75
 #: A second Ctrl-C: stopped at once, no checkpoint of the step in progress (128 + SIGINT).
 EXIT_INTERRUPTED: Final = 130
 
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so ``main`` returns the exit code."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        raise UsageError(f"{self.prog}: error: {message}")
-
-
-_CHECK_EPILOG = """\
-examples:
-  schedtrain check specs/resnet_tensorpack.toml
-  schedtrain check specs/*.toml --import    # also import "module:Class" types
-"""
-_PLAN_EPILOG = """\
-examples:
-  schedtrain plan specs/resnet_tensorpack.toml
-  schedtrain plan specs/lm_plan_only.toml --format json > firings.json
-  schedtrain plan specs/early_stopping.toml --metrics runs/x/events.jsonl
-  schedtrain plan specs/resnet_tensorpack.toml --format png --out plan.png
-"""
-_TRAIN_EPILOG = """\
-examples:
-  schedtrain train specs/digits.toml
-  schedtrain train specs/digits.toml --run-dir runs/try2 --resume auto
-  schedtrain train specs/digits.toml --overwrite     # start the run again
-
-exit codes: 0 done, 1 training failed, 2 bad input (spec, arguments, a run directory
-in use or holding a run), 75 preempted (SIGTERM/SIGINT) after a checkpoint: run again
-with --resume auto
-"""
-
-
-@functools.cache  # parsing does not change it; built once per process
-def _build_parser() -> _Parser:
-    parser = _Parser(
-        prog="schedtrain",
-        description="Check, plan and run declarative training schedules written in TOML.",
-        epilog="run 'schedtrain COMMAND --help' for a command's options",
-    )
-    parser.add_argument("--traceback", action="store_true",
-                        help="print the Python traceback of a failure (for bug reports)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-    fmt = argparse.RawDescriptionHelpFormatter
-
-    check = sub.add_parser("check", help="validate spec files", epilog=_CHECK_EPILOG,
-                           formatter_class=fmt,
-                           description="Validate spec files; exit 0, or 2 listing every problem.")
-    check.add_argument("specs", nargs="+", metavar="SPEC", help="TOML spec files")
-    check.add_argument("--import", dest="do_import", action="store_true",
-                       help="import 'module:Class' callback and trigger classes and check "
-                            "their arguments (this runs code from those modules)")
-
-    plan = sub.add_parser("plan", help="simulate a spec and show when callbacks fire",
-                          epilog=_PLAN_EPILOG, formatter_class=fmt,
-                          description="Simulate the schedule over the run's shape ([clock] "
-                                      "or the options) and show every firing.")
-    plan.add_argument("spec", metavar="SPEC", help="a TOML spec file")
-    plan.add_argument("--epochs", type=_positive_int, metavar="N", help="override clock.epochs")
-    plan.add_argument("--steps-per-epoch", type=_positive_int, metavar="S",
-                      help="override clock.steps_per_epoch")
-    plan.add_argument("--format", choices=("table", "json", "png"), default="table",
-                      help="table (default), json ({\"firings\": [...]}) or png (a timeline)")
-    plan.add_argument("--out", metavar="FILE",
-                      help="write to FILE instead of stdout (png default: plan.png)")
-    plan.add_argument("--metrics", metavar="FILE",
-                      help="JSONL metric stream ({\"name\", \"value\", \"step\"|\"epoch\"} per "
-                           "line, or a run's events.jsonl) to resolve conditional firings")
-    plan.add_argument("--first", type=_positive_int, default=5, metavar="N",
-                      help="firings listed per callback in the table (default 5)")
-    plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
-                      help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
-                           "peak disk its ModelSavers' files take")
-    plan.add_argument("--import", dest="do_import", action="store_true",
-                      help="import custom trigger classes ({ custom = \"module:Class\" }); "
-                           "this runs code from those modules")
-
-    train = sub.add_parser("train", help="train with a spec's [run] and callbacks",
-                           epilog=_TRAIN_EPILOG, formatter_class=fmt,
-                           description="Run training as the spec's [run] table describes.")
-    train.add_argument("spec", metavar="SPEC", help="a TOML spec file")
-    train.add_argument("--run-dir", metavar="DIR", help="override run.run_dir")
-    train.add_argument("--overwrite", action="store_true",
-                       help="start afresh in a run directory that holds a run (removes its "
-                            "log and checkpoints)")
-    train.add_argument("--resume", metavar="PATH|auto",
-                       help="resume from a checkpoint, or 'auto' for the newest in the run dir")
-    return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -247,12 +146,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_OK
     text = (plan_render.render_json(plan, size) if args.format == "json"
             else plan_render.render_table(plan, args.first, size))
+    if args.costs:
+        text = _with_costs(plan, args, text)
     if args.out:
         # Replaced whole: a link planted at --out is replaced, never written through.
         write_atomic(Path(args.out), lambda f: f.write(text.encode()))
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+def _with_costs(plan: Any, args: argparse.Namespace, text: str) -> str:
+    """The plan's text with ``--costs`` applied: a warning per callback over the share."""
+    from schedtrain.planning import costs
+
+    pred = costs.predict(plan, costs.read_costs(args.costs))
+    for c in pred.over(args.warn_share):
+        print(f"warning: callbacks.{c.callback} takes {c.share:.0%} of the predicted run "
+              f"({c.firings:,} firings x {c.mean:.3g} s; threshold "
+              f"{args.warn_share:.0%}, --warn-share)", file=sys.stderr)
+    if args.format == "json":
+        return costs.cost_json(plan, pred)
+    return text + costs.cost_table(pred)
 
 
 # -- train ------------------------------------------------------------------------------
@@ -347,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Args:
         argv: the arguments (without the program name); ``sys.argv[1:]`` by default.
     """
-    parser = _build_parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:  # argparse printed the usage; now the reason, no traceback

@@ -83,6 +83,14 @@ class Every:
     def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
         self.sink.firing(callback, event, ts, wall)
 
+    def firing_timed(self, callback: str, event: str, ts: Timestamp, wall: float,
+                     duration: float) -> None:
+        timed = getattr(self.sink, "firing_timed", None)
+        if timed is not None:
+            timed(callback, event, ts, wall, duration)
+        else:
+            self.sink.firing(callback, event, ts, wall)
+
     def close(self) -> None:
         self.sink.close()
 

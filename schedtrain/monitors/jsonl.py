@@ -79,14 +79,22 @@ class JsonlWriter:
         self._write([r.to_dict() for r in records])
 
     def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
-        self._write([{"kind": "firing", "callback": callback, "event": event,
-                      "step": ts.step, "epoch": ts.epoch, "batch": ts.batch,
-                      "step_in_epoch": ts.step_in_epoch, "sample": ts.sample,
-                      "token": ts.token, "seconds": ts.seconds, "time": wall}])
+        self._write([_firing_row(callback, event, ts, wall)])
+
+    def firing_timed(self, callback: str, event: str, ts: Timestamp, wall: float,
+                     duration: float) -> None:
+        """The firing's line with ``"duration"``: the seconds its callback ran."""
+        self._write([{**_firing_row(callback, event, ts, wall), "duration": duration}])
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _firing_row(callback: str, event: str, ts: Timestamp, wall: float) -> dict[str, Any]:
+    return {"kind": "firing", "callback": callback, "event": event, "step": ts.step,
+            "epoch": ts.epoch, "batch": ts.batch, "step_in_epoch": ts.step_in_epoch,
+            "sample": ts.sample, "token": ts.token, "seconds": ts.seconds, "time": wall}
 
 
 def _file_bytes(r: MediaRecord) -> bytes:

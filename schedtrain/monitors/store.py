@@ -49,9 +49,10 @@ class Sink(Protocol):
 
     A sink may also define ``media(records)`` (images, histograms, text: a list of
     ``MediaRecord``), ``epoch_end(ts)`` (told after each epoch's values were
-    flushed) and ``state_dict()``/``load_state_dict(state)`` (kept in checkpoints, so a
-    resumed run reports what the uninterrupted one would); the store calls them where
-    they exist.
+    flushed), ``state_dict()``/``load_state_dict(state)`` (kept in checkpoints, so a
+    resumed run reports what the uninterrupted one would) and
+    ``firing_timed(callback, event, ts, wall, duration)`` (called in place of ``firing``
+    with the seconds the callback ran); the store calls them where they exist.
     """
 
     def scalars(self, records: Sequence[Record]) -> None:
@@ -275,11 +276,17 @@ class MetricStore:
     def __contains__(self, name: object) -> bool:
         return name in self._history
 
-    def firing(self, callback: str, event: str, ts: Timestamp) -> None:
-        """Report a firing to the sinks."""
-        wall = time.time()
+    def firing(self, callback: str, event: str, ts: Timestamp, wall: float,
+               duration: float) -> None:
+        """Report a firing to the sinks, once its callback has run: it started at ``wall``
+        (``time.time()``) and ran ``duration`` seconds (a measurement: it differs between
+        runs, so a resumed run's log equals the uninterrupted one's all but these)."""
         for sink in self.sinks:
-            sink.firing(callback, event, ts, wall)
+            timed = getattr(sink, "firing_timed", None)
+            if timed is not None:
+                timed(callback, event, ts, wall, duration)
+            else:
+                sink.firing(callback, event, ts, wall)
 
     def close(self) -> None:
         """Flush and close the sinks."""

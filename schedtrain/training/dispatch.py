@@ -2,7 +2,8 @@
 
 ``fire(event)`` asks the trigger table which callbacks fire, runs each one's
 ``_trigger`` as soon as its trigger is found true (so a metric it puts is visible to
-later callbacks' triggers at the same event), records the firing, and once the
+later callbacks' triggers at the same event), records the firing (to the sinks once the
+callback has returned, with the seconds it ran), and once the
 outermost event is over has the checkpoint owner write the saves callbacks asked for.
 Per-event hooks (``before_epoch``, ``after_step``...) run only on callbacks that override them, and
 only while the callback's gate (``EnableCallbackIf``) is open; a step's
@@ -12,6 +13,7 @@ only while the callback's gate (``EnableCallbackIf``) is open; a step's
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -142,11 +144,12 @@ class Dispatcher:
                 self.run_hooks("_before_firings", ts)
         self._before_firing()
         self.firings.append(Firing(name, event, ts))
-        if self.metrics.sinks:
-            self.metrics.firing(name, event, ts)
         if self._firing_log is not None:
             self._firing_log.debug("firing", callback=name, trigger_event=event,
                                    step=ts.step, epoch=ts.epoch)
+        sinks = bool(self.metrics.sinks)
+        if sinks:
+            wall, start = time.time(), time.monotonic()
         self._depth += 1
         try:
             self.agreement.run_callback(self, name, self._fired[name])
@@ -156,6 +159,11 @@ class Dispatcher:
             raise
         finally:
             self._depth -= 1
+            if sinks:
+                # The line is written once the callback returned (or raised), with the
+                # host's wall time it took: no device sync, so on CUDA work the callback
+                # queued and did not wait for is not counted.
+                self.metrics.firing(name, event, ts, wall, time.monotonic() - start)
 
     # -- hooks ---------------------------------------------------------------------------------
     def run_hooks(self, hook: str, now: Timestamp, *args: Any) -> None:

@@ -105,7 +105,7 @@ def train(spec: Path, run_dir: Path, *, workers: int = 0, kill_after: float | No
 def lines(run_dir: Path) -> list[dict[str, Any]]:
     """The log without its wall-clock fields."""
     rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("time", "seconds")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("time", "seconds", "duration")} for r in rows]
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:

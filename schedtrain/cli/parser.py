@@ -1,0 +1,131 @@
+"""The ``schedtrain`` command line's grammar: its commands, options and help."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import NoReturn
+
+from schedtrain.cli import preflight
+from schedtrain.cli.preflight import UsageError
+
+__all__ = ["build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so ``main`` returns the exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
+_CHECK_EPILOG = """\
+examples:
+  schedtrain check specs/resnet_tensorpack.toml
+  schedtrain check specs/*.toml --import    # also import "module:Class" types
+"""
+_PLAN_EPILOG = """\
+examples:
+  schedtrain plan specs/resnet_tensorpack.toml
+  schedtrain plan specs/lm_plan_only.toml --format json > firings.json
+  schedtrain plan specs/early_stopping.toml --metrics runs/x/events.jsonl
+  schedtrain plan specs/resnet_tensorpack.toml --format png --out plan.png
+"""
+_TRAIN_EPILOG = """\
+examples:
+  schedtrain train specs/digits.toml
+  schedtrain train specs/digits.toml --run-dir runs/try2 --resume auto
+  schedtrain train specs/digits.toml --overwrite     # start the run again
+
+exit codes: 0 done, 1 training failed, 2 bad input (spec, arguments, a run directory
+in use or holding a run), 75 preempted (SIGTERM/SIGINT) after a checkpoint: run again
+with --resume auto
+"""
+
+
+@functools.cache  # parsing does not change it; built once per process
+def build_parser() -> argparse.ArgumentParser:
+    """The ``schedtrain`` command's arguments: ``check``, ``plan`` and ``train``."""
+    parser = _Parser(
+        prog="schedtrain",
+        description="Check, plan and run declarative training schedules written in TOML.",
+        epilog="run 'schedtrain COMMAND --help' for a command's options",
+    )
+    parser.add_argument("--traceback", action="store_true",
+                        help="print the Python traceback of a failure (for bug reports)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    check = sub.add_parser("check", help="validate spec files", epilog=_CHECK_EPILOG,
+                           formatter_class=fmt,
+                           description="Validate spec files; exit 0, or 2 listing every problem.")
+    check.add_argument("specs", nargs="+", metavar="SPEC", help="TOML spec files")
+    check.add_argument("--import", dest="do_import", action="store_true",
+                       help="import 'module:Class' callback and trigger classes and check "
+                            "their arguments (this runs code from those modules)")
+
+    plan = sub.add_parser("plan", help="simulate a spec and show when callbacks fire",
+                          epilog=_PLAN_EPILOG, formatter_class=fmt,
+                          description="Simulate the schedule over the run's shape ([clock] "
+                                      "or the options) and show every firing.")
+    plan.add_argument("spec", metavar="SPEC", help="a TOML spec file")
+    plan.add_argument("--epochs", type=_positive_int, metavar="N", help="override clock.epochs")
+    plan.add_argument("--steps-per-epoch", type=_positive_int, metavar="S",
+                      help="override clock.steps_per_epoch")
+    plan.add_argument("--format", choices=("table", "json", "png"), default="table",
+                      help="table (default), json ({\"firings\": [...]}) or png (a timeline)")
+    plan.add_argument("--out", metavar="FILE",
+                      help="write to FILE instead of stdout (png default: plan.png)")
+    plan.add_argument("--metrics", metavar="FILE",
+                      help="JSONL metric stream ({\"name\", \"value\", \"step\"|\"epoch\"} per "
+                           "line, or a run's events.jsonl) to resolve conditional firings")
+    plan.add_argument("--costs", metavar="EVENTS",
+                      help="a previous run's events.jsonl: predict each callback's cost and "
+                           "the run's wall time from its measured durations")
+    plan.add_argument("--warn-share", type=_share, default=0.10, metavar="F",
+                      help="with --costs, warn when a callback takes more than this share "
+                           "of the run (default 0.10)")
+    plan.add_argument("--first", type=_positive_int, default=5, metavar="N",
+                      help="firings listed per callback in the table (default 5)")
+    plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
+                      help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
+                           "peak disk its ModelSavers' files take")
+    plan.add_argument("--import", dest="do_import", action="store_true",
+                      help="import custom trigger classes ({ custom = \"module:Class\" }); "
+                           "this runs code from those modules")
+
+    train = sub.add_parser("train", help="train with a spec's [run] and callbacks",
+                           epilog=_TRAIN_EPILOG, formatter_class=fmt,
+                           description="Run training as the spec's [run] table describes.")
+    train.add_argument("spec", metavar="SPEC", help="a TOML spec file")
+    train.add_argument("--run-dir", metavar="DIR", help="override run.run_dir")
+    train.add_argument("--overwrite", action="store_true",
+                       help="start afresh in a run directory that holds a run (removes its "
+                            "log and checkpoints)")
+    train.add_argument("--resume", metavar="PATH|auto",
+                       help="resume from a checkpoint, or 'auto' for the newest in the run dir")
+    return parser
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
