@@ -139,8 +139,12 @@ class TestSameAsSync:
         ``-nonfinite`` from there on, byte for byte; the last finite one is kept."""
         root = tmp_path_factory.mktemp("nan")
         folders = {}
-        with pytest.MonkeyPatch.context() as patch:  # metric records hold no real time
+        with pytest.MonkeyPatch.context() as patch:  # metric records hold no real time,
             patch.setattr(store_module, "time", types.SimpleNamespace(time=lambda: 1.0))
+            # nor firing lines (their duration is a measurement; the log's length is in
+            # every checkpoint)
+            patch.setattr(dispatch_module, "time",
+                          types.SimpleNamespace(time=lambda: 1.0, monotonic=lambda: 0.0))
             for mode in ("sync", "async"):
                 t = _trainer(root / mode, mode=mode, steps=8, save=save, keep=keep,
                              extra={"poison": ("1 step", _Poison(at))})
