@@ -76,7 +76,7 @@ class ModelSaver(Callback):
         path = self._dir() / checkpoint_name(self.now.step)
         # Recorded on every rank before the write, so the checkpoint holds its own record.
         if self.keep is not None:
-                self._records[path.name] = Saved(path.name, self.now, True, self._values())
+            self._records[path.name] = Saved(path.name, self.now, True, self._values())
         self.trainer.save_checkpoint(path, on_saved=self._prune)
 
     def _values(self) -> dict[str, float]:
@@ -93,8 +93,13 @@ class ModelSaver(Callback):
         one (on the chief)."""
         planned = written.name.replace("-nonfinite", "")
         if written.name != planned and planned in self._records:
-            was = self._records.pop(planned)
-            self._records[written.name] = attrs.evolve(was, name=written.name, finite=False)
+            # renamed in place: a background save lands after the next one is recorded,
+            # and the records (in every checkpoint) keep the order of the saves
+            self._records = {
+                (written.name if name == planned else name):
+                    (attrs.evolve(saved, name=written.name, finite=False)
+                     if name == planned else saved)
+                for name, saved in self._records.items()}
         if self.keep is None or not self.is_chief:
             return
         folder = self._dir().resolve()
