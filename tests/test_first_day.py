@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedtrain.cli import main
+from tests.test_sink_cadence import Keep
 
 TASK = '''
 import torch
@@ -418,20 +419,6 @@ class TestSinks:
         report (step) of each period that has one goes through, with all its values."""
         from schedtrain.monitors.cadence import Every
         from schedtrain.monitors.store import Record
-
-        class Keep:
-            def __init__(self) -> None:
-                self.got: list[Record] = []
-
-            def scalars(self, records: list[Record]) -> None:
-                assert records
-                self.got.extend(records)
-
-            def firing(self, *_: object) -> None:
-                return None
-
-            def close(self) -> None:
-                return None
 
         steps = [sum(deltas[: i + 1]) for i in range(len(deltas))]
         records = [Record(n, float(s), s, 0, 0.0) for s in steps for n in ("a", "b")]
