@@ -90,7 +90,10 @@ def _actions(table: TriggerTable, schedule: Schedule | TriggerTable,
                          f"(the schedule has {list(table.names)})")
     for name, action in given.items():
         if not callable(action):
-            raise TypeError(f"actions[{name!r}] must be callable, got {action!r}")
+            hint = ("; a schedtrain Callback runs through schedtrain.integrations.hosted."
+                    "CallbackDriver" if hasattr(action, "setup") and hasattr(action, "trigger")
+                    else "")
+            raise TypeError(f"actions[{name!r}] must be callable, got {action!r}{hint}")
     found.update(given)
     return found
 

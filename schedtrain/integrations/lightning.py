@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[lightning]'") from exc
 import torch
 
-from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
 
@@ -90,8 +90,11 @@ class ScheduleCallback(pl.Callback):
     """Fire ``schedule`` inside ``lightning.pytorch.Trainer.fit``.
 
     Args:
-        schedule: the schedule (Python, or ``load_spec(path).schedule()``).
-        actions: callback name -> ``fn(trainer, pl_module)`` or a verb of ``VERBS``.
+        schedule: the schedule (Python, or ``load_spec(path).schedule()``); an entry whose
+            object is a schedtrain ``Callback`` runs it.
+        actions: callback name -> ``fn(trainer, pl_module)``, a verb of ``VERBS``, or a
+            schedtrain ``Callback`` (it sees the LightningModule as ``self.model``, the
+            first optimizer, and stops the fit through ``trainer.should_stop``).
         samples: counts a batch's samples (default ``batch_size``); ``None``: not counted.
         tokens: counts a batch's tokens (``lambda b: int(b["attention_mask"].sum())``).
         checkpoint_dir: where ``"checkpoint"`` writes (default
@@ -121,13 +124,16 @@ class ScheduleCallback(pl.Callback):
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
-        self.actions = dict(actions or {})
+        self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
         self._samples, self._tokens = samples, tokens
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-        self.driver = ScheduleDriver(
-            schedule, predicates=predicates, time_source=time_source, record=record,
-            actions={n: self._bound(n) for n in self.actions})
+        self.driver = driver_for(
+            schedule, {n: self._bound(n) for n in self.actions}, callbacks, host="Lightning",
+            gives=("loss", "exception"), predicates=predicates, time_source=time_source,
+            record=record)
+        #: the driver, when it runs schedtrain callbacks
+        self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         self._watched = sorted(self.driver.metric_names)
         self._last_read: dict[str, float] = {}
         self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
@@ -155,6 +161,14 @@ class ScheduleCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._first_batch = True
+        if self._hosted is not None:
+            accumulate = max(int(trainer.accumulate_grad_batches), 1)
+            batches = trainer.num_training_batches
+            self._hosted.context.bind(
+                model=pl_module, optimizer=trainer.optimizers[0] if trainer.optimizers else None,
+                device=pl_module.device, precision=_precision(str(trainer.precision)),
+                rank=trainer.global_rank,
+                steps_in_epoch=-(-int(batches) // accumulate) if batches != float("inf") else None)
         self._event(trainer, pl_module, self.driver.train_start)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -179,6 +193,11 @@ class ScheduleCallback(pl.Callback):
         d.batch_end(self._samples(batch) if self._samples else 0,
                     self._tokens(batch) if self._tokens else 0)
         self._epoch_ran_out = batch_idx + 1 >= trainer.num_training_batches
+        hosted = self._hosted
+        if hosted is not None and hosted.wants_loss and d.clock.step < trainer.global_step:
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+            if loss is not None:
+                hosted.report_loss(loss)
         while d.clock.step < trainer.global_step:
             # A batch_end trigger may read a metric before the next step end: the value
             # of this step is put at its end, as where the step_end triggers read it.
@@ -200,6 +219,11 @@ class ScheduleCallback(pl.Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._event(trainer, pl_module, self.driver.train_end)
 
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        if self._hosted is not None:
+            self._hosted.exception(exception)
+
     # -- firing ------------------------------------------------------------------------------
     def _event(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                report: Callable[[], tuple[str, ...]]) -> None:
@@ -220,6 +244,8 @@ class ScheduleCallback(pl.Callback):
             action(trainer, module)
 
     def _finish(self, trainer: pl.Trainer) -> None:
+        if self._hosted is not None and self._hosted.stop_reason is not None:
+            trainer.should_stop = True
         deferred, self._deferred = self._deferred, []
         for name in deferred:
             if self.actions[name] == "stop":
@@ -249,6 +275,11 @@ class ScheduleCallback(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.driver.load_state_dict(state_dict["driver"])
         self._last_read = dict(state_dict["last_read"])
+
+
+def _precision(lightning: str) -> str:
+    """schedtrain's name of Lightning's precision ("bf16-mixed" -> "bf16")."""
+    return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"
 
 
 def _validate(trainer: pl.Trainer) -> None:
