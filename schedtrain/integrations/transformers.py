@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("schedtrain.integrations.transformers needs transformers: "
                       "pip install 'schedtrain[transformers]'") from exc
 
-from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
 
@@ -79,7 +79,10 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     Args:
         schedule: the schedule (Python, or ``load_spec(path).schedule()``).
-        actions: callback name -> a flag of ``FLAGS`` or ``fn(args, state, control, **kw)``.
+        actions: callback name -> a flag of ``FLAGS``, ``fn(args, state, control, **kw)``,
+            or a schedtrain ``Callback`` (it sees the Trainer's model and optimizer, and
+            stops training through ``should_training_stop``; its state must be JSON data,
+            as ``trainer_state.json`` keeps it).
         predicates: predicates registered by name for ``when(name)`` conditions.
         time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
         record: keep every firing in ``firings``.
@@ -100,11 +103,14 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 "restore_callback_states_from_checkpoint=True the Trainer rebuilds callbacks "
                 "from saved arguments, which a schedule cannot be: leave it False, this "
                 "callback restores its own state when training resumes")
-        self.actions = dict(actions or {})
+        self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
-        self.driver = ScheduleDriver(
-            schedule, predicates=predicates, time_source=time_source, record=record,
-            actions={n: self._bound(n) for n in self.actions})
+        self.driver = driver_for(
+            schedule, {n: self._bound(n) for n in self.actions}, callbacks,
+            host="the HF Trainer", predicates=predicates, time_source=time_source,
+            record=record)
+        #: the driver, when it runs schedtrain callbacks
+        self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         self._watched = self.driver.metric_names
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
@@ -127,6 +133,15 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         mine = (saved or {}).get("attributes", {}).get("schedule_state")
         if state.global_step > 0 and mine is not None:  # resuming from a checkpoint
             self.driver.load_state_dict(mine)
+        if self._hosted is not None:
+            loader = kwargs.get("train_dataloader")
+            accumulate = max(int(args.gradient_accumulation_steps), 1)
+            batches = len(loader) if loader is not None and hasattr(loader, "__len__") else None
+            self._hosted.context.bind(
+                model=kwargs.get("model"), optimizer=kwargs.get("optimizer"),
+                precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+                rank=args.process_index,
+                steps_in_epoch=None if batches is None else -(-batches // accumulate))
         self._event(args, state, control, kwargs, self.driver.train_start)
 
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
@@ -159,6 +174,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self._hook = (args, state, control, kwargs)
         d.batch_end(0, state.num_input_tokens_seen - d.clock.token)
         d.step_end()
+        self._stop(control)
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
@@ -187,6 +203,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                kwargs: dict[str, Any], report: Callable[[], tuple[str, ...]]) -> None:
         self._hook = (args, state, control, kwargs)
         report()
+        self._stop(control)
+
+    def _stop(self, control: TrainerControl) -> None:
+        if self._hosted is not None and self._hosted.stop_reason is not None:
+            control.should_training_stop = True
 
     def _act(self, name: str) -> None:
         assert self._hook is not None
