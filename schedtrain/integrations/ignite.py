@@ -31,7 +31,11 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("schedtrain.integrations.ignite needs Ignite: "
                       "pip install 'schedtrain[ignite]'") from exc
 
+import torch
+
+from schedtrain.callbacks.base import Callback
 from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import Predicate
@@ -63,13 +67,17 @@ class ScheduleHandle:
         samples, tokens: read each iteration's counts from ``engine.state.batch``.
         metrics: read metric values from the engine at each step's end.
         actions: name -> ``handler(engine)``, run when that callback fires.
+        loss: reads the step's loss from the engine (for a callback that watches it).
     """
 
     def __init__(self, driver: ScheduleDriver, *, batches_per_step: int = 1,
                  samples: Counter | None = None, tokens: Counter | None = None,
                  metrics: MetricSource | None = None,
-                 actions: Mapping[str, Callable[[Engine], Any]] | None = None) -> None:
+                 actions: Mapping[str, Callable[[Engine], Any]] | None = None,
+                 loss: Callable[[Engine], Any] | None = None) -> None:
         self.driver = driver
+        self._hosted = driver if isinstance(driver, CallbackDriver) else None
+        self._loss = loss if self._hosted is not None and self._hosted.wants_loss else None
         self.batches_per_step = _whole("batches_per_step", batches_per_step)
         self._samples, self._tokens, self._metrics = samples, tokens, metrics
         self._actions = dict(actions or {})
@@ -89,6 +97,9 @@ class ScheduleHandle:
             return self._fired
         self._last = key
         self._fired = fired = self._advance(event, engine)
+        hosted = self._hosted
+        if hosted is not None and hosted.stop_reason is not None and event != "COMPLETED":
+            engine.terminate()
         for name in fired:
             action = self._actions.get(name)
             if action is not None:
@@ -113,6 +124,8 @@ class ScheduleHandle:
             if self._metrics is not None:
                 for name, value in self._metrics(engine).items():
                     d.put(name, value)
+            if self._loss is not None:
+                self._hosted.report_loss(self._loss(engine))  # type: ignore[union-attr]
             return fired + d.step_end()
         if event == "STARTED":
             if st.iteration < d.clock.batch:
@@ -120,6 +133,8 @@ class ScheduleHandle:
                     f"the engine starts at iteration {st.iteration} but the schedule is at "
                     f"batch {d.clock.batch}: a new run needs a new schedule (or load the "
                     "schedule's state with the engine's)")
+            if self._hosted is not None and st.epoch_length:
+                self._hosted.context.bind(steps_in_epoch=st.epoch_length // self.batches_per_step)
             return d.train_start()
         if event == "EPOCH_STARTED":
             # Resumed from a checkpoint taken after an epoch's last iteration but before its
@@ -149,7 +164,7 @@ class ScheduleHandle:
 def attach_schedule(
     engine: Engine,
     schedule: Schedule,
-    actions: Mapping[str, Callable[[Engine], Any]] | None = None,
+    actions: Mapping[str, Callable[[Engine], Any] | Callback] | None = None,
     *,
     batches_per_step: int = 1,
     samples: Counter | None = None,
@@ -157,6 +172,9 @@ def attach_schedule(
     metrics: MetricSource | None = None,
     predicates: Mapping[str, Predicate] | None = None,
     record: bool = False,
+    model: torch.nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    loss: Callable[[Engine], Any] | None = None,
 ) -> ScheduleHandle:
     """Follow ``engine`` with ``schedule``, running ``actions[name](engine)`` at each firing.
 
@@ -172,6 +190,13 @@ def attach_schedule(
         metrics: metric values read at each step's end (``lambda e: {"loss": e.state.output}``).
         predicates: predicates registered by name for ``when(name)`` conditions.
         record: keep every firing in ``handle.driver.firings``.
+        model, optimizer: what schedtrain callbacks see as ``self.model``, ``self.optimizer``
+            (an ``Engine`` holds neither).
+        loss: reads each step's loss from the engine (``lambda e: e.state.output``), for a
+            callback that watches it (``TerminateOnNaN``).
+
+    An action may be a schedtrain ``Callback``: it runs with its hooks, and its stop
+    (``request_stop``, ``StopTraining``) ends the run through ``engine.terminate()``.
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"expected an ignite Engine, got {engine!r}")
@@ -179,9 +204,14 @@ def attach_schedule(
     if unknown:
         raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
                          f"(the schedule has {list(schedule.names)})")
-    driver = ScheduleDriver(schedule, predicates=predicates, record=record)
+    own, callbacks = split_actions(actions)
+    driver = driver_for(schedule, {}, callbacks, host="Ignite",
+                        gives=("loss",) if loss is not None else (), predicates=predicates,
+                        record=record)
+    if isinstance(driver, CallbackDriver):
+        driver.context.bind(model=model, optimizer=optimizer)
     handle = ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,
-                            tokens=tokens, metrics=metrics, actions=actions)
+                            tokens=tokens, metrics=metrics, actions=own, loss=loss)
     for event in _EVENTS:
         engine.add_event_handler(event, _follow(handle, event.name))
     return handle
