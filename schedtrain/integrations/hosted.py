@@ -98,6 +98,9 @@ class CallbackDriver(ScheduleDriver):
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
         entries = _entries(schedule, dict(callbacks or {}))
+        # Decided, not left open as for planning: a gate's predicate (EnableCallbackIf) is a
+        # condition on the callback that only a running loop can answer.
+        predicates = {} if predicates is None else predicates
         gives = tuple(gives)
         for e in entries:
             check_callback(e.default_name(), e.callback, host, gives)
