@@ -201,3 +201,21 @@ class TestRefused:
         with pytest.raises(HostError, match=r"callback 'g' \(Grads\) overrides "
                                             "_before_backward, which Lightning cannot call"):
             ScheduleCallback(Schedule({"g": every("2 steps")}), {"g": Grads()})
+
+
+class TestValidateVersion:
+    """The ``validate`` verb uses the fit loop's internals: only on a Lightning it knows."""
+
+    def test_unknown_lightning_is_refused(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """On a Lightning version outside ``VALIDATE_KNOWN`` binding ``validate`` is
+        refused in one line naming the version and what to do."""
+        monkeypatch.setattr(pl, "__version__", "2.7.0")
+        with pytest.raises(ValueError, match=r"actions\['v'\] = 'validate' .* known for "
+                                             r"lightning 2\.2 to 2\.6, and this is "
+                                             r"lightning 2\.7\.0"):
+            ScheduleCallback(Schedule({"v": every("2 steps")}), {"v": "validate"})
+
+    def test_known_lightning_is_accepted(self) -> None:
+        """The installed Lightning (a known one, as pyproject's extra pins) is accepted."""
+        cb = ScheduleCallback(Schedule({"v": every("2 steps")}), {"v": "validate"})
+        assert cb.actions == {"v": "validate"}

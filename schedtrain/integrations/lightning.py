@@ -41,7 +41,7 @@ from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_act
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
 
-__all__ = ["VERBS", "ScheduleCallback", "batch_size"]
+__all__ = ["VALIDATE_KNOWN", "VERBS", "ScheduleCallback", "batch_size"]
 
 #: What a callback of the schedule may be bound to, besides a function.
 VERBS = ("validate", "checkpoint", "stop")
@@ -73,6 +73,7 @@ def _check_bindings(schedule: Schedule, actions: Mapping[str, Hook | str]) -> No
                 raise ValueError(f"actions[{name!r}]: unknown Lightning verb {action!r}; "
                                  f"expected a function (trainer, pl_module) or one of {VERBS}")
             if action == "validate":
+                _check_validate(name, str(getattr(pl, "__version__", "unknown")))
                 events = schedule[name].events()
                 wrong = sorted(e for e in ("train_start", "epoch_start", "train_end",
                                            "batch_end") if e in events)
@@ -282,8 +283,34 @@ def _precision(lightning: str) -> str:
     return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"
 
 
+#: The Lightning versions whose fit loop ``_validate`` knows: [first, last] (major, minor).
+VALIDATE_KNOWN = ((2, 2), (2, 6))
+
+
+def _check_validate(name: str, version: str) -> None:
+    """Refuse the ``validate`` verb on a Lightning whose fit loop ``_validate`` does not know."""
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        major, minor = -1, -1
+    (a, b), (c, d) = VALIDATE_KNOWN
+    if not (a, b) <= (major, minor) <= (c, d):
+        raise ValueError(
+            f"actions[{name!r}] = 'validate' runs Lightning's validation loop through its fit "
+            f"loop, known for lightning {a}.{b} to {c}.{d}, and this is lightning {version}: "
+            "install a known version, or set Lightning's own val_check_interval instead")
+
+
 def _validate(trainer: pl.Trainer) -> None:
-    """Run the fit's validation loop now, as Lightning's epoch loop does at its checks."""
+    """Run the fit's validation loop now, as Lightning's epoch loop does at its checks.
+
+    Lightning has no public call for this: ``trainer.validate`` inside ``fit`` is refused,
+    and its cadence flags (``val_check_interval``, ``check_val_every_n_epoch``) are read
+    after every callback's ``on_train_batch_end``, too late for the schedule's step end and
+    before ``on_train_epoch_end``, too early for its epoch end. So this is the one place
+    that uses the fit loop's internals, for the versions ``VALIDATE_KNOWN`` names (checked
+    when the verb is bound; docs/integrations.md).
+    """
     loop = trainer.fit_loop.epoch_loop
     trainer.validating = True
     first = trainer._logger_connector._first_loop_iter
