@@ -8,6 +8,10 @@ schedtrain.integrations`` imports no host (nor torch)::
     from schedtrain.integrations.transformers import ScheduleCallback   # transformers
     from schedtrain.integrations.ignite import attach_schedule, trigger_event  # ignite
     from schedtrain.integrations import ScheduleDriver                  # your own loop
+    from schedtrain.integrations.hosted import CallbackDriver           # ... with Callbacks
+
+Each host also runs schedtrain ``Callback`` objects (``hosted.py``), seeing the host
+through a ``HostContext`` (``context.py``).
 """
 
 from __future__ import annotations

@@ -305,8 +305,9 @@ def _validate(trainer: pl.Trainer) -> None:
     """Run the fit's validation loop now, as Lightning's epoch loop does at its checks.
 
     Lightning has no public call for this: ``trainer.validate`` called inside ``fit`` fails
-    (an assertion in Lightning 2.6), and its cadence flags (``val_check_interval``, ``check_val_every_n_epoch``) are read
-    after every callback's ``on_train_batch_end``, too late for the schedule's step end and
+    (an assertion in Lightning 2.6), and its cadence flags (``val_check_interval``,
+    ``check_val_every_n_epoch``) are read after every callback's ``on_train_batch_end``,
+    too late for the schedule's step end (whose metrics later callbacks read), and
     before ``on_train_epoch_end``, too early for its epoch end. So this is the one place
     that uses the fit loop's internals, for the versions ``VALIDATE_KNOWN`` names (checked
     when the verb is bound; docs/integrations.md).
