@@ -164,3 +164,28 @@ class TestRefused:
         """Given a ``Callback`` as an action, ``ScheduleDriver`` says which driver runs it."""
         with pytest.raises(TypeError, match="CallbackDriver"):
             ScheduleDriver(Schedule({"r": every("1 step")}), actions={"r": Recorder()})
+
+
+class TestBeforeFirings:
+    """``_before_firings`` runs once per event where anything fires, before the first."""
+
+    def test_before_the_first_firing_of_an_event(self) -> None:
+        """A function action declared first still comes after ``before_firings``, which
+        runs once at each event where anything fired, not at quiet ones."""
+        calls: list[tuple[str, int]] = []
+
+        class Watch(Callback):
+            def _before_firings(self) -> None:
+                calls.append(("before_firings", self.global_step))
+
+            def _trigger(self) -> None:
+                calls.append(("watch", self.global_step))
+
+        d = CallbackDriver(Schedule({"f": every("2 steps"), "w": every("3 steps")}),
+                           {"w": Watch()}, actions={"f": lambda: calls.append(("f", 0))})
+        d.train_start()
+        d.epoch_start()
+        for _ in range(4):
+            d.step()
+        assert calls == [("before_firings", 2), ("f", 0), ("before_firings", 3),
+                         ("watch", 3), ("before_firings", 4), ("f", 0)]

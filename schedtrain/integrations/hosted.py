@@ -107,10 +107,12 @@ class CallbackDriver(ScheduleDriver):
         self.callbacks: dict[str, Callback] = {e.default_name(): e.callback for e in entries}
         for name, cb in self.callbacks.items():
             cb.name = name
-        self._fresh = False  # an event has started and no callback fired at it yet
-        runs = {n: self._firing(n, e.trigger_epoch == "fires", e.callback)
-                for n, e in zip(self.callbacks, entries, strict=True)}
-        super().__init__(schedule, actions={**dict(actions or {}), **runs},
+        self._fresh = False  # an outermost event has started and nothing fired at it yet
+        self._depth = 0  # events fired from inside a firing (a callback's fire("eval_end"))
+        runs: dict[str, Action] = {n: self._first(a) for n, a in (actions or {}).items()}
+        runs.update({n: self._firing(e.trigger_epoch == "fires", e.callback)
+                     for n, e in zip(self.callbacks, entries, strict=True)})
+        super().__init__(schedule, actions=runs,
                          predicates=predicates, time_source=time_source, record=record)
         store = MetricStore(self.clock.now, history_limit=history_limit)
         self.metrics = store  # type: ignore[assignment]  # a MetricsView with put, as LatestValues
@@ -125,6 +127,7 @@ class CallbackDriver(ScheduleDriver):
         self._hooks: dict[str, list[tuple[Callback, HookGate | None]]] = {
             h: [(cb, gates[n]) for n, cb in self.callbacks.items() if overrides(cb, h)
                 and (h != "_trigger_epoch" or modes[n] == "hook")] for h in HOST_HOOKS}
+        self._step_hooks = bool(self._hooks["_trigger_step"])
         self._set_up = False
         self._resumed_in_epoch = False
         self._saved: dict[str, Any] | None = None
@@ -141,14 +144,21 @@ class CallbackDriver(ScheduleDriver):
         return super().metric_names | needs
 
     # -- running callbacks --------------------------------------------------------------------
-    def _firing(self, name: str, epoch_call: bool, cb: Callback) -> Action:
-        run = cb.trigger_epoch if epoch_call else cb.trigger
+    def _firing(self, epoch_call: bool, cb: Callback) -> Action:
+        return self._first(lambda: self._guarded(cb.trigger_epoch if epoch_call
+                                                 else cb.trigger))
 
+    def _first(self, action: Action) -> Action:
+        """``action``, after ``before_firings`` when it is the event's first firing."""
         def fired() -> None:
             if self._fresh:
                 self._fresh = False
                 self._run_hooks("_before_firings")
-            self._guarded(run)
+            self._depth += 1
+            try:
+                action()
+            finally:
+                self._depth -= 1
         return fired
 
     def _guarded(self, call: Callable[[], None]) -> None:
@@ -164,7 +174,8 @@ class CallbackDriver(ScheduleDriver):
                 self._guarded(getattr(cb, hook.lstrip("_")))
 
     def fire(self, event: str) -> tuple[str, ...]:
-        self._fresh = True
+        if self._depth == 0:
+            self._fresh = True
         return super().fire(event)
 
     # -- the loop's events -----------------------------------------------------------------
@@ -197,7 +208,7 @@ class CallbackDriver(ScheduleDriver):
         clock = self.clock
         clock.end_step()
         self._at_step = (clock.batch, clock.sample, clock.token)
-        if self._hooks["_trigger_step"]:
+        if self._step_hooks:
             self._run_hooks("_trigger_step")
         if clock.step < self.table.step_due:
             return ()
