@@ -16,7 +16,8 @@ Hosts and their flags:
   ``ScheduleCallback({"log": every(k steps)}, {"log": "log"})`` (both log the loss every
   k steps); a one-layer GPT-2 built from a config;
 * **Ignite** - a no-op handler on ``Events.ITERATION_COMPLETED(every=k)`` vs
-  ``attach_schedule`` (a no-op action) and vs ``trigger_event(every(k, "steps"))``.
+  ``attach_schedule`` (a no-op action), vs ``trigger_event(every(k, "steps"))`` and vs
+  ``attach_schedule`` running a no-op schedtrain ``Callback``.
 
 Printed: the minimum over ``--repeats`` rounds of the time per step, each variant's extra
 time per step over bare (``flags - bare`` and ``schedtrain - bare``, in microseconds) and
@@ -133,7 +134,14 @@ def hf_variants(steps: int, k: int) -> dict[str, Variant]:
 def ignite_variants(steps: int, k: int) -> dict[str, Variant]:
     from ignite.engine import Engine, Events
 
+    from schedtrain.callbacks import Callback
     from schedtrain.integrations.ignite import attach_schedule, trigger_event
+
+    class Noop(Callback):
+        """A schedtrain callback whose _trigger does nothing (run by CallbackDriver)."""
+
+        def _trigger(self) -> None:
+            return None
 
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -161,6 +169,8 @@ def ignite_variants(steps: int, k: int) -> dict[str, Variant]:
             e, Schedule({"noop": every(k, "steps")}), {"noop": lambda _: None}) and None),
         "schedtrain filter": run_with(lambda e: e.add_event_handler(
             trigger_event(every(k, "steps")), lambda _: None)),
+        "schedtrain callback": run_with(lambda e: attach_schedule(
+            e, Schedule({"noop": every(k, "steps")}), {"noop": Noop()}) and None),
     }
 
 
