@@ -148,6 +148,34 @@ class TestStopping:
 
 
 @quiet
+class TestFailure:
+    """A failed fit tells the callbacks, as schedtrain's loop does."""
+
+    def test_on_exception_then_after_train(self) -> None:
+        """An exception in the module: ``_on_exception`` with it, then ``_after_train``
+        with the outcome "failed"."""
+        calls: list[Any] = []
+
+        class Cleanup(Callback):
+            def _on_exception(self, exc: BaseException) -> None:
+                calls.append(("exception", type(exc).__name__))
+
+            def _after_train(self) -> None:
+                calls.append(("after_train", self.trainer.outcome))
+
+        class Failing(Module):
+            def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+                if self.global_step == 2:
+                    raise KeyError("boom")
+                return super().training_step(batch, batch_idx)
+
+        with pytest.raises(KeyError):
+            trainer([hosted(Schedule({"c": every("5 steps")}), {"c": Cleanup()})],
+                    max_epochs=1).fit(Failing(), loader(4))
+        assert calls == [("exception", "KeyError"), ("after_train", "failed")]
+
+
+@quiet
 class TestResume:
     """A callback's state rides in Lightning's checkpoint."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -142,3 +143,15 @@ class TestRefused:
 
         with pytest.raises(HostError, match="overrides _on_exception"):
             ScheduleCallback(Schedule({"c": every("2 steps")}), {"c": Cleanup()})
+
+    def test_state_that_is_not_json(self, tmp_path: Path) -> None:
+        """A callback keeping a tensor in its state is named when HF saves a checkpoint."""
+
+        class Tensorful(Callback):
+            def state_dict(self) -> dict[str, Any]:
+                return {"t": torch.zeros(1)}
+
+        with pytest.raises(HostError, match=r"callback 't': its state_dict is not JSON "
+                                            "data .* trainer_state.json"):
+            train(tmp_path, hosted(Schedule({"t": every("2 steps")}), {"t": Tensorful()}),
+                  save_strategy="steps", save_steps=2)

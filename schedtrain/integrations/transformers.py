@@ -28,6 +28,7 @@ resumes from a checkpoint.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any
@@ -39,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("schedtrain.integrations.transformers needs transformers: "
                       "pip install 'schedtrain[transformers]'") from exc
 
+from schedtrain.integrations.context import HostError
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
@@ -220,4 +222,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     # -- state (ExportableState: kept in trainer_state.json) -----------------------------------
     def state(self) -> dict[str, Any]:
-        return {"args": {}, "attributes": {"schedule_state": self.driver.state_dict()}}
+        mine = self.driver.state_dict()
+        for name, kept in mine.get("callbacks", {}).items():
+            try:  # trainer_state.json would fail later, naming nothing
+                json.dumps(kept)
+            except (TypeError, ValueError) as exc:
+                raise HostError(f"callback {name!r}: its state_dict is not JSON data ({exc}), "
+                                "and the HF Trainer keeps it in trainer_state.json") from None
+        return {"args": {}, "attributes": {"schedule_state": mine}}
