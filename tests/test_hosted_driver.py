@@ -160,6 +160,23 @@ class TestRefused:
         with pytest.raises(HostError, match=r"pass model=\.\.\."):
             d.step()
 
+    def test_failure_names_the_callback(self) -> None:
+        """An exception from a callback says which callback raised it, at which event,
+        step and epoch (a note on the traceback)."""
+
+        class Broken(Callback):
+            def _trigger(self) -> None:
+                raise ZeroDivisionError("bad")
+
+        d = CallbackDriver(Schedule({"b": every("2 steps")}), {"b": Broken()})
+        d.train_start()
+        d.epoch_start()
+        d.step()
+        with pytest.raises(ZeroDivisionError) as info:
+            d.step()
+        assert info.value.__notes__ == [
+            "schedtrain: raised in callback 'b' at step_end (step 2, epoch 0) inside your loop"]
+
     def test_plain_driver_names_callback_driver(self) -> None:
         """Given a ``Callback`` as an action, ``ScheduleDriver`` says which driver runs it."""
         with pytest.raises(TypeError, match="CallbackDriver"):

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from schedtrain.callbacks.base import BATCH_HOOKS, Callback, overrides
-from schedtrain.callbacks.saver import ModelSaver, TopKSaver, _BestSaver
+from schedtrain.callbacks.saver import MaxSaver, MinSaver, ModelSaver, TopKSaver
 from schedtrain.clock import Clock
 from schedtrain.monitors.store import MetricStore
 
@@ -32,7 +32,7 @@ HOST_HOOKS = ("_before_train", "_after_train", "_before_epoch", "_after_epoch",
               "_trigger_epoch", "_trigger_step", "_before_firings", "_on_exception")
 _STEP_HOOKS = ("_before_step", "_after_step", *BATCH_HOOKS, "_after_backward",
                "_before_optimizer_step")
-_SAVERS = (ModelSaver, _BestSaver, TopKSaver)
+_SAVERS = (ModelSaver, MinSaver, MaxSaver, TopKSaver)
 
 
 class HostError(ValueError):

@@ -22,7 +22,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from schedtrain.callbacks.base import Callback, overrides
-from schedtrain.errors import StopTraining
+from schedtrain.errors import StopTraining, locate_failure
 from schedtrain.integrations.context import HOST_HOOKS, HostContext, check_callback
 from schedtrain.integrations.driver import Action, ScheduleDriver
 from schedtrain.monitors.store import MetricStore
@@ -145,8 +145,8 @@ class CallbackDriver(ScheduleDriver):
 
     # -- running callbacks --------------------------------------------------------------------
     def _firing(self, epoch_call: bool, cb: Callback) -> Action:
-        return self._first(lambda: self._guarded(cb.trigger_epoch if epoch_call
-                                                 else cb.trigger))
+        return self._first(lambda: self._guarded(
+            cb.trigger_epoch if epoch_call else cb.trigger, cb, f"at {self._event}"))
 
     def _first(self, action: Action) -> Action:
         """``action``, after ``before_firings`` when it is the event's first firing."""
@@ -161,17 +161,23 @@ class CallbackDriver(ScheduleDriver):
                 self._depth -= 1
         return fired
 
-    def _guarded(self, call: Callable[[], None]) -> None:
+    def _guarded(self, call: Callable[[], None], cb: Callback, where: str) -> None:
         try:
             call()
         except StopTraining as stop:  # tensorpack's way to stop: ends training, as it does
             self.context.request_stop(str(stop) or "StopTraining")
+        except Exception as exc:  # the host's traceback then says which callback, where
+            now = self.clock.now()
+            locate_failure(exc, f"callback {cb.name!r} {where} (step {now.step}, epoch "
+                                f"{now.epoch}) inside {self.context.host}")
+            raise
 
     def _run_hooks(self, hook: str) -> None:
         now = self.clock.now()
         for cb, gate in self._hooks[hook]:
             if gate is None or gate(now):
-                self._guarded(getattr(cb, hook.lstrip("_")))
+                self._guarded(getattr(cb, hook.lstrip("_")), cb,
+                              f"in its {hook.lstrip('_')} hook")
 
     def fire(self, event: str) -> tuple[str, ...]:
         if self._depth == 0:
