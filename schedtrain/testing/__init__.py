@@ -11,6 +11,8 @@
 All helpers are plain functions over a ``FiringLog``; they work with pytest's
 assertion rewriting and with any other runner. ``simulate_ranks`` simulates a run on
 several processes (``torchrun``): global samples and tokens, metrics reduced across ranks.
+Schedule coverage (``pytest --schedule-coverage``): ``testing.coverage`` (what is
+recorded), ``testing.recorder`` (how) and ``testing.plugin`` (the pytest plugin).
 """
 
 from __future__ import annotations
