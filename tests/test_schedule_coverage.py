@@ -14,7 +14,7 @@ from schedtrain.simulation import RunShape, Simulation
 from schedtrain.spec.load import loads_spec
 from schedtrain.testing.coverage import CallbackCoverage
 from schedtrain.testing.recorder import Recorder
-from schedtrain.triggers import every, improved, on, plateau, window
+from schedtrain.triggers import Trigger, every, improved, on, plateau, when, window
 
 pytest_plugins = ("pytester",)
 simulate_module = importlib.import_module("schedtrain.simulation.simulate")
@@ -244,6 +244,31 @@ class TestRecorder:
         assert [str(g) for g in recorder.gaps()] == [
             'drop.trigger.all[1] (plateau = "loss", patience = 2, mode = "min"): metric trigger '
             "never fired"]
+
+    @pytest.mark.parametrize(("trigger", "gap"), [
+        (on("swa_start"), 'cb.trigger (on = "swa_start"): never evaluated: no simulation '
+                          "reached an event it watches"),
+        (every("5 steps") & when("loss > 5"),
+         'cb.trigger.all[1] (if = "loss > 5"): condition never true'),
+        (every("5 steps") & ~window(start="100 steps"),
+         "cb.trigger.all[1] (not = { start = \"100 steps\" }): `not` never blocked a firing"),
+        (every("5 steps") & window(stop="100 steps"),
+         'cb.trigger.all[1] (stop = "100 steps"): window never blocked a firing: the rest '
+         "never held outside it"),
+        (every("5 steps") & window(start="100 steps", stop="200 steps") | on("train_end"),
+         'cb.trigger.any[0].all[1] (start = "100 steps", stop = "200 steps"): window never '
+         "entered"),
+    ])
+    def test_each_kind_of_gap_is_named(self, trigger: Trigger, gap: str) -> None:
+        """Each way a part can go untested is reported in its own words, at its key path."""
+        recorder = Recorder()
+        recorder.start()
+        try:
+            simulate(Schedule({"cb": trigger}, events=("swa_start",)), epochs=1,
+                     steps_per_epoch=50, metrics={"loss": [("1 steps", 1.0)]})
+        finally:
+            recorder.stop()
+        assert [str(g) for g in recorder.gaps()] == [gap]
 
     def test_plan_reports_the_same_under_coverage(self) -> None:
         """What ``plan`` says of callbacks evaluated at every step is the trigger's own."""
