@@ -121,6 +121,15 @@ def test_long_run():
         result = pytester.runpytest("-p", "no:cacheprovider", "--schedule-coverage")
         result.stdout.fnmatch_lines(["every part of the 2 simulated callback triggers *"])
 
+    def test_a_schedule_simulated_while_collecting_is_reported_outside_a_test(
+            self, pytester: pytest.Pytester) -> None:
+        """A simulation at import time counts too, and says it ran outside a test."""
+        pytester.makepyfile(UNENTERED.replace("def test_short_run():", "if True:")
+                            + "\ndef test_nothing():\n    pass\n")
+        result = pytester.runpytest("-p", "no:cacheprovider", "--schedule-coverage")
+        result.stdout.fnmatch_lines(["  val (first simulated outside a test)",
+                                     "*window never entered"])
+
     def test_fail_option_fails_a_passing_session_with_gaps(
             self, pytester: pytest.Pytester) -> None:
         """``--schedule-coverage-fail`` turns gaps into a failed session, and only gaps."""

@@ -10,7 +10,6 @@ when it lists any.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,10 +17,14 @@ import pytest
 if TYPE_CHECKING:
     from schedtrain.testing.recorder import Recorder
 
-__all__ = ["pytest_addoption", "pytest_configure", "pytest_runtest_protocol",
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_runtest_logfinish",
+           "pytest_runtest_logstart",
            "pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure"]
 
 _RECORDER: pytest.StashKey[Recorder] = pytest.StashKey()
+#: The recorders of the sessions running in this process, innermost last (a session
+#: inside a test, as pytester runs one, has its own).
+_ACTIVE: list[Recorder] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,6 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
     recorder = Recorder()
     recorder.start()
     config.stash[_RECORDER] = recorder
+    _ACTIVE.append(recorder)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -48,18 +52,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if recorder is not None:
         recorder.stop()
         del config.stash[_RECORDER]
+        _ACTIVE.remove(recorder)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    recorder = item.config.stash.get(_RECORDER, None)
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    recorder = _ACTIVE[-1] if _ACTIVE else None
     if recorder is not None:
-        recorder.where = item.nodeid
-    try:
-        return (yield)
-    finally:
-        if recorder is not None:
-            recorder.where = "outside a test"
+        recorder.where = nodeid
+
+
+def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].where = ""
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -87,7 +91,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
     last = None
     for g in gaps:
         if (g.callback, g.where) != last:
-            tr.write_line(f"  {g.callback} (first simulated in {g.where})")
+            place = f"in {g.where}" if g.where else "outside a test"
+            tr.write_line(f"  {g.callback} (first simulated {place})")
             last = (g.callback, g.where)
         tr.write_line(f"    {g}")
     if config.getoption("schedule_coverage_fail"):

@@ -149,13 +149,14 @@ class _Root:
 class Recorder:
     """Collects coverage from every simulation while started.
 
-    ``where`` names what is running (the pytest plugin sets the test's id); a
+    ``where`` names what is running (the pytest plugin sets the test's id; empty:
+    outside a test); a
     callback is reported with the first place its trigger was simulated.
     """
 
     def __init__(self) -> None:
         self.callbacks: dict[tuple[str, str], CallbackCoverage] = {}
-        self.where = "outside a test"
+        self.where = ""
         self._previous: TableObserver | None = None
 
     def start(self) -> None:
