@@ -8,6 +8,7 @@ semantics and the table's skipping.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -170,11 +171,8 @@ def holds(t: Trigger, event: str, now: Timestamp, prev: Timestamp) -> bool:
     raise TypeError(t)
 
 
-def brute_force(schedule: Schedule, shape: Shape) -> list[tuple[str, str, Timestamp]]:
-    """Every firing of a run, evaluating every callback at every point where it is evaluated."""
-    names = schedule.names
-    trigs = [e.trigger for e in schedule.entries]
-    out: list[tuple[str, str, Timestamp]] = []
+def evaluation_points(shape: Shape) -> Iterator[tuple[str, Timestamp, Timestamp]]:
+    """Every evaluation point of a run, one by one: ``(event, now, prev)``."""
     B = shape.batches_per_step
     ns_per_step = round(Fraction(repr(shape.seconds_per_step)) * 10**9)
 
@@ -182,31 +180,34 @@ def brute_force(schedule: Schedule, shape: Shape) -> list[tuple[str, str, Timest
            ns: int) -> Timestamp:
         return Timestamp(step, batch, epoch, in_epoch, sample, token, time_ns=ns)
 
-    def emit(event: str, now: Timestamp, prev: Timestamp) -> None:
-        for name, t in zip(names, trigs, strict=True):
-            if evaluated_at(t, event) and holds(t, event, now, prev):
-                out.append((name, event, now))
-
     step = batch = sample = token = ns = 0
     now = Timestamp()
-    emit("train_start", now, now)
+    yield "train_start", now, now
     last_step_end = now
     for e, length in enumerate(shape.epoch_lengths):
         now = ts(step, batch, e, 0, sample, token, ns)
-        emit("epoch_start", now, now)
+        yield "epoch_start", now, now
         for i in range(length):
             for _ in range(B):
                 batch += 1
                 sample += shape.samples_per_batch
                 token += shape.tokens_per_batch
                 now = ts(step, batch, e, i, sample, token, ns)
-                emit("batch_end", now, ts(step, batch - 1, e, i, sample, token, ns))
+                yield "batch_end", now, ts(step, batch - 1, e, i, sample, token, ns)
             step += 1
             ns = step * ns_per_step
             now = ts(step, batch, e, i + 1, sample, token, ns)
-            emit("step_end", now, last_step_end)
+            yield "step_end", now, last_step_end
             last_step_end = now
         now = ts(step, batch, e + 1, length, sample, token, ns)
-        emit("epoch_end", now, ts(step, batch, e, length, sample, token, ns))
-    emit("train_end", now, now)
-    return out
+        yield "epoch_end", now, ts(step, batch, e, length, sample, token, ns)
+    yield "train_end", now, now
+
+
+def brute_force(schedule: Schedule, shape: Shape) -> list[tuple[str, str, Timestamp]]:
+    """Every firing of a run, evaluating every callback at every point where it is evaluated."""
+    names = schedule.names
+    trigs = [e.trigger for e in schedule.entries]
+    return [(name, event, now) for event, now, prev in evaluation_points(shape)
+            for name, t in zip(names, trigs, strict=True)
+            if evaluated_at(t, event) and holds(t, event, now, prev)]

@@ -138,8 +138,11 @@ class TriggerTable:
     @property
     def always_evaluated(self) -> tuple[str, ...]:
         """Callbacks evaluated at every step: no clock part bounds them (report in plans)."""
+        # A node may widen its bound to be looked at more often (schedule coverage does);
+        # ``plain_bound`` is then the trigger's own.
         return tuple(self.names[i] for i in self.listeners("step_end")
-                     if self.nodes[i].bound("step_end", _ZERO) == ANY_TIME)
+                     if getattr(self.nodes[i], "plain_bound", self.nodes[i].bound)(
+                         "step_end", _ZERO) == ANY_TIME)
 
     # -- binding -------------------------------------------------------------------------
     def attach(

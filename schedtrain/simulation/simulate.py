@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from schedtrain.errors import ScheduleError
@@ -35,7 +35,20 @@ from schedtrain.simulation.simclock import (
 from schedtrain.time import COUNTERS, Time, as_time
 from schedtrain.triggers.protocol import Due, Predicate
 
-__all__ = ["Firing", "FiringLog", "RunShape", "SimClock", "Simulation", "next_firing", "simulate"]
+__all__ = ["Firing", "FiringLog", "RunShape", "SimClock", "Simulation", "next_firing",
+           "observe_tables", "simulate"]
+
+TableObserver = Callable[[TriggerTable], None]
+#: Shown each simulation's table before it runs; ``None`` (the default) costs nothing.
+_observer: TableObserver | None = None
+
+
+def observe_tables(observer: TableObserver | None) -> TableObserver | None:
+    """Show every ``Simulation``'s table to ``observer`` before it is attached (schedule
+    coverage instruments it); ``None`` stops. Returns the observer it replaces."""
+    global _observer  # one switch for the whole process, off by default
+    previous, _observer = _observer, observer
+    return previous
 
 # -- the simulation ------------------------------------------------------------------------
 
@@ -76,6 +89,8 @@ class Simulation:
             custom.extend((int(s), order, name) for s in steps)
         self._custom = sorted(custom)
         self._custom_keys = [(s, PH_STEP, 1 + o) for s, o, _ in self._custom]
+        if _observer is not None:
+            _observer(self.table)
         self.table.attach(self.clock, self._metrics,
                           predicates if predicates is not None else self.table.predicates)
 

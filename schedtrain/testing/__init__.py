@@ -11,6 +11,9 @@
 All helpers are plain functions over a ``FiringLog``; they work with pytest's
 assertion rewriting and with any other runner. ``simulate_ranks`` simulates a run on
 several processes (``torchrun``): global samples and tokens, metrics reduced across ranks.
+``assert_resumes_exactly`` checks that a trigger of your own saves all its state.
+Schedule coverage (``pytest --schedule-coverage``): ``testing.coverage`` (what is
+recorded), ``testing.recorder`` (how) and ``testing.plugin`` (the pytest plugin).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from schedtrain.simulation.simulate import (
     next_firing,
     simulate,
 )
+from schedtrain.testing.resume import assert_resumes_exactly
 from schedtrain.time import Unit
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "Simulation",
     "assert_fires",
     "assert_never_fires",
+    "assert_resumes_exactly",
     "fired_at",
     "next_firing",
     "simulate",
