@@ -163,7 +163,7 @@ def _with_costs(plan: Any, args: argparse.Namespace, text: str) -> str:
     pred = costs.predict(plan, costs.read_costs(args.costs))
     for c in pred.over(args.warn_share):
         print(f"warning: callbacks.{c.callback} takes {c.share:.0%} of the predicted run "
-              f"({c.firings:,} firings x {c.mean:.3g} s; threshold "
+              f"({c.firings:,} firings, {c.total:.3g} s; threshold "
               f"{args.warn_share:.0%}, --warn-share)", file=sys.stderr)
     if args.format == "json":
         return costs.cost_json(plan, pred)

@@ -1,28 +1,34 @@
 """Cost of a schedule: measured durations from a run's ``events.jsonl``, applied to a plan.
 
 ``read_costs(path)`` takes what a previous or shortened run measured: each firing line's
-``duration`` (the seconds its callback ran) and the seconds per training step (the span
-of the log's firing ``time`` stamps, less the firings' own durations, over the steps it
-covers). ``predict(plan, costs)`` multiplies them out over the plan: per callback the
-planned firings, the seconds per firing, the total and its share of the predicted run,
-and the wall-clock offset of each planned firing. Durations are measurements: a
-prediction is only as good as the run it came from.
+``duration`` (the seconds its callback ran); the seconds per training step (the span of
+the log's firing ``time`` stamps after step 0, less the firings' own durations, over the
+steps it covers: a mean, which is what a sum of steps needs); the warm-up (what the
+steps before the first firing took beyond that rate: the first step builds the
+allocator's caches and the data iterator); and the end (from the last firing's end to
+the run's end in ``run.json`` beside the log: the last checkpoint's write).
+``predict(plan, costs)`` multiplies them out over the plan: per callback the planned
+firings (the first at its measured first firing's cost, often slower, the others at the
+mean of the later ones), the total and its share of the predicted run, and the
+wall-clock offset of each planned firing. Durations are measurements: a prediction is
+only as good as the run it came from.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
 from schedtrain.planning.plan import Plan, PlanError
+from schedtrain.schedule.firings import Firing
 
 __all__ = ["DEFAULT_SHARE_WARNING", "CallbackCost", "CostError", "Costs", "Prediction",
-           "cost_json", "cost_table", "predict", "read_costs"]
+           "cost_json", "cost_table", "predict", "predict_firings", "read_costs"]
 
 #: ``plan --costs`` warns when one callback takes more than this share of the run.
 DEFAULT_SHARE_WARNING: Final = 0.10
@@ -38,28 +44,45 @@ class Costs:
 
     Args:
         durations: callback name -> the seconds each of its firings ran, in order.
-        seconds_per_step: training seconds per step, firings excluded.
+        seconds_per_step: training seconds per step, firings and warm-up excluded.
         steps: how many steps the measurement covers.
+        warmup: seconds the steps before the log's first firing after step 0 took beyond
+            ``seconds_per_step`` each (0 when the log has no clock ``seconds`` to place
+            the run's start).
+        tail: seconds from the last firing's end to the run's end (``run.json``), or 0.
     """
 
     durations: Mapping[str, tuple[float, ...]]
     seconds_per_step: float
     steps: int
+    warmup: float = 0.0
+    tail: float = 0.0
 
     def per_firing(self, name: str) -> float:
         """Mean seconds per firing of ``name`` (0 for a callback the run never fired)."""
         got = self.durations.get(name, ())
         return statistics.fmean(got) if got else 0.0
 
+    def firing(self, name: str, nth: int) -> float:
+        """Predicted seconds of the ``nth`` firing (from 0) of ``name``: the measured
+        first for the first, the mean of the later ones for the others (the first when
+        the log has one), 0 for a callback the log never fired."""
+        got = self.durations.get(name, ())
+        if not got:
+            return 0.0
+        return got[0] if nth == 0 or len(got) == 1 else statistics.fmean(got[1:])
+
 
 @attrs.frozen
 class CallbackCost:
-    """One callback's predicted cost."""
+    """One callback's predicted cost: ``total`` is ``first`` plus the other firings at
+    the mean of the measured later ones."""
 
     callback: str
     firings: int
     mean: float
     median: float
+    first: float
     measured: int
     total: float
     share: float
@@ -74,17 +97,22 @@ class Prediction:
         step_seconds: steps x measured seconds per step.
         callbacks: per callback, in order of first firing.
         offsets: each planned firing's predicted offset from the run's start, in seconds.
+        warmup: the measured warm-up of the first steps, paid once.
+        tail: the measured end of the run after its last firing.
     """
 
     steps: int
     step_seconds: float
     callbacks: tuple[CallbackCost, ...]
     offsets: tuple[float, ...]
+    warmup: float = 0.0
+    tail: float = 0.0
 
     @property
     def total(self) -> float:
-        """Predicted wall time of the run: steps plus every firing."""
-        return self.step_seconds + sum(c.total for c in self.callbacks)
+        """Predicted wall time of the run: warm-up, steps, every firing and the end."""
+        return (self.warmup + self.step_seconds + self.tail
+                + sum(c.total for c in self.callbacks))
 
     def over(self, share: float) -> tuple[CallbackCost, ...]:
         """Callbacks whose share of the run passes ``share``."""
@@ -92,32 +120,71 @@ class Prediction:
 
 
 def read_costs(path: str | Path) -> Costs:
-    """Read the firing lines of an ``events.jsonl``.
+    """Read the firing lines of an ``events.jsonl`` (and ``run.json`` beside it).
 
     Raises:
         CostError: the file is missing, holds a line that is not JSON, or has no firing
             with a ``duration`` (written by schedtrain before durations were recorded).
     """
-    rows = _firing_rows(Path(path))
-    timed = [r for r in rows if isinstance(r.get("duration"), int | float)]
+    path = Path(path)
+    rows = _firing_rows(path)
+    timed = [r for r in rows if _number(r.get("duration"))]
     if not timed:
         raise CostError(f"{path}: no firing line with a \"duration\"; --costs needs the "
                         "events.jsonl of a run made by this version of schedtrain")
     durations: dict[str, list[float]] = {}
     for r in timed:
         durations.setdefault(str(r["callback"]), []).append(float(r["duration"]))
-    stamped = [r for r in timed if isinstance(r.get("time"), int | float)
-               and isinstance(r.get("step"), int)]
-    first, last = (stamped[0], stamped[-1]) if stamped else (None, None)
-    steps = int(last["step"]) - int(first["step"]) if first and last else 0
-    per_step = 0.0
-    if first is not None and last is not None and steps > 0:
-        # From the first firing's start to the last one's: firings in between (the first's
-        # own included, the last's not) are not training.
-        between = sum(float(r["duration"]) for r in stamped[:-1])
-        span = float(last["time"]) - float(first["time"]) - between
-        per_step = max(span, 0.0) / steps
-    return Costs({n: tuple(d) for n, d in durations.items()}, per_step, steps)
+    stamped = [r for r in timed if _number(r.get("time")) and isinstance(r.get("step"), int)]
+    per_step, steps, warmup = _step_time(stamped)
+    end = max((float(r["time"]) + float(r["duration"]) for r in stamped), default=None)
+    return Costs({n: tuple(d) for n, d in durations.items()}, per_step, steps, warmup,
+                 _tail(path, end))
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _step_time(stamped: list[dict[str, Any]]) -> tuple[float, int, float]:
+    """Seconds per step, the steps they cover and the warm-up, from the firings' stamps."""
+    # Training time at each firing's start: its wall time less the firings run before it.
+    points, spent = [], 0.0
+    for r in stamped:
+        points.append((int(r["step"]), float(r["time"]) - spent))
+        spent += float(r["duration"])
+    if not points:
+        return 0.0, 0, 0.0
+    first = stamped[0]
+    # The clock's seconds at the first firing place the run's start (step 0) on the
+    # wall clock; then the steps before the first firing are warm-up, measured apart.
+    origin = (float(first["time"]) - float(first["seconds"])
+              if _number(first.get("seconds")) else None)
+    steady = [p for p in points if p[0] > 0] if origin is not None else points
+    if not steady:
+        return 0.0, 0, 0.0
+    (s1, w1), (s2, w2) = steady[0], steady[-1]
+    if s2 > s1:
+        per_step = max(w2 - w1, 0.0) / (s2 - s1)
+    elif origin is not None:  # one step measured: from the start, warm-up included
+        return max(w1 - origin, 0.0) / s1, s1, 0.0
+    else:
+        return 0.0, 0, 0.0
+    warmup = max(w1 - origin - s1 * per_step, 0.0) if origin is not None else 0.0
+    return per_step, s2 - s1, warmup
+
+
+def _tail(path: Path, end: float | None) -> float:
+    """Seconds from ``end`` to the run's end recorded in ``run.json`` beside the log."""
+    try:
+        status = json.loads((path.parent / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0.0
+    if (end is None or not isinstance(status, dict)
+            or status.get("status") not in {"finished", "stopped"}
+            or not _number(status.get("updated"))):
+        return 0.0
+    return max(float(status["updated"]) - end, 0.0)
 
 
 def _firing_rows(path: Path) -> list[dict[str, Any]]:
@@ -140,31 +207,39 @@ def _firing_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def predict(plan: Plan, costs: Costs) -> Prediction:
-    """Apply ``costs`` to ``plan``: each firing takes its callback's mean measured
-    duration, each step the measured seconds per step."""
+    """Apply ``costs`` to ``plan`` (``predict_firings`` over its log and steps)."""
+    return predict_firings(plan.log, plan.shape.total_steps, costs)
+
+
+def predict_firings(firings: Iterable[Firing], steps: int, costs: Costs) -> Prediction:
+    """Apply ``costs`` to planned ``firings`` over ``steps``: the warm-up once the first
+    step runs, each step the measured seconds per step, each firing ``Costs.firing``."""
     counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
     offsets: list[float] = []
     spent = 0.0  # seconds of firings so far
     per_step = costs.seconds_per_step
-    for f in plan.log:
-        offsets.append(f.step * per_step + spent)
-        spent += costs.per_firing(f.callback)
-        counts[f.callback] = counts.get(f.callback, 0) + 1
-    steps = plan.shape.total_steps
+    warmup = costs.warmup if steps > 0 else 0.0
+    for f in firings:
+        offsets.append(f.step * per_step + (warmup if f.step > 0 else 0.0) + spent)
+        n = counts.get(f.callback, 0)
+        cost = costs.firing(f.callback, n)
+        spent += cost
+        counts[f.callback] = n + 1
+        totals[f.callback] = totals.get(f.callback, 0.0) + cost
     step_seconds = steps * per_step
-    whole = step_seconds + spent
+    whole = warmup + step_seconds + spent + costs.tail
     return Prediction(steps, step_seconds, tuple(
-        _callback_cost(name, n, costs.durations.get(name, ()), whole)
-        for name, n in counts.items()), tuple(offsets))
+        _callback_cost(name, n, costs.durations.get(name, ()), totals[name], whole)
+        for name, n in counts.items()), tuple(offsets), warmup, costs.tail)
 
 
-def _callback_cost(name: str, firings: int, measured: Iterable[float],
+def _callback_cost(name: str, firings: int, measured: Sequence[float], total: float,
                    whole: float) -> CallbackCost:
-    got = tuple(measured)
-    mean = statistics.fmean(got) if got else 0.0
-    median = statistics.median(got) if got else 0.0
-    total = firings * mean
-    return CallbackCost(name, firings, mean, median, len(got), total,
+    mean = statistics.fmean(measured) if measured else 0.0
+    median = statistics.median(measured) if measured else 0.0
+    first = measured[0] if measured else 0.0
+    return CallbackCost(name, firings, mean, median, first, len(measured), total,
                         total / whole if whole > 0 else 0.0)
 
 
@@ -178,11 +253,13 @@ def cost_table(pred: Prediction) -> str:
     """The per-callback cost table ``schedtrain plan --costs`` prints after the plan."""
     lines = [f"cost (measured): {pred.steps:,} steps x "
              f"{pred.step_seconds / pred.steps if pred.steps else 0.0:.4g} s = "
-             f"{_hms(pred.step_seconds)}",
-             f"  {'callback':<24} {'firings':>8} {'mean s':>10} {'median s':>10} "
-             f"{'total':>9} {'share':>6}"]
-    lines += [f"  {c.callback:<24} {c.firings:>8,} {c.mean:>10.4g} {c.median:>10.4g} "
-              f"{_hms(c.total):>9} {c.share:>6.1%}" for c in pred.callbacks]
+             f"{_hms(pred.step_seconds)}; warm-up {pred.warmup:.3g} s; "
+             f"end of the run {pred.tail:.3g} s",
+             f"  {'callback':<24} {'firings':>8} {'first s':>10} {'mean s':>10} "
+             f"{'median s':>10} {'total':>9} {'share':>6}"]
+    lines += [f"  {c.callback:<24} {c.firings:>8,} {c.first:>10.4g} {c.mean:>10.4g} "
+              f"{c.median:>10.4g} {_hms(c.total):>9} {c.share:>6.1%}"
+              for c in pred.callbacks]
     lines.append(f"predicted wall time: {_hms(pred.total)} ({pred.total:.1f} s)")
     return "\n".join(lines) + "\n"
 
@@ -194,6 +271,7 @@ def cost_json(plan: Plan, pred: Prediction) -> str:
     for row, offset in zip(doc["firings"], pred.offsets, strict=True):
         row["offset_seconds"] = round(offset, 6)
     doc["costs"] = {
-        "steps": pred.steps, "step_seconds": pred.step_seconds, "total_seconds": pred.total,
+        "steps": pred.steps, "step_seconds": pred.step_seconds, "warmup_seconds": pred.warmup,
+        "tail_seconds": pred.tail, "total_seconds": pred.total,
         "callbacks": [attrs.asdict(c) for c in pred.callbacks]}
     return json.dumps(doc, indent=2) + "\n"
