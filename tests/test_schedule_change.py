@@ -1,0 +1,97 @@
+"""Schedules that change: stored with the run, and a resume with another schedule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from training_helpers import Noop, comparable
+
+from schedtrain import Schedule, at, every, on, when
+from schedtrain.callbacks.saver import ModelSaver
+from schedtrain.checkpoints.store import read_checkpoint
+from schedtrain.errors import ScheduleWarning
+from schedtrain.planning.changes import canonical
+from schedtrain.spec import loads_spec
+from schedtrain.training import Trainer
+
+
+def _trainer(run_dir: Path, schedule: Schedule, *, epochs: int = 3,
+             **kwargs: object) -> Trainer:
+    torch.manual_seed(0)
+    x = torch.randn(40, 3)
+    model = torch.nn.Linear(3, 1)
+    names = [n for n in schedule.names if n != "save"]
+    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01),
+                   DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4),
+                   torch.nn.functional.mse_loss, schedule=schedule,
+                   bindings={"save": ModelSaver(keep=None), **{n: Noop() for n in names}},
+                   max_epochs=epochs, run_dir=run_dir, **kwargs)  # type: ignore[arg-type]
+
+
+def _schedule(**triggers: object) -> Schedule:
+    return Schedule({"save": every("5 steps"), **triggers})  # type: ignore[arg-type]
+
+
+class TestStoredSchedule:
+    """The resolved schedule travels with the run, as canonical TOML."""
+
+    def test_every_checkpoint_holds_the_schedule(self, tmp_path: Path) -> None:
+        """Each checkpoint's run.schedule is the schedule's canonical TOML, a plain string
+        (the file still loads with weights_only=True), which loads back to the schedule."""
+        schedule = _schedule(tick=every("3 steps") | on("epoch_end"), end=on("train_end"))
+        _trainer(tmp_path, schedule).fit()
+        files = sorted((tmp_path / "checkpoints").glob("*.pt"))
+        assert len(files) >= 2
+        for f in files:
+            text = torch.load(f, weights_only=True)["run"]["schedule"]
+            assert text == canonical(schedule)
+            assert loads_spec(text).schedule().triggers() == schedule.triggers()
+
+    def test_run_json_holds_the_schedule(self, tmp_path: Path) -> None:
+        """run.json records the schedule too, whatever status it says."""
+        schedule = _schedule(tick=every("1 epoch"))
+        _trainer(tmp_path, schedule).fit()
+        status = json.loads((tmp_path / "run.json").read_text())
+        assert status["status"] == "finished"
+        assert status["schedule"] == canonical(schedule)
+
+    def test_python_callable_trigger_is_unknown(self, tmp_path: Path) -> None:
+        """A schedule with a when(fn) trigger has no TOML form: stored as None."""
+        schedule = _schedule(odd=every("1 step") & when(lambda pt: pt.now.step % 2 == 1))
+        _trainer(tmp_path, schedule, epochs=1).fit()
+        state = read_checkpoint(tmp_path / "checkpoints" / f"step-{5:08d}.pt")
+        assert state["run"]["schedule"] is None
+
+    def test_old_checkpoint_without_schedule_resumes(self, tmp_path: Path) -> None:
+        """A checkpoint of an earlier version (no schedule key) resumes as an unknown
+        schedule: one line says so, and the run continues exactly."""
+        schedule = _schedule(tick=every("3 steps"))
+        full = _trainer(tmp_path / "full", schedule)
+        full.fit()
+        path = tmp_path / "full" / "checkpoints" / f"step-{10:08d}.pt"
+        state = torch.load(path, weights_only=True)
+        del state["run"]["schedule"]
+        from schedtrain.checkpoints.format import digest
+
+        state["checksum"]["digest"] = digest(state)
+        old = tmp_path / "old.pt"
+        torch.save(state, old)
+        resumed = _trainer(tmp_path / "again", schedule)
+        with pytest.warns(ScheduleWarning, match="no stored schedule"):
+            resumed.resume(old)
+        resumed.fit()
+        cut = max(i for i, f in enumerate(full.firings) if f.step == 10
+                  and f.event == "step_end") + 1
+        assert comparable(resumed.firings) == comparable(full.firings[cut:])
+
+
+def test_at_points_in_stored_schedule() -> None:
+    """An at() trigger round-trips through the stored text unchanged."""
+    schedule = _schedule(once=at("7 steps"))
+    text = canonical(schedule)
+    assert text is not None
+    assert loads_spec(text).schedule().triggers() == schedule.triggers()
