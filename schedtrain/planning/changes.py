@@ -150,6 +150,7 @@ def continue_with(old: Schedule, new: Schedule, shape: RunShape, *, from_step: i
         rules = _rules(old, new)
     first = Simulation(old, shape)
     before = tuple(first.iter_firings((from_step, _AFTER[phase], 10**9)))
+    _to_resume_point(first, from_step, phase)
     state = copy.deepcopy(first.state_dict())
     kept = set(rules.kept)
     state["table"] = {"triggers": {n: s for n, s in state["table"]["triggers"].items()
@@ -157,6 +158,20 @@ def continue_with(old: Schedule, new: Schedule, shape: RunShape, *, from_step: i
     second = Simulation(new, shape)
     second.load_state_dict(state)
     return Continuation(before, tuple(first.iter_firings()), tuple(second.iter_firings()))
+
+
+def _to_resume_point(sim: Simulation, step: int, phase: str) -> None:
+    """Move the clock to where a checkpoint taken there resumes: the simulation jumps
+    between firings, and a resumed table takes its clock's position as evaluated."""
+    sh, clock = sim.shape, sim.clock
+    if not 1 <= step <= sh.total_steps:
+        return
+    epoch = sh.first_epoch_starting(step, after=False) - 1
+    if phase == "epoch_end" and sh.start(epoch + 1) == step:
+        if clock.key < (step, PH_EPOCH_END, 0):
+            clock.to_epoch_end(epoch)
+    elif clock.key < (step, PH_STEP, 0):
+        clock.to_step_end(step)
 
 
 def _rules(old: Schedule, new: Schedule) -> Carry:
