@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,12 +12,14 @@ from torch.utils.data import DataLoader, TensorDataset
 from training_helpers import Noop, comparable
 
 from schedtrain import Schedule, at, every, on, when
+from schedtrain.callbacks import Callback
 from schedtrain.callbacks.saver import ModelSaver
 from schedtrain.checkpoints.store import read_checkpoint
 from schedtrain.errors import ScheduleWarning
 from schedtrain.planning.changes import canonical
 from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
+from schedtrain.training.schedule_change import ScheduleChanged
 
 
 def _trainer(run_dir: Path, schedule: Schedule, *, epochs: int = 3,
@@ -95,3 +98,86 @@ def test_at_points_in_stored_schedule() -> None:
     text = canonical(schedule)
     assert text is not None
     assert loads_spec(text).schedule().triggers() == schedule.triggers()
+
+
+class Count(Callback):
+    """Counts its firings; the count is its checkpointed state."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def _trigger(self) -> None:
+        self.n += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"n": self.n}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.n = int(state["n"])
+
+
+def _events(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def _counted(run_dir: Path, schedule: Schedule, **kwargs: Any) -> tuple[Trainer, dict[str, Count]]:
+    counts = {n: Count() for n in schedule.names if n != "save"}
+    torch.manual_seed(0)
+    x = torch.randn(40, 3)
+    model = torch.nn.Linear(3, 1)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01),
+                      DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4),
+                      torch.nn.functional.mse_loss, schedule=schedule,
+                      bindings={"save": ModelSaver(keep=None), **counts}, max_epochs=3,
+                      run_dir=run_dir, **kwargs)
+    return trainer, counts
+
+
+class TestResumeWithAnotherSchedule:
+    """A resume whose schedule differs: refused by default, applied by the rules."""
+
+    def test_refused_by_default_with_the_diff(self, tmp_path: Path) -> None:
+        """The refusal names the changed trigger, the next firings that change and the
+        way on; the run directory is left unlocked and unchanged."""
+        first, _ = _counted(tmp_path, _schedule(v=every("1 epoch")))
+        first.fit()
+        before = (tmp_path / "events.jsonl").read_bytes()
+        again, _ = _counted(tmp_path, _schedule(v=every("4 steps")))
+        with pytest.raises(ScheduleChanged) as caught:
+            again.resume(tmp_path / "checkpoints" / f"step-{10:08d}.pt")
+        text = str(caught.value)
+        assert "changed callbacks.v.trigger" in text
+        assert "added   step_end step 12 (epoch 1)" in text
+        assert "removed epoch_end step 20 (epoch 2)" in text
+        assert "--schedule-change apply" in text
+        assert (tmp_path / "events.jsonl").read_bytes() == before
+        third, _ = _counted(tmp_path, _schedule(v=every("4 steps")), schedule_change="apply")
+        with pytest.warns(ScheduleWarning):
+            third.resume(tmp_path / "checkpoints" / f"step-{10:08d}.pt")  # not locked
+
+    def test_apply_keeps_resets_adds_and_drops(self, tmp_path: Path) -> None:
+        """apply: an unchanged callback keeps its state, a changed one restarts, a new one
+        starts fresh, a removed one is dropped, each said in a line; events.jsonl gets a
+        schedule_change line and then the new schedule's firings, on the run's grid."""
+        old = _schedule(same=every("3 steps"), moved=every("1 epoch"), gone=on("epoch_end"))
+        first, _ = _counted(tmp_path, old)
+        first.fit()
+        new = _schedule(same=every("3 steps"), moved=every("4 steps"), fresh=every("7 steps"))
+        again, counts = _counted(tmp_path, new, schedule_change="apply")
+        with pytest.warns(ScheduleWarning) as lines:
+            again.resume(tmp_path / "checkpoints" / f"step-{10:08d}.pt")
+        said = " ".join(str(w.message) for w in lines)
+        assert "callbacks.moved: its trigger changed" in said
+        assert "callbacks.fresh: new" in said and "callbacks.gone: removed" in said
+        again.fit()
+        assert counts["same"].n == 10  # 3 before step 10 kept, 7 after (steps 12..30)
+        assert counts["moved"].n == 5  # reset: 12, 16, 20, 24, 28
+        assert counts["fresh"].n == 3  # 14, 21, 28
+        events = _events(tmp_path)
+        (change,) = [e for e in events if e["kind"] == "schedule_change"]
+        assert (change["step"], change["rule"]) == (10, "apply")
+        assert change["rules"] == {"kept": ["save", "same"], "reset": ["moved"],
+                                   "added": ["fresh"], "removed": ["gone"]}
+        after = events[events.index(change) + 1:]
+        assert [e["step"] for e in after if e.get("callback") == "moved"] == [12, 16, 20, 24, 28]
+        assert not [e for e in after if e.get("callback") == "gone"]
