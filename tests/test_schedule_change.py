@@ -181,3 +181,44 @@ class TestResumeWithAnotherSchedule:
         after = events[events.index(change) + 1:]
         assert [e["step"] for e in after if e.get("callback") == "moved"] == [12, 16, 20, 24, 28]
         assert not [e for e in after if e.get("callback") == "gone"]
+
+
+class Put(Callback):
+    """Puts m = 10 - step: a new best (min) at every firing."""
+
+    produces = ("m",)
+
+    def _trigger(self) -> None:
+        self.metrics.put("m", 10.0 - self.trainer.clock.step)
+
+
+def test_apply_keeps_metric_state_of_unchanged_triggers(tmp_path: Path) -> None:
+    """A metric trigger unchanged keeps its best value across an applied change; one
+    whose trigger changed starts with none (its first value is a new best again)."""
+    from schedtrain import improved
+
+    def make(schedule: Schedule, **kwargs: Any) -> Trainer:
+        torch.manual_seed(0)
+        x = torch.randn(40, 3)
+        model = torch.nn.Linear(3, 1)
+        return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01),
+                       DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4),
+                       torch.nn.functional.mse_loss, schedule=schedule,
+                       bindings={"save": ModelSaver(keep=None), "put": Put(),
+                                 "same": Noop(), "other": Noop()},
+                       max_epochs=2, run_dir=tmp_path, **kwargs)  # type: ignore[arg-type]
+
+    first = make(Schedule({"put": every("2 steps"), "save": every("5 steps"),
+                           "same": improved("m"), "other": improved("m")}))
+    first.fit()
+    path = tmp_path / "checkpoints" / f"step-{10:08d}.pt"
+    saved = read_checkpoint(path)["run"]["table"]["triggers"]
+    assert "same" in saved and "other" in saved
+    again = make(Schedule({"put": every("2 steps"), "save": every("5 steps"),
+                           "same": improved("m"), "other": improved("m", min_delta=0.5)}),
+                 schedule_change="apply")
+    with pytest.warns(ScheduleWarning, match="callbacks.other: its trigger changed"):
+        again.resume(path)
+    state = again.table.state_dict()["triggers"]
+    assert state["same"] == saved["same"]
+    assert state.get("other") != saved["other"]
