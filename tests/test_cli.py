@@ -448,7 +448,7 @@ class TestTrain:
             def latest(self, name: str) -> MetricValue:
                 return MetricValue(0.97, 3)
 
-        def train_from_spec(spec, run_dir, resume, overwrite=False):  # type: ignore[no-untyped-def]
+        def train_from_spec(spec, run_dir, resume, overwrite=False, schedule_change="refuse"):  # type: ignore[no-untyped-def]
             calls.append((spec.path, run_dir, resume))
             clock = types.SimpleNamespace(now=lambda: Timestamp(step=30, epoch=3, seconds=1.0))
             return types.SimpleNamespace(clock=clock, metrics=Metrics(), run_dir="runs/x",
@@ -470,7 +470,8 @@ class TestTrain:
         """A failure while training exits 1 with the error, traceback only on request."""
         import types
 
-        def boom(spec: object, run_dir: object, resume: object, overwrite: bool) -> None:
+        def boom(spec: object, run_dir: object, resume: object, overwrite: bool,
+                 schedule_change: str = "refuse") -> None:
             raise RuntimeError("CUDA out of memory")
 
         fake = types.ModuleType("schedtrain.training")

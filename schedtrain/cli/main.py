@@ -177,6 +177,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, imports=True)  # custom trigger classes run in training
     try:
         from schedtrain.training import train_from_spec
+        from schedtrain.training.schedule_change import ScheduleChanged
         from schedtrain.training.threads import limit_cpu_threads
     except ImportError as exc:
         print("error: schedtrain train needs schedtrain.training (and torch), which cannot "
@@ -189,7 +190,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
             # A schedule's warnings as the user's lines, not as Python's (file:line).
             warnings.showwarning = _warning_printer(args.spec)
             trainer = train_from_spec(spec, args.run_dir, args.resume,
-                                      overwrite=args.overwrite)
+                                      overwrite=args.overwrite,
+                                      schedule_change=args.schedule_change)
+    except ScheduleChanged as exc:  # every rank refuses alike; the chief says why
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except RunEnded as exc:
         if args.resume != "auto":
             print(f"error: {exc}", file=sys.stderr)
@@ -253,7 +259,13 @@ def _ending(trainer: Any) -> str:
     return f"finished at epoch {ts.epoch} (step {ts.step})"
 
 
-_COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "train": _cmd_train}
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from schedtrain.cli.diff import cmd_diff
+
+    return cmd_diff(args)
+
+
+_COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "diff": _cmd_diff, "train": _cmd_train}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

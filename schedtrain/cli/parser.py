@@ -33,6 +33,14 @@ examples:
   schedtrain plan specs/early_stopping.toml --metrics runs/x/events.jsonl
   schedtrain plan specs/resnet_tensorpack.toml --format png --out plan.png
 """
+_DIFF_EPILOG = """\
+examples:
+  schedtrain diff specs/digits.toml specs/digits_30_steps.toml
+  schedtrain diff runs/digits specs/digits.toml     # what --resume auto would change
+  schedtrain diff old.toml new.toml --epochs 4 --steps-per-epoch 45 --from 90
+
+exit codes: 0 equal, 1 different, 2 bad input
+"""
 _TRAIN_EPILOG = """\
 examples:
   schedtrain train specs/digits.toml
@@ -47,7 +55,7 @@ with --resume auto
 
 @functools.cache  # parsing does not change it; built once per process
 def build_parser() -> argparse.ArgumentParser:
-    """The ``schedtrain`` command's arguments: ``check``, ``plan`` and ``train``."""
+    """The ``schedtrain`` command's arguments: ``check``, ``plan``, ``diff`` and ``train``."""
     parser = _Parser(
         prog="schedtrain",
         description="Check, plan and run declarative training schedules written in TOML.",
@@ -98,6 +106,26 @@ def build_parser() -> argparse.ArgumentParser:
                       help="import custom trigger classes ({ custom = \"module:Class\" }); "
                            "this runs code from those modules")
 
+    diff = sub.add_parser("diff", help="compare two schedules and the firings they make",
+                          epilog=_DIFF_EPILOG, formatter_class=fmt,
+                          description="Compare two schedules (each a spec file, a run "
+                                      "directory or a checkpoint): the spec's changes by key "
+                                      "path, and over a simulated run the firings each "
+                                      "callback gains, loses or moves.")
+    diff.add_argument("old", metavar="OLD", help="a spec, a run directory or a checkpoint")
+    diff.add_argument("new", metavar="NEW", help="a spec, a run directory or a checkpoint")
+    diff.add_argument("--epochs", type=_positive_int, metavar="N", help="override clock.epochs")
+    diff.add_argument("--steps-per-epoch", type=_positive_int, metavar="S",
+                      help="override clock.steps_per_epoch")
+    diff.add_argument("--from", dest="from_step", type=_whole, metavar="STEP",
+                      help="compare the firings after STEP, NEW taking over from OLD there "
+                           "as a resume with --schedule-change apply would (default: a "
+                           "checkpoint's step, else the whole run)")
+    diff.add_argument("--format", choices=("table", "json"), default="table",
+                      help="table (default) or json")
+    diff.add_argument("--first", type=_positive_int, default=5, metavar="N",
+                      help="firings listed per callback and kind in the table (default 5)")
+
     train = sub.add_parser("train", help="train with a spec's [run] and callbacks",
                            epilog=_TRAIN_EPILOG, formatter_class=fmt,
                            description="Run training as the spec's [run] table describes.")
@@ -108,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "log and checkpoints)")
     train.add_argument("--resume", metavar="PATH|auto",
                        help="resume from a checkpoint, or 'auto' for the newest in the run dir")
+    train.add_argument("--schedule-change", choices=("refuse", "apply"), default="refuse",
+                       help="resuming a checkpoint saved with another schedule: refuse "
+                            "(default; shows the diff) or apply the new one by the rules "
+                            "of docs/checkpoints.md")
     return parser
 
 
@@ -128,4 +160,14 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
     return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,6 +77,10 @@ class JsonlWriter:
             inside(target.parent, media)
             write_atomic(target, _writer(_file_bytes(r)))
         self._write([r.to_dict() for r in records])
+
+    def record(self, row: Mapping[str, Any]) -> None:
+        """Write one line of the run's own (``{"kind": "schedule_change", ...}``)."""
+        self._write([dict(row)])
 
     def firing(self, callback: str, event: str, ts: Timestamp, wall: float) -> None:
         self._write([_firing_row(callback, event, ts, wall)])

@@ -5,6 +5,8 @@ from schedtrain.errors import RunEnded as RunEnded
 from schedtrain.training.data_position import seed_everything as seed_everything
 from schedtrain.training.from_spec import Task as Task
 from schedtrain.training.from_spec import train_from_spec as train_from_spec
+from schedtrain.training.schedule_change import ScheduleChanged as ScheduleChanged
 from schedtrain.training.trainer import Trainer as Trainer
 
-__all__ = ["RunDirError", "RunEnded", "Task", "Trainer", "seed_everything", "train_from_spec"]
+__all__ = ["RunDirError", "RunEnded", "ScheduleChanged", "Task", "Trainer", "seed_everything",
+           "train_from_spec"]

@@ -30,6 +30,7 @@ from schedtrain.distributed.comm import reraise_on_all
 from schedtrain.errors import (
     Preempted,
     RunDirError,
+    ScheduleWarning,
     StopTraining,
     failure_place,
     locate_failure,
@@ -94,7 +95,17 @@ class Lifecycle:
         directory = self.parts.directory
         if directory is not None:
             directory.acquire()
-        state = self.parts.checkpoints.read(path)
+        try:
+            state = self.parts.checkpoints.read(path)
+        except ValueError:  # another schedule or callbacks: the directory stays as it was
+            if directory is not None:
+                directory.release()
+            raise
+        change = self.parts.run_state.change
+        if self.parts.comm is None or self.parts.comm.is_chief:  # the chief says it once
+            for note in change.notes:
+                warnings.warn(note, ScheduleWarning, stacklevel=3)
+        change.notes.clear()
         self.checkpoint_step = int(state["step"])
         loop = self.parts.loop
         loop.resume_inside_epoch = loop.epoch_open = bool(state["run"]["epoch_open"])
@@ -172,6 +183,10 @@ class Lifecycle:
         offset = self.parts.run_state.events_offset
         if offset is not None:
             events.truncate(int(offset))
+        change = self.parts.run_state.change
+        if change.record is not None:  # the rules applied, for the log's reader
+            events.record(change.record)
+            change.record = None
 
     def _complete_log(self) -> None:
         """A run that ended, resumed from its last checkpoint: write the values that
@@ -186,7 +201,8 @@ class Lifecycle:
         directory = self.parts.directory
         if directory is not None and self.stage in _OWNS_DIRECTORY:
             ts = self.parts.clock.now()
-            directory.record(status, step=ts.step, epoch=ts.epoch)
+            directory.record(status, step=ts.step, epoch=ts.epoch,
+                             schedule=self.parts.run_state.change.text)
 
     def _deadline_ns(self) -> int | None:
         """The run's deadline on the clock's time axis, worked out on the chief (so every

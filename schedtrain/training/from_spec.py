@@ -273,7 +273,7 @@ def _order_problems(spec: Spec, bindings: dict[str, Any]) -> list[Problem]:
 
 
 def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
-                    overwrite: bool = False) -> Trainer:
+                    overwrite: bool = False, schedule_change: str = "refuse") -> Trainer:
     """Train as ``spec``'s ``[run]`` table says.
 
     Args:
@@ -283,6 +283,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
             ``RUN_DIR/checkpoints``: it loads, matches its checksum and is finite; without
             one the run starts afresh in that directory) or ``None``.
         overwrite: start afresh in a run directory that holds a run.
+        schedule_change: a checkpoint saved with another schedule: ``"refuse"`` or
+            ``"apply"`` (``Trainer(schedule_change=...)``).
 
     Raises:
         SpecError: no ``[run]`` table or task, or callbacks that cannot be built.
@@ -315,7 +317,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
         checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options),
         checkpoint_mode=run.checkpoint_mode, checkpoint_busy=run.checkpoint_busy,
-        export=run.export, deadline=run.deadline, preempt_signals=run.preempt_signals)
+        export=run.export, deadline=run.deadline, preempt_signals=run.preempt_signals,
+        schedule_change=schedule_change)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:

@@ -79,6 +79,7 @@ class Options:
     export: tuple[str, ...] = ()
     deadline: str | None = None
     preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
+    schedule_change: str = "refuse"
 
     @classmethod
     def check(cls, *, loss_fn: object, step_fn: object, max_epochs: int | None,
@@ -112,7 +113,8 @@ class Options:
             raise ValueError(f"`sanity_eval_batches` must be a whole number >= 0, got "
                              f"{sanity!r}")
         _check_storage(rest.get("checkpoint_dir"), rest.get("storage_options"), run_dir)
-        for name, allowed in (("checkpoint_mode", MODES), ("checkpoint_busy", BUSY_RULES)):
+        for name, allowed in (("checkpoint_mode", MODES), ("checkpoint_busy", BUSY_RULES),
+                              ("schedule_change", ("refuse", "apply"))):
             if name in rest and rest[name] not in allowed:
                 raise ValueError(f"`{name}` must be one of {allowed}, got {rest[name]!r}")
         return cls(max_epochs, max_steps, precision, grad_accum, grad_clip,

@@ -33,8 +33,10 @@ from schedtrain.distributed.setup import prepare
 from schedtrain.errors import Preempted, ScheduleWarning
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
+from schedtrain.planning.changes import canonical
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.metrics import TRAINER_METRICS
 from schedtrain.training.binding import bind, check_order
 from schedtrain.training.data_position import DataPosition
@@ -45,6 +47,7 @@ from schedtrain.training.options import Options, StepFn
 from schedtrain.training.preempt import Guard
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.run_state import RunState
+from schedtrain.training.schedule_change import ScheduleChange
 from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["Parts", "build_parts", "epoch_length", "make_agreement", "publish_loss"]
@@ -111,6 +114,16 @@ def epoch_length(train_data: Iterable[Any], grad_accum: int) -> int | None:
     return -(-n // grad_accum)
 
 
+def _shape(options: Options, train_data: Iterable[Any]) -> RunShape | None:
+    """The run's shape as a simulation sees it (``None``: epochs of unknown length)."""
+    per_epoch = epoch_length(train_data, options.grad_accum)
+    if per_epoch is None:
+        return None
+    epochs = options.max_epochs or -(-(options.max_steps or 0) // per_epoch)
+    return RunShape.build(epochs=epochs, steps_per_epoch=per_epoch,
+                          max_steps=options.max_steps)
+
+
 def build_parts(options: Options, *, model: torch.nn.Module,
                 optimizer: torch.optim.Optimizer, train_data: Iterable[Any],
                 val_data: Iterable[Any] | None, loss_fn: Callable[[Any, Any], torch.Tensor] | None,
@@ -151,6 +164,8 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
+    run_state.change = ScheduleChange(canonical(bound), options.schedule_change,
+                                      functools.partial(_shape, options, ready.train_data))
     storage = (open_storage(options.checkpoint_dir, options.storage_options)
                if options.checkpoint_dir is not None else None)
     checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage,

@@ -12,7 +12,8 @@ The checkpoint's keys (documented in docs/checkpoints.md)::
     run           everything else a resumed run needs (``RunState.capture``): clock, trigger
                   table, callbacks, metrics, losses, random generators, data position, the
                   epoch in progress, events.jsonl's length, why the run stopped (or None),
-                  the checkpoints this run wrote
+                  the checkpoints this run wrote, the run's schedule as canonical TOML
+                  (``schedule``; ``None``: a trigger without a TOML form)
     checksum      {"algorithm": "blake2b-256", "digest": ...} of all the above
 
 The files themselves are written and read by ``schedtrain.checkpoints``; this module
@@ -35,6 +36,7 @@ from schedtrain.monitors.store import MetricStore
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.data_position import DataPosition
 from schedtrain.training.losses import LossKeeper
+from schedtrain.training.schedule_change import ScheduleChange
 
 __all__ = ["RunState"]
 
@@ -62,6 +64,9 @@ class RunState:
         #: why the run stopped (``StopTraining``), once it has: a checkpoint taken at its
         #: ``train_end`` then resumes to that stop instead of training on
         self.stopped: str | None = None
+        #: the run's schedule (canonical TOML, stored in every checkpoint) and what a
+        #: resume does when the checkpoint's differs
+        self.change = ScheduleChange(None)
 
     def position(self) -> tuple[int, int]:
         """The clock's ``(step, epoch)`` now."""
@@ -88,10 +93,15 @@ class RunState:
             "epoch_open": self.epoch_open(),
             "events_offset": self.events.position() if self.events is not None else None,
             "stopped": self.stopped,
+            "schedule": self.change.text,
         }
 
     def check(self, path: Path, run: dict[str, Any]) -> None:
-        """Refuse a checkpoint saved with other callbacks (``ValueError``)."""
+        """Refuse a checkpoint saved with another schedule (``ScheduleChanged``) unless
+        told to apply it, or, its schedule unknown, with other callbacks (``ValueError``)."""
+        self.change.check(path, run)
+        if self.change.carried is not None:
+            return
         saved = set(run["callbacks"])
         if saved != set(self.callbacks):
             raise ValueError(
@@ -102,8 +112,10 @@ class RunState:
         """Put ``run`` back, with this rank's generators ``rng`` and data position."""
         self.clock.load_state_dict(run["clock"])
         self.metrics.load_state_dict(run["metrics"])
-        self.table.load_state_dict(run["table"])
-        for name, cb_state in run["callbacks"].items():
+        kept = self.change.kept  # a changed schedule: the rules say whose state stays
+        self.table.load_state_dict({**run["table"],
+                                    "triggers": kept(run["table"].get("triggers", {}))})
+        for name, cb_state in kept(run["callbacks"]).items():
             self.callbacks[name].load_state_dict(cb_state)
         set_rng_state(rng)
         self.data.load_state_dict(data)

@@ -95,6 +95,9 @@ class Trainer:
         export: also write the model's weights in these formats (``["safetensors"]``):
             ``RUN_DIR/export/final.safetensors`` when training ends, and beside each
             ``MinSaver``/``MaxSaver`` best checkpoint (docs/checkpoints.md).
+        schedule_change: resuming a checkpoint saved with another schedule: ``"refuse"``
+            (default; ``ScheduleChanged`` shows the diff of the next firings) or
+            ``"apply"`` the new one by the rules of docs/checkpoints.md.
     """
 
     def __init__(
@@ -135,6 +138,7 @@ class Trainer:
         export: Iterable[str] = (),
         deadline: str | None = None,
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
+        schedule_change: str = "refuse",
     ) -> None:
         #: the run's checked options
         self.options = Options.check(
@@ -146,7 +150,7 @@ class Trainer:
             sanity_eval_batches=sanity_eval_batches, checkpoint_dir=checkpoint_dir,
             storage_options=dict(storage_options or {}), checkpoint_mode=checkpoint_mode,
             checkpoint_busy=checkpoint_busy, export=export, deadline=deadline,
-            preempt_signals=tuple(preempt_signals))
+            preempt_signals=tuple(preempt_signals), schedule_change=schedule_change)
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,

@@ -1,0 +1,135 @@
+"""``schedtrain diff OLD NEW``: read each side (a spec, a run directory, a checkpoint)
+and print ``planning.changes.diff_texts``' report. Exit 0 equal, 1 different, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import tomllib
+
+from schedtrain.cli.preflight import UsageError
+from schedtrain.planning.changes import canonical, diff_texts
+from schedtrain.simulation.simclock import RunShape
+from schedtrain.spec import Spec, load_spec
+from schedtrain.spec.shape import derive_clock
+from schedtrain.spec.write import dump_spec
+
+__all__ = ["Side", "cmd_diff", "read_side"]
+
+
+@attrs.frozen
+class Side:
+    """One side of a diff: its whole spec (a spec file) or only its schedule, and for a
+    checkpoint where it was taken."""
+
+    name: str
+    schedule: str
+    full: str | None = None
+    spec: Spec | None = None
+    step: int | None = None
+    phase: str = "step_end"
+
+
+def read_side(path: str) -> Side:
+    """Read a spec file, a run directory (its newest valid checkpoint, else ``run.json``)
+    or a checkpoint (a ``.pt`` file or a sharded ``.dcp`` directory).
+
+    Raises:
+        UsageError: nothing there holds a schedule.
+        SpecError: a spec file with problems.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such spec, run directory or checkpoint")
+    if p.is_file() and p.suffix == ".toml":
+        spec = load_spec(p)
+        schedule = canonical(spec.schedule())
+        assert schedule is not None  # a spec's triggers all have a TOML form
+        raw = tomllib.loads(p.read_text(encoding="utf-8")).get("run", {})
+        shown = spec
+        if spec.run is not None and "run_dir" not in raw:  # the default comes from the
+            shown = attrs.evolve(spec, run=attrs.evolve(spec.run, run_dir=None))  # name
+        return Side(path, schedule, dump_spec(shown), spec)
+    if p.is_dir() and not (p / "run.pt").exists():
+        return _run_dir(path, p)
+    return _checkpoint(path, p)
+
+
+def _run_dir(path: str, p: Path) -> Side:
+    from schedtrain.checkpoints.store import newest_valid
+
+    found = newest_valid(p / "checkpoints") if (p / "checkpoints").is_dir() else None
+    if found is not None:
+        side = _checkpoint(str(found), found)
+        return attrs.evolve(side, name=f"{path} ({found.name})")
+    try:
+        status = json.loads((p / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        status = {}
+    text = status.get("schedule") if isinstance(status, dict) else None
+    if not isinstance(text, str):
+        raise UsageError(f"{path}: a run directory without a stored schedule (no valid "
+                         "checkpoint, and run.json has none: written by an earlier version?)")
+    return Side(path, text)
+
+
+def _checkpoint(path: str, p: Path) -> Side:
+    from schedtrain.checkpoints.format import CheckpointError
+    from schedtrain.checkpoints.store import read_checkpoint
+
+    try:
+        state = read_checkpoint(p)
+    except CheckpointError as exc:
+        raise UsageError(f"{path}: {exc.reason}") from None
+    run = state.get("run", {})
+    text = run.get("schedule")
+    if not isinstance(text, str):
+        why = ("a Python trigger (when(fn)) has no stored form" if "schedule" in run
+               else "written by an earlier version")
+        raise UsageError(f"{path}: the checkpoint holds no schedule ({why})")
+    phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
+    return Side(path, text, step=int(state["step"]), phase=phase)
+
+
+def _shape(args: argparse.Namespace, old: Side, new: Side) -> RunShape | None:
+    """The run to simulate: the options, over NEW's ``[clock]`` (or OLD's), completed
+    from its ``[run]``."""
+    for side in (new, old):
+        if side.spec is None:
+            continue
+        spec, _ = derive_clock(side.spec)
+        try:
+            shape = spec.clock.shape(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
+        except ValueError as exc:
+            raise UsageError(f"{side.name}: {exc}") from None
+        if shape is not None:
+            return shape
+    if args.epochs is not None and args.steps_per_epoch is not None:
+        return RunShape.build(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
+    return None
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """The ``diff`` command; its exit code."""
+    old, new = read_side(args.old), read_side(args.new)
+    both_specs = old.full is not None and new.full is not None
+    a = old.full if both_specs and old.full is not None else old.schedule
+    b = new.full if both_specs and new.full is not None else new.schedule
+    shape = _shape(args, old, new)
+    start = args.from_step if args.from_step is not None else old.step
+    phase = old.phase if args.from_step is None else "step_end"
+    if shape is None:
+        print("note: firings not compared: give --epochs and --steps-per-epoch, or a "
+              "[clock] in a spec", file=sys.stderr)
+    diff = diff_texts(a, b, shape=shape, from_step=start, phase=phase,
+                      files=(args.old, args.new))
+    out: Any = (json.dumps(diff.to_dict(), indent=1) + "\n" if args.format == "json"
+                else diff.table(args.first))
+    sys.stdout.write(out)
+    return 0 if diff.equal else 1

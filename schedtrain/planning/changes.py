@@ -1,0 +1,348 @@
+"""Schedules that change: what differs between two, and which firings that moves.
+
+A schedule is compared as its canonical TOML (``spec.write``): the spec's tables by key
+path (``SpecChange``), and over a simulated run the firings each callback gains, loses
+or moves (``FiringChange``). ``continue_with`` simulates the rules a resumed run applies
+when its schedule changed (``schedule_change = "apply"``, docs/checkpoints.md):
+
+- the clock goes on where it was: periodic grids stay on the run's absolute counters
+  (a grid point already passed neither fires again nor is skipped), and an ``at`` point
+  already passed never fires;
+- a callback whose name and trigger are unchanged keeps its trigger's state (a metric
+  trigger's best value and wait) and its own state;
+- a callback whose trigger changed starts both afresh; a new callback starts fresh; a
+  removed callback's state is dropped (``Carry`` says which is which).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+import tomllib
+
+from schedtrain.schedule.firings import Firing
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.simulation.simclock import PH_EPOCH_END, PH_STEP, RunShape
+from schedtrain.simulation.simulate import Simulation
+from schedtrain.spec.load import loads_spec
+from schedtrain.spec.write import schedule_to_toml, toml_value
+
+__all__ = ["Carry", "Continuation", "FiringChange", "ScheduleDiff", "SpecChange",
+           "canonical", "carry", "continue_with", "diff_texts", "firing_changes",
+           "spec_changes"]
+
+#: Where a resumed run continues: after that step's ``step_end`` or its ``epoch_end``.
+_AFTER: Final = {"step_end": PH_STEP, "epoch_end": PH_EPOCH_END}
+
+
+def canonical(schedule: Schedule) -> str | None:
+    """The schedule as canonical TOML, or ``None`` when a trigger has no TOML form (a
+    Python ``when(fn)``): such a schedule is "unknown" to a later resume."""
+    try:
+        return schedule_to_toml(schedule)
+    except ValueError:
+        return None
+
+
+# -- the spec's changes ------------------------------------------------------------------
+
+
+@attrs.frozen
+class SpecChange:
+    """A key path ``added``, ``removed`` or ``changed`` (``old`` and ``new`` its values)."""
+
+    path: str
+    kind: str
+    old: Any = None
+    new: Any = None
+
+    def __str__(self) -> str:
+        if self.kind == "added":
+            return f"added   {self.path} = {toml_value(self.new)}"
+        if self.kind == "removed":
+            return f"removed {self.path} (was {toml_value(self.old)})"
+        return f"changed {self.path}: {toml_value(self.old)} -> {toml_value(self.new)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record."""
+        return {"path": self.path, "change": self.kind, "old": self.old, "new": self.new}
+
+
+def spec_changes(old: Mapping[str, Any], new: Mapping[str, Any],
+                 prefix: str = "") -> tuple[SpecChange, ...]:
+    """The key paths that differ between two TOML documents: the top-level tables and
+    their tables (``callbacks.NAME``, ``triggers.NAME``) key by key, any other value
+    whole (a trigger is one value); a table added or removed is one change."""
+    out: list[SpecChange] = []
+    deep = prefix.count(".") < 2
+    for key in [*old, *(k for k in new if k not in old)]:
+        path = f"{prefix}{key}"
+        if key not in new:
+            out.append(SpecChange(path, "removed", old=old[key]))
+        elif key not in old:
+            out.append(SpecChange(path, "added", new=new[key]))
+        elif deep and isinstance(old[key], Mapping) and isinstance(new[key], Mapping):
+            out += spec_changes(old[key], new[key], f"{path}.")
+        elif old[key] != new[key]:
+            out.append(SpecChange(path, "changed", old[key], new[key]))
+    return tuple(out)
+
+
+# -- the rules of a resume with a changed schedule -----------------------------------------
+
+
+@attrs.frozen
+class Carry:
+    """Per callback, what a resume with a changed schedule does with its saved state."""
+
+    #: same name and trigger: its trigger's and its own state are kept
+    kept: tuple[str, ...]
+    #: its trigger changed: both start afresh
+    reset: tuple[str, ...]
+    #: not in the old schedule: starts fresh
+    added: tuple[str, ...]
+    #: not in the new schedule: its saved state is dropped
+    removed: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        """One line per callback whose state is not simply kept."""
+        return ([f"callbacks.{n}: its trigger changed; its trigger and callback state are "
+                 "reset" for n in self.reset]
+                + [f"callbacks.{n}: new; it starts fresh" for n in self.added]
+                + [f"callbacks.{n}: removed; its saved state is dropped" for n in self.removed])
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """The JSON record."""
+        return {"kept": list(self.kept), "reset": list(self.reset),
+                "added": list(self.added), "removed": list(self.removed)}
+
+
+def carry(old: str, new: str) -> Carry:
+    """The rules applied to two canonical schedules (``canonical``'s TOML)."""
+    a = tomllib.loads(old).get("callbacks", {})
+    b = tomllib.loads(new).get("callbacks", {})
+    both = [n for n in b if n in a]
+    return Carry(tuple(n for n in both if a[n] == b[n]), tuple(n for n in both if a[n] != b[n]),
+                 tuple(n for n in b if n not in a), tuple(n for n in a if n not in b))
+
+
+@attrs.frozen
+class Continuation:
+    """A run of the old schedule up to a resume point, then each schedule's firings on."""
+
+    before: tuple[Firing, ...]
+    old: tuple[Firing, ...]
+    new: tuple[Firing, ...]
+
+
+def continue_with(old: Schedule, new: Schedule, shape: RunShape, *, from_step: int,
+                  phase: str = "step_end", rules: Carry | None = None) -> Continuation:
+    """Simulate ``old`` up to the end of step ``from_step`` (its ``step_end``, or its
+    ``epoch_end`` with ``phase="epoch_end"``), then ``old`` on, and ``new`` on from the
+    same point by the resume rules (``rules``: by default ``carry`` of the two)."""
+    if phase not in _AFTER:
+        raise ValueError(f"phase must be one of {sorted(_AFTER)}, got {phase!r}")
+    if rules is None:
+        rules = _rules(old, new)
+    first = Simulation(old, shape)
+    before = tuple(first.iter_firings((from_step, _AFTER[phase], 10**9)))
+    _to_resume_point(first, from_step, phase)
+    state = copy.deepcopy(first.state_dict())
+    kept = set(rules.kept)
+    state["table"] = {"triggers": {n: s for n, s in state["table"]["triggers"].items()
+                                   if n in kept}}
+    second = Simulation(new, shape)
+    second.load_state_dict(state)
+    return Continuation(before, tuple(first.iter_firings()), tuple(second.iter_firings()))
+
+
+def _to_resume_point(sim: Simulation, step: int, phase: str) -> None:
+    """Move the clock to where a checkpoint taken there resumes: the simulation jumps
+    between firings, and a resumed table takes its clock's position as evaluated."""
+    sh, clock = sim.shape, sim.clock
+    if not 1 <= step <= sh.total_steps:
+        return
+    epoch = sh.first_epoch_starting(step, after=False) - 1
+    if phase == "epoch_end" and sh.start(epoch + 1) == step:
+        if clock.key < (step, PH_EPOCH_END, 0):
+            clock.to_epoch_end(epoch)
+    elif clock.key < (step, PH_STEP, 0):
+        clock.to_step_end(step)
+
+
+def _rules(old: Schedule, new: Schedule) -> Carry:
+    a, b = canonical(old), canonical(new)
+    if a is None or b is None:  # no TOML form: a callback is kept when its trigger is equal
+        ta, tb = old.triggers(), new.triggers()
+        return Carry(tuple(n for n in tb if n in ta and ta[n] == tb[n]),
+                     tuple(n for n in tb if n in ta and ta[n] != tb[n]),
+                     tuple(n for n in tb if n not in ta), tuple(n for n in ta if n not in tb))
+    return carry(a, b)
+
+
+# -- the firings' changes ------------------------------------------------------------------
+
+
+@attrs.frozen
+class FiringChange:
+    """A callback's firing ``added``, ``removed``, or ``moved`` (from ``old`` to ``new``)."""
+
+    callback: str
+    kind: str
+    old: Firing | None = None
+    new: Firing | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record."""
+        out: dict[str, Any] = {"callback": self.callback, "change": self.kind}
+        for side, f in (("old", self.old), ("new", self.new)):
+            if f is not None:
+                out[side] = _where(f)
+        return out
+
+
+def _where(f: Firing) -> dict[str, Any]:
+    return {"event": f.event, "step": f.step, "epoch": f.epoch, "batch": f.timestamp.batch,
+            **({"conditional": True} if f.conditional else {})}
+
+
+def _key(f: Firing) -> tuple[str, int, int, int]:
+    return (f.event, f.step, f.timestamp.batch, f.epoch)
+
+
+def firing_changes(old: Iterable[Firing], new: Iterable[Firing]) -> tuple[FiringChange, ...]:
+    """Per callback (in order of first appearance), the firings only ``old`` or only
+    ``new`` has; a removed and an added firing of one callback at one event are paired
+    in order as one ``moved`` firing."""
+    only_old: dict[str, list[Firing]] = defaultdict(list)
+    only_new: dict[str, list[Firing]] = defaultdict(list)
+    olds, news = list(old), list(new)
+    left: dict[tuple[str, tuple[str, int, int, int]], int] = defaultdict(int)
+    for f in news:
+        left[(f.callback, _key(f))] += 1
+    for f in olds:
+        k = (f.callback, _key(f))
+        if left[k]:
+            left[k] -= 1
+        else:
+            only_old[f.callback].append(f)
+    seen: dict[tuple[str, tuple[str, int, int, int]], int] = defaultdict(int)
+    for f in olds:
+        seen[(f.callback, _key(f))] += 1
+    for f in news:
+        k = (f.callback, _key(f))
+        if seen[k]:
+            seen[k] -= 1
+        else:
+            only_new[f.callback].append(f)
+    out: list[FiringChange] = []
+    for name in dict.fromkeys([f.callback for f in (*olds, *news)]):
+        gone, came = list(only_old[name]), list(only_new[name])
+        for g in list(gone):
+            match = next((c for c in came if c.event == g.event), None)
+            if match is not None:
+                out.append(FiringChange(name, "moved", g, match))
+                gone.remove(g)
+                came.remove(match)
+        out += [FiringChange(name, "removed", old=g) for g in gone]
+        out += [FiringChange(name, "added", new=c) for c in came]
+    return tuple(out)
+
+
+# -- the whole comparison ----------------------------------------------------------------
+
+
+@attrs.frozen
+class ScheduleDiff:
+    """What differs between two schedules; ``firings`` is ``None`` when not simulated."""
+
+    spec: tuple[SpecChange, ...]
+    firings: tuple[FiringChange, ...] | None
+    from_step: int | None = None
+    rules: Carry | None = None
+
+    @property
+    def equal(self) -> bool:
+        """Whether nothing differs."""
+        return not self.spec and not self.firings
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``schedtrain diff --format json``)."""
+        out: dict[str, Any] = {"equal": self.equal,
+                               "spec": [c.to_dict() for c in self.spec]}
+        if self.firings is not None:
+            out["firings"] = {"from_step": self.from_step,
+                              "changes": [c.to_dict() for c in self.firings]}
+        if self.rules is not None:
+            out["rules"] = self.rules.to_dict()
+        return out
+
+    def table(self, first: int = 5) -> str:
+        """A readable report: the spec's changes, then each callback's firing changes
+        (the ``first`` of each kind)."""
+        lines = [f"spec: {len(self.spec)} change{'' if len(self.spec) == 1 else 's'}"]
+        lines += [f"  {c}" for c in self.spec]
+        if self.firings is not None:
+            since = "" if self.from_step is None else f" after step {self.from_step}"
+            lines.append(f"firings{since}: {len(self.firings)} changed")
+            by: dict[str, list[FiringChange]] = defaultdict(list)
+            for c in self.firings:
+                by[c.callback].append(c)
+            for name, changes in by.items():
+                counts = ", ".join(f"{sum(c.kind == k for c in changes)} {k}"
+                                   for k in ("added", "removed", "moved"))
+                lines.append(f"  {name}: {counts}")
+                for kind in ("added", "removed", "moved"):
+                    shown = [c for c in changes if c.kind == kind]
+                    lines += [f"    {kind:<7} {_text(c)}" for c in shown[:first]]
+                    if len(shown) > first:
+                        lines.append(f"    ... and {len(shown) - first} more {kind}")
+        if self.rules is not None:
+            lines += [f"  {line}" for line in self.rules.lines()]
+        return "\n".join(lines) + "\n"
+
+
+def _text(c: FiringChange) -> str:
+    def at(f: Firing) -> str:
+        return (f"{f.event} step {f.step} (epoch {f.epoch})"
+                + (" if its condition holds" if f.conditional else ""))
+    if c.kind == "moved":
+        assert c.old is not None and c.new is not None
+        return f"{at(c.old)} -> {at(c.new)}"
+    f = c.new if c.new is not None else c.old
+    assert f is not None
+    return at(f)
+
+
+def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
+               from_step: int | None = None, phase: str = "step_end",
+               files: tuple[str, str] = ("OLD", "NEW")) -> ScheduleDiff:
+    """Compare two TOML documents (specs, or schedules as ``canonical`` writes them).
+
+    Args:
+        old, new: the documents.
+        shape: simulate both over this run to compare their firings (``None``: only
+            the spec's changes).
+        from_step: compare the firings after this step, ``new`` taking over from ``old``
+            there by the resume rules (``continue_with``); ``None``: from the start.
+        phase: where at ``from_step`` the run resumes (``"step_end"``, ``"epoch_end"``).
+        files: names of the two for error messages.
+
+    Raises:
+        SpecError: either document is not a valid spec.
+    """
+    a, b = loads_spec(old, files[0]), loads_spec(new, files[1])
+    changes = spec_changes(tomllib.loads(old), tomllib.loads(new))
+    if shape is None:
+        return ScheduleDiff(changes, None)
+    sa, sb = a.schedule(), b.schedule()
+    if from_step is None:
+        fa, fb = Simulation(sa, shape).run(), Simulation(sb, shape).run()
+        return ScheduleDiff(changes, firing_changes(fa, fb))
+    rules = _rules(sa, sb)
+    run = continue_with(sa, sb, shape, from_step=from_step, phase=phase, rules=rules)
+    return ScheduleDiff(changes, firing_changes(run.old, run.new), from_step, rules)
