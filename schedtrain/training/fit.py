@@ -161,8 +161,10 @@ class Lifecycle:
             if directory is not None:
                 directory.open_for_run(
                     fresh=self.stage is Stage.NEW, overwrite=options.overwrite,
-                    ends_at=(options.max_epochs, options.max_steps) if resumed else None,
-                    resumed_step=self.checkpoint_step, on_ended=self._complete_log)
+                    ends_at=None if self.stage is Stage.NEW else (
+                        options.max_epochs, options.max_steps),
+                    resumed_step=self.checkpoint_step, on_ended=self._complete_log,
+                    starting_over=self.stage is Stage.STARTING_OVER)
                 self._open_storage(directory)
                 self._cut_events(resumed)
             self.stage = Stage.OPENED

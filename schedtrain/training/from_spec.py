@@ -376,6 +376,10 @@ def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None
                 _log.warning("resumed", checkpoint=shown(found), step=trainer.clock.step)
         else:
             trainer.start_over()  # nothing valid to resume from: the run starts again
+            status = RunDirectory(out_dir).status() if trainer.rank == 0 else None
+            if status is not None and status.get("status") not in ("finished", "stopped"):
+                _log.warning("starting_over", run_dir=str(out_dir), step=0,
+                             note="no valid checkpoint to resume from")
     elif resume is not None:
         trainer.resume(resume)
     trainer.fit()

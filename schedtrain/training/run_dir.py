@@ -134,7 +134,8 @@ class RunDirectory:
     def open_for_run(self, *, fresh: bool, overwrite: bool,
                      ends_at: tuple[int | None, int | None] | None,
                      resumed_step: int | None = None,
-                     on_ended: Callable[[], None] | None = None) -> None:
+                     on_ended: Callable[[], None] | None = None,
+                     starting_over: bool = False) -> None:
         """Lock the directory for a run, refusing what would mix two runs' files.
 
         Args:
@@ -148,6 +149,8 @@ class RunDirectory:
                 run ended (its newer checkpoints damaged) trains what remains.
             on_ended: called, with the directory still locked, before a resume of a run
                 that ended is refused (it completes the run's log).
+            starting_over: a resume found no valid checkpoint: a run that ended here is
+                refused (its log is kept), one that was cut short starts again.
 
         Raises:
             RunDirError: in use by another process, or holding a run.
@@ -162,6 +165,13 @@ class RunDirectory:
                     raise RunDirError(f"run directory {str(self.path)!r} holds a run{shown}; "
                                       "resume it (--resume auto) or start over (--overwrite)")
                 self.clear()
+            if (starting_over and ends_at is not None and status is not None
+                    and status.get("status") in ("finished", "stopped")
+                    and not _ended(status, *ends_at)):
+                # Starting again would replace a whole run's log and best weights.
+                raise RunDirError(f"the run in {str(self.path)!r} {_described(status)} and "
+                                  "left no checkpoint to continue from; start over with "
+                                  "--overwrite, or use another --run-dir")
             if ends_at is not None and status is not None and _ended(status, *ends_at,
                                                                      resumed_step):
                 if on_ended is not None:
