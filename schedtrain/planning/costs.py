@@ -22,7 +22,7 @@ import attrs
 from schedtrain.planning.plan import Plan, PlanError
 
 __all__ = ["DEFAULT_SHARE_WARNING", "CallbackCost", "CostError", "Costs", "Prediction",
-           "cost_json", "cost_table", "predict", "read_costs"]
+           "cost_json", "cost_table", "hms", "predict", "read_costs", "time_left"]
 
 #: ``plan --costs`` warns when one callback takes more than this share of the run.
 DEFAULT_SHARE_WARNING: Final = 0.10
@@ -139,6 +139,14 @@ def _firing_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def time_left(steps: int, firings: Mapping[str, int], costs: Costs) -> float:
+    """The cost model: ``steps`` at the measured seconds per step, plus each callback's
+    ``firings`` at its mean measured seconds per firing (the run's predicted wall time
+    from its start, or a running run's ETA from where it is)."""
+    return steps * costs.seconds_per_step + sum(
+        n * costs.per_firing(name) for name, n in firings.items())
+
+
 def predict(plan: Plan, costs: Costs) -> Prediction:
     """Apply ``costs`` to ``plan``: each firing takes its callback's mean measured
     duration, each step the measured seconds per step."""
@@ -152,7 +160,7 @@ def predict(plan: Plan, costs: Costs) -> Prediction:
         counts[f.callback] = counts.get(f.callback, 0) + 1
     steps = plan.shape.total_steps
     step_seconds = steps * per_step
-    whole = step_seconds + spent
+    whole = time_left(steps, counts, costs)
     return Prediction(steps, step_seconds, tuple(
         _callback_cost(name, n, costs.durations.get(name, ()), whole)
         for name, n in counts.items()), tuple(offsets))
@@ -168,7 +176,8 @@ def _callback_cost(name: str, firings: int, measured: Iterable[float],
                         total / whole if whole > 0 else 0.0)
 
 
-def _hms(seconds: float) -> str:
+def hms(seconds: float) -> str:
+    """Seconds as ``h:mm:ss``."""
     m, s = divmod(round(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}"
@@ -178,12 +187,12 @@ def cost_table(pred: Prediction) -> str:
     """The per-callback cost table ``schedtrain plan --costs`` prints after the plan."""
     lines = [f"cost (measured): {pred.steps:,} steps x "
              f"{pred.step_seconds / pred.steps if pred.steps else 0.0:.4g} s = "
-             f"{_hms(pred.step_seconds)}",
+             f"{hms(pred.step_seconds)}",
              f"  {'callback':<24} {'firings':>8} {'mean s':>10} {'median s':>10} "
              f"{'total':>9} {'share':>6}"]
     lines += [f"  {c.callback:<24} {c.firings:>8,} {c.mean:>10.4g} {c.median:>10.4g} "
-              f"{_hms(c.total):>9} {c.share:>6.1%}" for c in pred.callbacks]
-    lines.append(f"predicted wall time: {_hms(pred.total)} ({pred.total:.1f} s)")
+              f"{hms(c.total):>9} {c.share:>6.1%}" for c in pred.callbacks]
+    lines.append(f"predicted wall time: {hms(pred.total)} ({pred.total:.1f} s)")
     return "\n".join(lines) + "\n"
 
 

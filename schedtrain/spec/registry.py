@@ -215,7 +215,8 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "ProgressBar": Builtin("schedtrain.callbacks.progress:ProgressBar", (
         Param("names", "a list of metric names",
               lambda v: isinstance(v, list) and all(_text(n) for n in v)),
-        Param("leave", "true or false", _flag), Param("tty_only", "true or false", _flag))),
+        Param("leave", "true or false", _flag), Param("tty_only", "true or false", _flag),
+        Param("eta", "true or false", _flag))),
     "HumanHyperParamSetter": Builtin("schedtrain.callbacks.human:HumanHyperParamSetter", (
         Param("param", "an optimizer param-group key such as 'lr'", _text),
         Param("file", "a file name such as 'hyper.txt'", _text))),
