@@ -32,7 +32,7 @@ class ProgressBar(Callback):
     ``epoch 2 step 30/45 (67%)  [step 75]  eta 0:03:10  train/loss=0.312``. The ETA (the
     bar's ``eta``) is the whole run's: the steps left at the measured seconds per quiet
     step, plus the planned firings still to come at each callback's measured seconds per
-    firing (docs/training.md, "ETA"); it is computed only when the bar fires. A firing at
+    firing (docs/training.md, "The ETA"); it is computed only when the bar fires. A firing at
     an epoch's last step prints its line once the epoch has ended, with the values its
     end computed (validation); firings at that step's ``step_end`` and the ``epoch_end``
     right after it are one moment and print one line.
