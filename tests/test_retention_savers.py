@@ -15,6 +15,7 @@ from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, MaxSaver, MinSaver, ModelSaver, TopKSaver
+from schedtrain.checkpoints import read_checkpoint, write_checkpoint
 from schedtrain.cli import main
 from schedtrain.retention import AnyOf, Best, Every, Latest, saver_keep
 from schedtrain.simulation import SaverFiles, planned_files, simulate
@@ -150,6 +151,21 @@ class TestSavers:
         _run(part, saver(), self.VALUES,
              resume=part / "checkpoints" / "step-00000003.pt")
         assert _files(part) == _files(whole)
+
+    @pytest.mark.parametrize("saver", [lambda: MinSaver(keep=1),
+                                       lambda: TopKSaver(keep={"best": 1})])
+    def test_a_record_naming_another_folder_is_refused(self, tmp_path: Path,
+                                                       saver: Any) -> None:
+        """A checkpoint whose saver records name ``../victim`` is refused on resume."""
+        run = tmp_path / "run"
+        _run(run, saver(), self.VALUES[:3])
+        path = run / "checkpoints" / "step-00000003.pt"
+        state = read_checkpoint(path)
+        state["run"]["callbacks"]["save"]["records"][0][0] = "../victim.txt"
+        write_checkpoint({k: v for k, v in state.items() if k not in ("format", "checksum")},
+                         path)
+        with pytest.raises(ValueError, match="victim"):
+            _run(run, saver(), self.VALUES[:3], resume=path)
 
     def test_python_policies_are_checked_like_toml(self) -> None:
         """A policy object gets the same refusals as its table."""
