@@ -35,7 +35,8 @@ class Feed(Callback):
 
 
 def _run(run_dir: Path, saver: Callback, values: list[float], *,
-         max_steps: int | None = None, resume: Path | None = None) -> list[list[str]]:
+         max_steps: int | None = None, resume: Path | None = None,
+         mode: str = "sync") -> list[list[str]]:
     """A run firing ``saver`` every step; the files in best/ after each firing's save."""
     seen: list[list[str]] = []
 
@@ -51,7 +52,7 @@ def _run(run_dir: Path, saver: Callback, values: list[float], *,
     t = Trainer(model, opt, UnevenData([len(values)]), torch.nn.functional.mse_loss,
                 schedule=schedule, bindings={"feed": Feed(values), "save": saver,
                                              "look": Look(), "mark": ModelSaver(keep=None)},
-                max_epochs=1, max_steps=max_steps, run_dir=run_dir)
+                max_epochs=1, max_steps=max_steps, run_dir=run_dir, checkpoint_mode=mode)
     if resume is not None:
         t.resume(resume)
     t.fit()
@@ -133,6 +134,21 @@ class TestSavers:
         assert _files(tmp_path) == ["last.pt", "val-loss-step-00000003.pt",
                                     "val-loss-step-00000005.pt", "val-loss-step-00000006.pt",
                                     "val-loss-step-00000007.pt"]
+
+    @pytest.mark.parametrize(("saver", "planned"), [
+        (lambda: MinSaver(keep=2), SaverFiles("best", Latest(2), filename="min-val-loss.pt")),
+        (lambda: TopKSaver(keep={"any": [{"best": 2}, {"every": "3 steps"}]}),
+         SaverFiles("topk", AnyOf([Best(2), Every("3 steps")]), save_last=True))])
+    def test_background_saves_leave_the_planned_files(self, tmp_path: Path, saver: Any,
+                                                      planned: SaverFiles) -> None:
+        """With background saves (each pruned once it lands) the run ends with the plan's
+        files."""
+        _run(tmp_path, saver(), self.VALUES, mode="async")
+        log = simulate(Schedule({"save": every("1 step")}), epochs=1,
+                       steps_per_epoch=len(self.VALUES))
+        files = planned_files(log, {"save": planned},
+                              lambda f: {"val/loss": self.VALUES[f.step - 1]})
+        assert _files(tmp_path) == sorted(files[-1].files)
 
     def test_save_top_k_is_a_best_rule(self) -> None:
         """save_top_k = 2 is keep = { best = 2 } by the saver's monitor and mode."""
