@@ -131,3 +131,14 @@ def test_to_come_counts_the_rest_of_the_log(triggers: list[Any], length: int,
         assert {n: c for n, c in got.items() if c} == {
             name: n for name in schedule.names
             if (n := sum(g.callback == name for g in rest))}
+
+
+def test_the_bar_shows_the_eta_too() -> None:
+    """Drawn as a bar (tty_only=False), the ETA is in the bar's postfix."""
+    stream = io.StringIO()
+    model, opt = tiny_model()
+    Trainer(model, opt, list(UnevenData([10])), torch.nn.functional.mse_loss,
+            schedule=Schedule({"progress": every("5 steps")}),
+            bindings={"progress": ProgressBar(stream=stream, tty_only=False)},
+            max_epochs=1, handle_signals=False).fit()
+    assert re.search(r"eta=\d+:\d\d:\d\d", stream.getvalue()), stream.getvalue()
