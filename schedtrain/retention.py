@@ -22,8 +22,21 @@ import attrs
 from schedtrain.errors import describe
 from schedtrain.time import Time, Timestamp
 
-__all__ = ["AnyOf", "Best", "Every", "Latest", "Policy", "Saved", "parse_keep",
-           "policy_problems", "retained", "spell"]
+__all__ = [
+    "AnyOf",
+    "Best",
+    "Every",
+    "Latest",
+    "Policy",
+    "Saved",
+    "SaverKind",
+    "parse_keep",
+    "policy_problems",
+    "retained",
+    "saver_keep",
+    "saver_keep_problems",
+    "spell",
+]
 
 
 @attrs.frozen
@@ -256,3 +269,90 @@ def parse_keep(value: object) -> Policy | None:
         where, message = problems[0]
         raise ValueError(f"{'.'.join(str(w) for w in where)}: {message}")
     return policy
+
+
+#: Which savers take which rules: a ``MinSaver``/``MaxSaver``'s history of new bests
+#: (each save is a new best, so a ``best`` rule would only keep the newest), a
+#: ``TopKSaver``'s ranked files (a ``best`` rule by its own monitor is what it ranks by).
+SaverKind = Literal["ModelSaver", "MinSaver", "MaxSaver", "TopKSaver"]
+
+
+def _leaves(value: object, where: Where) -> list[tuple[Where, object]]:
+    """The rules of a TOML ``keep`` value with their key paths (``any`` flattened)."""
+    if isinstance(value, dict) and isinstance(value.get("any"), list):
+        return [leaf for i, r in enumerate(value["any"]) for leaf in _leaves(r, (*where, "any", i))]
+    return [(where, value)]
+
+
+def _with_ranking(value: object, monitor: str, mode: str) -> object:
+    """A ``TopKSaver``'s ``keep`` table with its ``best`` rules' missing ``monitor`` and
+    ``mode`` taken from the saver's own."""
+    if isinstance(value, dict) and isinstance(value.get("any"), list):
+        return {**value, "any": [_with_ranking(r, monitor, mode) for r in value["any"]]}
+    if isinstance(value, dict) and "best" in value:
+        return {"monitor": monitor, "mode": mode, **value}
+    return value
+
+
+def saver_keep_problems(kind: SaverKind, value: object, monitor: str = "val/loss",
+                        mode: str = "min", where: Where = ("keep",)) -> list[tuple[Where, str]]:
+    """Each problem of a saver's TOML ``keep``: those of any policy, and the rules that
+    make no sense for ``kind`` (``monitor``/``mode``: the saver's own)."""
+    if kind == "TopKSaver":
+        value = _with_ranking(value, monitor, mode)
+    problems = policy_problems(value, where)
+    if problems or kind == "ModelSaver":
+        return problems
+    leaves = _leaves(value, where)
+    if kind in ("MinSaver", "MaxSaver"):
+        return [(path, f"each save of a {kind} is a new best of its monitor, so a best rule "
+                       "would keep the newest ones: write { latest = N } for the history")
+                for path, leaf in leaves if isinstance(leaf, dict) and "best" in leaf]
+    if isinstance(value, int):
+        return [(where, f"a TopKSaver's keep = N is ambiguous: write save_top_k = {value} "
+                        f"(or {{ best = {value} }}) for the best {value}")]
+    out: list[tuple[Where, str]] = []
+    for path, leaf in leaves:
+        if not isinstance(leaf, dict) or "best" not in leaf:
+            continue
+        for key, own in (("monitor", monitor), ("mode", mode)):
+            if leaf[key] != own:
+                out.append(((*path, key), f"a TopKSaver ranks by its own {key} {own!r}; "
+                                          f"this best rule says {leaf[key]!r} (leave it out)"))
+    if not any(isinstance(leaf, dict) and "best" in leaf for _, leaf in leaves):
+        out.append((where, "a TopKSaver keeps the best by its monitor: its keep needs a "
+                           "best rule such as { best = 3 } (ModelSaver keeps the newest)"))
+    return out
+
+
+def saver_keep(kind: SaverKind, value: object, monitor: str = "val/loss",
+               mode: str = "min") -> Policy | None:
+    """A saver's ``keep`` argument as a policy, refusing rules that make no sense for it
+    (``saver_keep_problems``); a ``Policy`` object is checked the same way.
+
+    Raises:
+        ValueError: the first problem, with its path.
+    """
+    if value is None:
+        return None
+    if isinstance(value, Latest | Every | Best | AnyOf):
+        rules = value.rules if isinstance(value, AnyOf) else (value,)
+        raw: object = {"any": [_raw(r) for r in rules]}
+    else:
+        raw = value
+    problems = saver_keep_problems(kind, raw, monitor, mode)
+    if problems:
+        where, message = problems[0]
+        raise ValueError(f"{'.'.join(str(w) for w in where)}: {message}")
+    if kind == "TopKSaver":
+        raw = _with_ranking(raw, monitor, mode)
+    return value if isinstance(value, Latest | Every | Best | AnyOf) else parse_keep(raw)
+
+
+def _raw(rule: Rule) -> dict[str, object]:
+    """A rule as its TOML table (to check a policy given from Python like one from TOML)."""
+    if isinstance(rule, Latest):
+        return {"latest": rule.n}
+    if isinstance(rule, Every):
+        return {"every": str(rule.period)}
+    return {"best": rule.n, "monitor": rule.monitor, "mode": rule.mode}

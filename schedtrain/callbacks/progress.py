@@ -17,6 +17,8 @@ from typing import Any, ClassVar, TextIO
 from tqdm.auto import tqdm
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.callbacks.eta import RunEta
+from schedtrain.planning.costs import hms
 from schedtrain.triggers import Trigger, any_of, every
 
 __all__ = ["ProgressBar"]
@@ -27,7 +29,10 @@ class ProgressBar(Callback):
 
     On a terminal a tqdm bar per epoch; elsewhere (a pipe or log file, ``TERM=dumb``)
     one plain line each time it fires, and at no other time, such as
-    ``epoch 2 step 30/45 (67%)  [step 75]  train/loss=0.312  val/loss=0.298``. A firing at
+    ``epoch 2 step 30/45 (67%)  [step 75]  eta 0:03:10  train/loss=0.312``. The ETA (the
+    bar's ``eta``) is the whole run's: the steps left at the measured seconds per quiet
+    step, plus the planned firings still to come at each callback's measured seconds per
+    firing (docs/training.md, "The ETA"); it is computed only when the bar fires. A firing at
     an epoch's last step prints its line once the epoch has ended, with the values its
     end computed (validation); firings at that step's ``step_end`` and the ``epoch_end``
     right after it are one moment and print one line.
@@ -38,6 +43,7 @@ class ProgressBar(Callback):
         tty_only: draw the bar only on a terminal, plain lines elsewhere (``False``:
             always the bar).
         stream: where to write (default: ``sys.stderr`` when the run starts).
+        eta: show the run's ETA.
     """
 
     may_stop_alone: ClassVar[bool] = False
@@ -45,8 +51,12 @@ class ProgressBar(Callback):
     default_trigger: ClassVar[Trigger] = any_of(every("20 steps"), every("1 epoch"))
 
     def __init__(self, names: list[str] | None = None, leave: bool = True,
-                 tty_only: bool = True, stream: TextIO | None = None) -> None:
+                 tty_only: bool = True, stream: TextIO | None = None,
+                 eta: bool = True) -> None:
         self.names = names
+        self.eta = eta
+        self._eta: RunEta | None = None
+        self._left: float | None = None  # the ETA at the last firing
         self.leave = leave
         self.tty_only = tty_only
         self.stream = stream
@@ -54,12 +64,16 @@ class ProgressBar(Callback):
         self._shown = 0
         self._lines: bool | None = None  # plain lines instead of a bar; decided at start
         self._epoch = 0
-        self._pending: tuple[int, int] | None = None  # (done, step) of a deferred line
+        # (done, step, ETA) of a deferred line
+        self._pending: tuple[int, int, float | None] | None = None
         self._epoch_over = False  # the epoch has ended (its epoch_end firings come)
 
     def _before_train(self) -> None:
         out = self.stream or sys.stderr
         self._lines = self.tty_only and not can_draw(out)
+        if self.eta and self.is_chief:
+            self._eta = RunEta()
+            self._eta.start(self)
 
     def _before_epoch(self) -> None:
         if not self.is_chief:
@@ -77,6 +91,8 @@ class ProgressBar(Callback):
             self._bar.update(self._shown)
 
     def _trigger(self) -> None:
+        if self._eta is not None:
+            self._left = self._eta.seconds_left(self)
         if self._lines:
             if not self.is_chief:
                 return
@@ -84,9 +100,9 @@ class ProgressBar(Callback):
             if self._epoch_over or now.step_in_epoch == self.trainer.steps_in_epoch:
                 # The epoch's last step: printed once the epoch has ended, with what its
                 # end computes (one line for its step_end and epoch_end firings).
-                self._pending = (now.step_in_epoch, now.step)
+                self._pending = (now.step_in_epoch, now.step, self._left)
             else:
-                self._print_line(now.step_in_epoch, now.step)
+                self._print_line(now.step_in_epoch, now.step, self._left)
             return
         self._advance()
         self._show_scalars()
@@ -98,13 +114,14 @@ class ProgressBar(Callback):
             scalars = {n: v for n, v in scalars.items() if n in self.names}
         return scalars
 
-    def _print_line(self, done: int, step: int) -> None:
+    def _print_line(self, done: int, step: int, left: float | None) -> None:
         total = self.trainer.steps_in_epoch
         where = f"epoch {self._epoch} step {done}"
         if total:
             where += f"/{total} ({100 * done // total}%)"
         values = "  ".join(f"{n}={v:.4g}" for n, v in self._scalars().items())
-        line = f"{where}  [step {step}]" + (f"  {values}" if values else "")
+        line = f"{where}  [step {step}]" + (f"  eta {hms(left)}" if left is not None else "") \
+            + (f"  {values}" if values else "")
         print(line, file=self.stream or sys.stderr, flush=True)
 
     def _after_epoch(self) -> None:
@@ -113,6 +130,9 @@ class ProgressBar(Callback):
 
     def _after_train(self) -> None:
         self._close()
+        if self._eta is not None:
+            self._eta.stop(self)
+            self._eta = None
 
     def _advance(self) -> None:
         if self._bar is None:
@@ -124,9 +144,10 @@ class ProgressBar(Callback):
     def _show_scalars(self) -> None:
         if self._bar is None:
             return
+        eta = {"eta": hms(self._left)} if self._left is not None else {}
         self._bar.set_postfix(
-            {"step": self.now.step, **{n: f"{v:.4g}" for n, v in self._scalars().items()}},
-            refresh=True)
+            {"step": self.now.step, **eta,
+             **{n: f"{v:.4g}" for n, v in self._scalars().items()}}, refresh=True)
 
     def _close(self) -> None:
         # An epoch's bar stays open past its epoch_end: the metrics computed there reach

@@ -28,7 +28,8 @@ from schedtrain.planning.plan import Plan, PlanError
 from schedtrain.schedule.firings import Firing
 
 __all__ = ["DEFAULT_SHARE_WARNING", "CallbackCost", "CostError", "Costs", "Prediction",
-           "cost_json", "cost_table", "predict", "predict_firings", "read_costs"]
+           "cost_json", "cost_table", "hms", "predict", "predict_firings", "read_costs",
+           "time_left"]
 
 #: ``plan --costs`` warns when one callback takes more than this share of the run.
 DEFAULT_SHARE_WARNING: Final = 0.10
@@ -206,6 +207,14 @@ def _firing_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def time_left(steps: int, firings: Mapping[str, int], costs: Costs) -> float:
+    """The cost model: ``steps`` at the measured seconds per step, plus each callback's
+    ``firings`` at its mean measured seconds per firing: a running run's ETA from where
+    it is (``predict_firings`` adds the warm-up, first firings and end of a whole run)."""
+    return steps * costs.seconds_per_step + sum(
+        n * costs.per_firing(name) for name, n in firings.items())
+
+
 def predict(plan: Plan, costs: Costs) -> Prediction:
     """Apply ``costs`` to ``plan`` (``predict_firings`` over its log and steps)."""
     return predict_firings(plan.log, plan.shape.total_steps, costs)
@@ -243,7 +252,8 @@ def _callback_cost(name: str, firings: int, measured: Sequence[float], total: fl
                         total / whole if whole > 0 else 0.0)
 
 
-def _hms(seconds: float) -> str:
+def hms(seconds: float) -> str:
+    """Seconds as ``h:mm:ss``."""
     m, s = divmod(round(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}"
@@ -253,14 +263,14 @@ def cost_table(pred: Prediction) -> str:
     """The per-callback cost table ``schedtrain plan --costs`` prints after the plan."""
     lines = [f"cost (measured): {pred.steps:,} steps x "
              f"{pred.step_seconds / pred.steps if pred.steps else 0.0:.4g} s = "
-             f"{_hms(pred.step_seconds)}; warm-up {pred.warmup:.3g} s; "
+             f"{hms(pred.step_seconds)}; warm-up {pred.warmup:.3g} s; "
              f"end of the run {pred.tail:.3g} s",
              f"  {'callback':<24} {'firings':>8} {'first s':>10} {'mean s':>10} "
              f"{'median s':>10} {'total':>9} {'share':>6}"]
     lines += [f"  {c.callback:<24} {c.firings:>8,} {c.first:>10.4g} {c.mean:>10.4g} "
-              f"{c.median:>10.4g} {_hms(c.total):>9} {c.share:>6.1%}"
+              f"{c.median:>10.4g} {hms(c.total):>9} {c.share:>6.1%}"
               for c in pred.callbacks]
-    lines.append(f"predicted wall time: {_hms(pred.total)} ({pred.total:.1f} s)")
+    lines.append(f"predicted wall time: {hms(pred.total)} ({pred.total:.1f} s)")
     return "\n".join(lines) + "\n"
 
 

@@ -11,9 +11,9 @@ from typing import Any, Final
 
 from schedtrain.planning.plan import Plan
 from schedtrain.retention import spell
-from schedtrain.simulation.files import SaveFiles, best_slots
+from schedtrain.simulation.files import SaveFiles, SaverFiles, best_slots
 
-__all__ = ["files_json", "files_lines", "format_size", "parse_size", "peak"]
+__all__ = ["describe_saver", "files_json", "files_lines", "format_size", "parse_size", "peak"]
 
 _UNITS: Final = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                  "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -39,6 +39,18 @@ def format_size(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n:.0f} B"
+
+
+def describe_saver(saver: SaverFiles) -> str:
+    """What a saver writes and keeps, in the spec's words."""
+    if saver.kind == "model":
+        return f"keep = {spell(saver.keep)}"
+    if saver.kind == "best":
+        history = "no history" if saver.keep is None else \
+            f"its history keep = {spell(saver.keep)}"
+        return f"{saver.filename} at each new {saver.mode} of {saver.monitor}, {history}"
+    ranked = "no ranked file" if saver.keep is None else f"keep = {spell(saver.keep)}"
+    return ranked + (", and last.pt" if saver.save_last else "")
 
 
 def peak(files: tuple[SaveFiles, ...]) -> tuple[int, int]:
@@ -69,15 +81,15 @@ def files_json(plan: Plan, size: int | None) -> dict[str, Any]:
 
 
 def files_lines(plan: Plan, size: int | None, first: int) -> list[str]:
-    """The table's lines on checkpoint files (none when no ``ModelSaver``)."""
+    """The table's lines on checkpoint files (none when no saver)."""
     if not plan.keep:
         return []
     most, at = peak(plan.files)
     disk = f", {format_size(most * size)} at {format_size(size)} each" if size else \
         " (--checkpoint-size 4GB gives the disk)"
     lines = [f"checkpoint files: at most {most:,} at once (step {at:,}){disk}"]
-    for name, policy in plan.keep.items():
-        lines.append(f"  {name}: keep = {spell(policy)}")
+    for name, saver in plan.keep.items():
+        lines.append(f"  {name}: {describe_saver(saver)}")
     for f in plan.files[:first]:
         lines.append(f"  after {f.callback} at step {f.at.step:,}: {', '.join(f.files)}")
     if len(plan.files) > first:
@@ -88,4 +100,7 @@ def files_lines(plan: Plan, size: int | None, first: int) -> list[str]:
     if extra:
         lines.append(f"  best rules may keep up to {extra} more, chosen by the metric "
                      "(--metrics FILE places them)")
+    if not plan.ranked and any(s.kind == "best" for s in plan.keep.values()):
+        lines.append("  each MinSaver/MaxSaver firing is taken as a new best "
+                     "(--metrics FILE decides them)")
     return lines

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 
 from schedtrain.planning.stops import stop_rules
-from schedtrain.retention import Policy, parse_keep
+from schedtrain.retention import Best, SaverKind, parse_keep, saver_keep
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.table import TriggerTable
-from schedtrain.simulation.files import SaveFiles, planned_files
+from schedtrain.simulation.files import SaveFiles, SaverFiles, planned_files
 from schedtrain.simulation.metric_stream import MetricRecord, StreamMetrics
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.simulation.simulate import Simulation
@@ -51,7 +51,8 @@ class Plan:
         notes: what the plan cannot predict exactly, one sentence each.
         stopped: where and why a callback stops the run (``schedtrain.planning.stops``),
             or ``None``: the log ends with that event's firings and ``train_end`` there.
-        keep: each ``ModelSaver``'s retention policy (``None``: it keeps all).
+        keep: each saver's files and retention policy (``ModelSaver``, ``MinSaver``,
+            ``MaxSaver``, ``TopKSaver``).
         files: after each of their saves, the checkpoint files its folder holds.
         ranked: a metric stream was given, so ``Best`` rules ranked the saves by it.
     """
@@ -63,7 +64,7 @@ class Plan:
     truncated: bool = False
     notes: tuple[str, ...] = ()
     stopped: str | None = None
-    keep: Mapping[str, Policy | None] = attrs.field(factory=dict)
+    keep: Mapping[str, SaverFiles] = attrs.field(factory=dict)
     files: tuple[SaveFiles, ...] = ()
     ranked: bool = False
 
@@ -155,22 +156,41 @@ def plan_spec(
                      else f"{firing.event} of step {firing.step}")
             stopped = f"the run stops at {where} (step {firing.step}): {why}"
     index = {id(f): i for i, f in enumerate(firings)}
-    files = planned_files(firings, keep, lambda f: values.get(index[id(f)], {}))
+    files = planned_files(firings, keep, None if sim.metrics is None
+                          else lambda f: values.get(index[id(f)], {}))
     return Plan(spec, shape, FiringLog(firings), sim.table, truncated=truncated, notes=notes,
                 stopped=stopped, keep=keep, files=tuple(files),
                 ranked=sim.metrics is not None)
 
 
-def _policies(spec: Spec) -> dict[str, Policy | None]:
-    """Each ``ModelSaver``'s ``keep`` (its default: the newest 3)."""
-    return {name: parse_keep(cb.args.get("keep", 3)) for name, cb in spec.callbacks.items()
-            if cb.type == "ModelSaver"}
-
-
-def _values(policy: Policy | None, metrics: StreamMetrics) -> dict[str, float]:
-    """The values ``policy``'s ``Best`` rules rank by, as the stream has them now."""
+def _policies(spec: Spec) -> dict[str, SaverFiles]:
+    """Each saver's files and ``keep`` (a ``ModelSaver``'s default: the newest 3)."""
     out = {}
-    for name in policy.monitors() if policy is not None else ():
+    for name, cb in spec.callbacks.items():
+        args = cb.args
+        if cb.type == "ModelSaver":
+            out[name] = SaverFiles("model", parse_keep(args.get("keep", 3)))
+        elif cb.type in ("MinSaver", "MaxSaver"):
+            mode: Literal["min", "max"] = "min" if cb.type == "MinSaver" else "max"
+            monitor = args.get("monitor", "val/loss" if mode == "min" else "val/accuracy")
+            filename = args.get("filename") or f"{mode}-{monitor.replace('/', '-')}.pt"
+            kind: SaverKind = "MinSaver" if mode == "min" else "MaxSaver"
+            out[name] = SaverFiles("best", saver_keep(kind, args.get("keep")), monitor,
+                                   mode, filename)
+        elif cb.type == "TopKSaver":
+            monitor, mode = args.get("monitor", "val/loss"), args.get("mode", "min")
+            k = args.get("save_top_k", 1)
+            policy = saver_keep("TopKSaver", args["keep"], monitor, mode) if "keep" in args \
+                else Best(k, monitor, mode) if k else None
+            out[name] = SaverFiles("topk", policy, monitor, mode,
+                                   save_last=args.get("save_last", True))
+    return out
+
+
+def _values(saver: SaverFiles, metrics: StreamMetrics) -> dict[str, float]:
+    """The values a save's files depend on, as the stream has them now."""
+    out = {}
+    for name in saver.monitors():
         got = metrics.latest(name)
         if got is not None:
             out[name] = got.value

@@ -24,7 +24,7 @@ PNG_MISSING: Final = "the png format needs matplotlib: pip install 'schedtrain[p
 
 def render_json(plan: Plan, checkpoint_size: int | None = None) -> str:
     """``{"firings": [...]}`` as ``schedtrain plan --format json`` prints it, with
-    ``"checkpoints"`` (the files after each save, the peak) when a ``ModelSaver`` saves."""
+    ``"checkpoints"`` (the files after each save, the peak) when a saver saves."""
     if not plan.keep:
         return plan.log.to_json() + "\n"
     out = json.loads(plan.log.to_json())

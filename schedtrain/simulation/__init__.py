@@ -10,6 +10,7 @@ files a run's retention rules leave after each save (``planned_files``). Nothing
 from schedtrain.schedule.firings import Firing as Firing
 from schedtrain.schedule.firings import FiringLog as FiringLog
 from schedtrain.simulation.files import SaveFiles as SaveFiles
+from schedtrain.simulation.files import SaverFiles as SaverFiles
 from schedtrain.simulation.files import planned_files as planned_files
 from schedtrain.simulation.simclock import RunShape as RunShape
 from schedtrain.simulation.simclock import SimClock as SimClock
@@ -17,5 +18,5 @@ from schedtrain.simulation.simulate import Simulation as Simulation
 from schedtrain.simulation.simulate import next_firing as next_firing
 from schedtrain.simulation.simulate import simulate as simulate
 
-__all__ = ["Firing", "FiringLog", "RunShape", "SaveFiles", "SimClock", "Simulation",
-           "next_firing", "planned_files", "simulate"]
+__all__ = ["Firing", "FiringLog", "RunShape", "SaveFiles", "SaverFiles", "SimClock",
+           "Simulation", "next_firing", "planned_files", "simulate"]

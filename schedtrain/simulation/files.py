@@ -2,15 +2,20 @@
 
 ``planned_files(log, {"save": policy})`` replays a firing log through the retention
 rules a ``ModelSaver`` applies (``schedtrain.retention``): after each firing of a named
-saver, the files of its folder that still exist. Every planned save is taken as finite
-and as written (a conditional firing counts as a save): the plan is the most the run
-keeps. A ``Best`` rule ranks by the values ``values`` gives at each save; without
-them it ranks nothing, and ``Retention.best_slots`` says how many files it may add.
+saver, the files of its folder that still exist. A ``SaverFiles`` in place of the policy
+plans a ``MinSaver``/``MaxSaver`` (the best file and its history) or a ``TopKSaver``
+(``last.pt`` and the ranked files). Every planned save is taken as finite and as
+written (a conditional firing counts as a save): the plan is the most the run keeps.
+A ``Best`` rule ranks by the values ``values`` gives at each save; without them it ranks
+nothing, and ``best_slots`` says how many files it may add. Without values, each firing
+of a ``MinSaver`` is taken as a new best.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
 
 import attrs
 
@@ -18,7 +23,46 @@ from schedtrain.retention import AnyOf, Best, Policy, Saved, retained
 from schedtrain.schedule.firings import Firing
 from schedtrain.time import Timestamp
 
-__all__ = ["SaveFiles", "best_slots", "planned_files"]
+__all__ = ["SaveFiles", "SaverFiles", "best_slots", "planned_files"]
+
+
+@attrs.frozen
+class SaverFiles:
+    """How one saver names and keeps its files, for a plan.
+
+    Args:
+        kind: ``"model"`` (``ModelSaver``: ``step-00000120.pt`` at each firing), ``"best"``
+            (``MinSaver``/``MaxSaver``: ``filename`` at each new best, and with ``keep``
+            its history ``<stem>-step-00000120.pt``) or ``"topk"`` (``TopKSaver``:
+            ``<monitor>-step-00000120.pt`` where a rule keeps it, and ``last.pt``).
+        keep: the retention policy (``None``: a ``ModelSaver`` keeps all, a best saver
+            no history, a ``TopKSaver`` no ranked file).
+        monitor: the metric a best saver or ``TopKSaver`` ranks by.
+        mode: ``"min"`` or ``"max"``.
+        filename: a best saver's one best file.
+        save_last: a ``TopKSaver`` writes ``last.pt`` at each firing.
+    """
+
+    kind: Literal["model", "best", "topk"] = "model"
+    keep: Policy | None = None
+    monitor: str = "val/loss"
+    mode: Literal["min", "max"] = "min"
+    filename: str = ""
+    save_last: bool = False
+
+    def monitors(self) -> tuple[str, ...]:
+        """The metrics whose values at a save decide its files."""
+        own = (self.monitor,) if self.kind != "model" else ()
+        rules = self.keep.monitors() if self.keep is not None else ()
+        return tuple(dict.fromkeys((*own, *rules)))
+
+    def name(self, step: int) -> str:
+        """The file a save at ``step`` writes (the history's, for a best saver)."""
+        if self.kind == "model":
+            return f"step-{step:08d}.pt"
+        stem = self.filename.removesuffix(".pt") if self.kind == "best" \
+            else self.monitor.replace("/", "-")
+        return f"{stem}-step-{step:08d}.pt"
 
 
 @attrs.frozen
@@ -41,37 +85,65 @@ class SaveFiles:
                 "seconds": self.at.seconds, "files": list(self.files)}
 
 
-def best_slots(policy: Policy | None) -> int:
+def best_slots(policy: Policy | SaverFiles | None) -> int:
     """How many files ``Best`` rules of ``policy`` may keep (what a plan without
     metric values cannot place)."""
+    if isinstance(policy, SaverFiles):
+        policy = policy.keep
     rules = policy.rules if isinstance(policy, AnyOf) else (policy,)
     return sum(r.n for r in rules if isinstance(r, Best))
 
 
 def planned_files(
     log: Iterable[Firing],
-    keep: Mapping[str, Policy | None],
+    keep: Mapping[str, Policy | SaverFiles | None],
     values: Callable[[Firing], Mapping[str, float]] | None = None,
 ) -> list[SaveFiles]:
     """After each firing of a saver named in ``keep``, the files its folder holds.
 
     Args:
         log: the firings (``simulate()``'s log, or a plan's).
-        keep: saver name -> its retention policy (``None``: it keeps all).
-        values: the monitored metric values at a firing, for ``Best`` rules.
+        keep: saver name -> its retention policy (a ``ModelSaver``; ``None``: it keeps
+            all) or a ``SaverFiles``.
+        values: the monitored metric values at a firing, for ``Best`` rules and for
+            the best savers' comparisons (``None``: unknown).
     """
+    savers = {n: k if isinstance(k, SaverFiles) else SaverFiles(keep=k) for n, k in keep.items()}
     saved: dict[str, list[Saved]] = {name: [] for name in keep}
+    fixed: dict[str, tuple[str, ...]] = dict.fromkeys(keep, ())  # best file, last.pt
+    best: dict[str, float] = {}
     out: list[SaveFiles] = []
     for firing in log:
         mine = saved.get(firing.callback)
         if mine is None:
             continue
-        name = f"step-{firing.step:08d}.pt"
-        if mine and mine[-1].name == name:
-            mine.pop()  # saved again at the same step: the file is replaced
-        mine.append(Saved(name, firing.timestamp, True,
-                          dict(values(firing)) if values is not None else {}))
-        kept = retained(keep[firing.callback], mine)
-        mine[:] = [s for i, s in enumerate(mine) if i in kept]
-        out.append(SaveFiles(firing.callback, firing.timestamp, tuple(s.name for s in mine)))
+        saver = savers[firing.callback]
+        got = dict(values(firing)) if values is not None else {}
+        name = saver.name(firing.step)
+        made = Saved(name, firing.timestamp, True, got)
+        new: Saved | None = made
+        if saver.kind == "best":
+            value = got.get(saver.monitor, math.nan)
+            before = best.get(firing.callback)
+            if values is not None and (math.isnan(value) or (before is not None and (
+                    value >= before if saver.mode == "min" else value <= before))):
+                new = None  # not a new best: nothing written
+            else:
+                best[firing.callback] = value
+                fixed[firing.callback] = (saver.filename,)
+                if saver.keep is None:
+                    new = None
+        elif saver.kind == "topk":
+            if saver.save_last:
+                fixed[firing.callback] = ("last.pt",)
+            others = [s for s in mine if s.name != name]
+            if saver.keep is None or len(others) not in saver.keep.keeps([*others, made]):
+                new = None
+        if new is not None:
+            mine[:] = [s for s in mine if s.name != name]  # saved again: the file is replaced
+            mine.append(new)
+            kept = retained(saver.keep, mine)
+            mine[:] = [s for i, s in enumerate(mine) if i in kept]
+        out.append(SaveFiles(firing.callback, firing.timestamp,
+                             fixed[firing.callback] + tuple(s.name for s in mine)))
     return out

@@ -19,7 +19,7 @@ import attrs
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.imports import IMPORT_PATH_RE, import_class
 from schedtrain.names import PLACEHOLDER_RE, is_name
-from schedtrain.retention import policy_problems
+from schedtrain.retention import SaverKind, policy_problems, saver_keep_problems
 from schedtrain.spec import argtypes
 
 __all__ = ["BUILTINS", "Param", "check_arguments", "is_import_path", "is_known", "resolve"]
@@ -154,6 +154,22 @@ def _placeholder_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
             for field in PLACEHOLDER_RE.findall(arg) if field not in known]
 
 
+_KEEP = Param("keep", "a whole number >= 1 or a retention table such as { latest = 3 }",
+              lambda v: _int(1)(v) or isinstance(v, dict))
+
+
+def _keep_problems(kind: SaverKind, args: Mapping[str, Any]) -> list[tuple[Where, str]]:
+    """A saver's ``keep``: a policy, of rules that make sense for ``kind``, and for a
+    ``TopKSaver`` not beside ``save_top_k``."""
+    if "keep" not in args:
+        return []
+    if kind == "TopKSaver" and "save_top_k" in args:
+        return [(("keep",), "give save_top_k or keep, not both (save_top_k = k is "
+                            "keep = { best = k })")]
+    monitor = args.get("monitor", "val/accuracy" if kind == "MaxSaver" else "val/loss")
+    return saver_keep_problems(kind, args["keep"], monitor, args.get("mode", "min"))
+
+
 #: ``torch.optim.lr_scheduler`` classes TOML can build (their arguments are plain values),
 #: so ``schedtrain check`` knows them without torch; the tests compare it with torch's.
 TORCH_SCHEDULERS: Final = frozenset({
@@ -169,10 +185,12 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
         check=lambda args: policy_problems(args["keep"]) if "keep" in args else []),
     "MinSaver": Builtin("schedtrain.callbacks.saver:MinSaver", (
         _MONITOR, Param("filename", "a file name", _text), _FOLDER,
-        Param("load_best_at_end", "true or false", _flag))),
+        Param("load_best_at_end", "true or false", _flag), _KEEP),
+        check=lambda args: _keep_problems("MinSaver", args)),
     "MaxSaver": Builtin("schedtrain.callbacks.saver:MaxSaver", (
         _MONITOR, Param("filename", "a file name", _text), _FOLDER,
-        Param("load_best_at_end", "true or false", _flag))),
+        Param("load_best_at_end", "true or false", _flag), _KEEP),
+        check=lambda args: _keep_problems("MaxSaver", args)),
     "InferenceRunner": Builtin("schedtrain.callbacks.inference:InferenceRunner", (
         Param("prefix", "a metric prefix such as 'val'", is_name),
         Param("inferencers", "a list of tables such as { type = \"ClassificationError\", "
@@ -197,7 +215,8 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
     "ProgressBar": Builtin("schedtrain.callbacks.progress:ProgressBar", (
         Param("names", "a list of metric names",
               lambda v: isinstance(v, list) and all(_text(n) for n in v)),
-        Param("leave", "true or false", _flag), Param("tty_only", "true or false", _flag))),
+        Param("leave", "true or false", _flag), Param("tty_only", "true or false", _flag),
+        Param("eta", "true or false", _flag))),
     "HumanHyperParamSetter": Builtin("schedtrain.callbacks.human:HumanHyperParamSetter", (
         Param("param", "an optimizer param-group key such as 'lr'", _text),
         Param("file", "a file name such as 'hyper.txt'", _text))),
@@ -226,9 +245,10 @@ BUILTINS: Final[Mapping[str, Builtin]] = {
         Param("args", "a table of the scheduler's arguments, such as {T_max = 100}",
               lambda v: isinstance(v, dict) and all(k.isidentifier() for k in v)),
         _MONITOR)),
-    "TopKSaver": Builtin("schedtrain.callbacks.saver:TopKSaver", (
+    "TopKSaver": Builtin("schedtrain.callbacks.topk:TopKSaver", (
         _MONITOR, _MODE, Param("save_top_k", "a whole number >= 0", _int(0)),
-        Param("save_last", "true or false", _flag), _FOLDER)),
+        Param("save_last", "true or false", _flag), _FOLDER, _KEEP),
+        check=lambda args: _keep_problems("TopKSaver", args)),
     "PrintProgress": Builtin("schedtrain.callbacks.printing:PrintProgress", (),
                              ("stream",)),
     "PrintMetrics": Builtin("schedtrain.callbacks.printing:PrintMetrics", (
