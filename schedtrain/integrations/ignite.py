@@ -23,6 +23,7 @@ so train_start and the epoch's epoch_start do not fire twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from time import perf_counter_ns
 from typing import Any
 
 try:
@@ -157,6 +158,8 @@ def attach_schedule(
     metrics: MetricSource | None = None,
     predicates: Mapping[str, Predicate] | None = None,
     record: bool = False,
+    reduce: Mapping[str, str] | None = None,
+    time_source: Callable[[], int] = perf_counter_ns,
 ) -> ScheduleHandle:
     """Follow ``engine`` with ``schedule``, running ``actions[name](engine)`` at each firing.
 
@@ -172,6 +175,10 @@ def attach_schedule(
         metrics: metric values read at each step's end (``lambda e: {"loss": e.state.output}``).
         predicates: predicates registered by name for ``when(name)`` conditions.
         record: keep every firing in ``handle.driver.firings``.
+        reduce: on several processes (``idist``), metric name -> "mean" (default), "sum",
+            "max", "min", or "host" for a value Ignite already agreed (its ``Metric``
+            objects reduce across ranks when they compute).
+        time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"expected an ignite Engine, got {engine!r}")
@@ -179,7 +186,8 @@ def attach_schedule(
     if unknown:
         raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
                          f"(the schedule has {list(schedule.names)})")
-    driver = ScheduleDriver(schedule, predicates=predicates, record=record)
+    driver = ScheduleDriver(schedule, predicates=predicates, record=record, reduce=reduce,
+                            time_source=time_source)
     handle = ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,
                             tokens=tokens, metrics=metrics, actions=actions)
     for event in _EVENTS:

@@ -156,6 +156,8 @@ class ScheduleCallback(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._first_batch = True
         self._event(trainer, pl_module, self.driver.train_start)
+        if self.driver.ranks is not None:  # reads again at each look: new if it changed
+            self.driver.ranks.dedup = True
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_ran_out = False
@@ -233,14 +235,18 @@ class ScheduleCallback(pl.Callback):
         if not self._watched:
             return
         logged = trainer.callback_metrics
+        ranks = self.driver.ranks
         for name in self._watched:
             value = logged.get(name)
             if value is None:
                 continue
             number = float(value)
-            if self._last_read.get(name) != number:
-                self._last_read[name] = number
+            if ranks is not None and not _synced(trainer, name):
+                # this rank's value: reduced over the ranks, then new if it changed
                 self.driver.put(name, number)
+            elif self._last_read.get(name) != number:
+                self._last_read[name] = number
+                self.driver.put(name, number, agreed=True)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -249,6 +255,18 @@ class ScheduleCallback(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.driver.load_state_dict(state_dict["driver"])
         self._last_read = dict(state_dict["last_read"])
+
+
+def _synced(trainer: pl.Trainer, name: str) -> bool:
+    """Whether Lightning reduced ``name`` across ranks itself (``self.log(...,
+    sync_dist=True)``) in training or validation; its value is then used as it is."""
+    loop = trainer.fit_loop.epoch_loop
+    try:
+        results = [*loop._results.values(), *loop.val_loop._results.values()]
+        return any(r.meta.sync.should for r in results
+                   if name in (r.meta.name, f"{r.meta.name}_step", f"{r.meta.name}_epoch"))
+    except AttributeError:  # Lightning's internals moved: reduce it (the same on all ranks)
+        return False
 
 
 def _validate(trainer: pl.Trainer) -> None:

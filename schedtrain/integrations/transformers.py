@@ -102,9 +102,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 "callback restores its own state when training resumes")
         self.actions = dict(actions or {})
         _check_bindings(schedule, self.actions)
+        # On several processes the Trainer gathers what it logs and evaluates (and
+        # num_input_tokens_seen) over the ranks itself: the driver takes them as they are.
         self.driver = ScheduleDriver(
             schedule, predicates=predicates, time_source=time_source, record=record,
-            actions={n: self._bound(n) for n in self.actions})
+            actions={n: self._bound(n) for n in self.actions}, global_counts=True)
         self._watched = self.driver.metric_names
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
@@ -181,7 +183,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def _put(self, values: Mapping[str, Any] | None) -> None:
         for name in self._watched:
             if values and name in values:
-                self.driver.put(name, values[name])
+                self.driver.put(name, values[name], agreed=True)
 
     def _event(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                kwargs: dict[str, Any], report: Callable[[], tuple[str, ...]]) -> None:
