@@ -129,6 +129,7 @@ class ScheduleCallback(pl.Callback):
             schedule, predicates=predicates, time_source=time_source, record=record,
             actions={n: self._bound(n) for n in self.actions})
         self._watched = sorted(self.driver.metric_names)
+        self._state_key = self._generate_state_key(callbacks=list(self.driver.table.names))
         self._last_read: dict[str, float] = {}
         self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
         self._deferred: list[str] = []
@@ -145,7 +146,9 @@ class ScheduleCallback(pl.Callback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(callbacks=list(self.driver.table.names))
+        # Lightning reads it at every hook call of every step (its profiler's name): built
+        # once, it costs what a plain callback's does.
+        return self._state_key
 
     # -- Lightning's hooks -------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -181,7 +184,8 @@ class ScheduleCallback(pl.Callback):
         d.batch_end(self._samples(batch) if self._samples else 0,
                     self._tokens(batch) if self._tokens else 0)
         self._epoch_ran_out = batch_idx + 1 >= trainer.num_training_batches
-        while d.clock.step < trainer.global_step:
+        stepped = trainer.global_step  # a property chain: read once
+        while d.clock.step < stepped:
             # A batch_end trigger may read a metric before the next step end: the value
             # of this step is put at its end, as where the step_end triggers read it.
             if self._watched and (d.clock.step + 1 >= d.table.step_due
