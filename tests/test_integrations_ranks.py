@@ -14,15 +14,23 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from schedtrain import Schedule, ScheduleWarning, Unit
+from schedtrain.integrations import ScheduleDriver
+from schedtrain.integrations.ranks import RankAgreement, reads_time
 from schedtrain.testing import simulate_ranks
-from tests.host_strategies import counters
-from tests.jobs.hosts import EPOCHS, ROWS, STEP_NS, STEPS, schedule, value
+from tests.host_strategies import counters, host_schedules
+from tests.jobs.hosts import EPOCHS, ROWS, STEP_NS, STEPS, schedule, ticker, value
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,8 +117,6 @@ def test_no_collective_on_a_quiet_step(tmp_path: Path) -> None:
 
 def test_an_unknown_reduction_is_refused() -> None:
     """A reduction the ranks do not have is named, with the ones they have."""
-    from schedtrain.integrations import ScheduleDriver
-
     with pytest.raises(ValueError, match=r"reduce\['m'\] must be one of \['mean', 'sum', "
                                          r"'max', 'min', 'host'\], got 'median'"):
         ScheduleDriver(schedule("steps"), reduce={"m": "median"})
@@ -119,8 +125,88 @@ def test_an_unknown_reduction_is_refused() -> None:
 def test_one_process_agrees_nothing() -> None:
     """Without a process group of several ranks the driver has no agreement (and so no
     collective anywhere)."""
-    from schedtrain.integrations import ScheduleDriver
-
     driver = ScheduleDriver(schedule("steps"))
     driver.train_start()
     assert driver.ranks is None
+
+
+class ThreadComm:
+    """Two ranks as two threads of this process: ``agree`` is an all-gather through a
+    barrier (the arithmetic of ``Comm.agree``: every rank gets every rank's row)."""
+
+    def __init__(self, rank: int, rows: list[list[float]], barrier: threading.Barrier,
+                 calls: list[int]) -> None:
+        self.rank, self.is_chief = rank, rank == 0
+        self._rows, self._barrier, self._calls = rows, barrier, calls
+
+    def agree(self, values: Sequence[float]) -> list[list[float]]:
+        self._barrier.wait()  # every rank read the last collective's rows
+        self._rows[self.rank] = [float(v) for v in values]
+        self._calls[self.rank] += 1
+        self._barrier.wait()
+        return [list(r) for r in self._rows]
+
+
+def run_threads(sched: Schedule, shape: tuple[int, int, int], rows: Sequence[int],
+                streams: Sequence[Sequence[float]]) -> tuple[list[Any], ...]:
+    """The firings of ``sched`` driven by two threaded ranks, each with its rows per batch,
+    its metric values (one per step) and its own wall clock (rank 1's 1.7 times faster)."""
+    epochs, steps, accum = shape
+    barrier, table = threading.Barrier(2, timeout=20), [[], []]  # type: ignore[var-annotated]
+    calls = [0, 0]
+    out: list[list[Any]] = [[], []]
+
+    def rank(r: int) -> None:
+        driver = ScheduleDriver(sched, record=True, time_source=ticker(r))
+        driver.ranks = RankAgreement(
+            ThreadComm(r, table, barrier, calls), driver.metric_names, {},  # type: ignore[arg-type]
+            global_counts=False, reads_time=reads_time(driver.table), agreed=(0, 0))
+        driver.train_start()
+        n = 0
+        for _ in range(epochs):
+            driver.epoch_start()
+            for _ in range(steps):
+                for _ in range(accum):
+                    driver.batch_end(samples=rows[r])
+                driver.put("m", streams[r][n])  # this step's value, read from its end on
+                n += 1
+                driver.step_end()
+            driver.epoch_end()
+        driver.train_end()
+        out[r] = driver.firings
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return tuple(out)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sched=host_schedules([Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.SAMPLE, Unit.SECOND],
+                            metric="m"),
+       shape=st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 2)),
+       rows=st.tuples(st.integers(0, 4), st.integers(0, 4)), data=st.data())
+def test_two_ranks_fire_alike_and_as_simulated(sched: Schedule, shape: tuple[int, int, int],
+                                              rows: tuple[int, int],
+                                              data: st.DataObject) -> None:
+    """Random schedules (steps, batches, epochs, samples, seconds, windows, conditions and
+    ``improved`` on a metric), rows per batch and metric values that differ per rank: both
+    ranks fire the same list, ``simulate_ranks``'s on the summed samples, the chief's time
+    and the ranks' mean metric."""
+    epochs, steps, accum = shape
+    total = epochs * steps
+    values = st.lists(st.sampled_from([0.0, 1.0, 2.5, 3.0, 4.0]), min_size=total,
+                      max_size=total)
+    streams = [data.draw(values, label=f"rank {r}") for r in (0, 1)]
+    zero, one = run_threads(sched, shape, rows, streams)
+    assert counters(zero) == counters(one)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScheduleWarning)
+        log = simulate_ranks(sched, world_size=2, epochs=epochs, steps_per_epoch=steps,
+                             batches_per_step=accum, samples_per_batch=list(rows),
+                             seconds_per_step=STEP_NS / 1e9,
+                             rank_metrics=[{"m": [(n + 1, s[n]) for n in range(total)]}
+                                           for s in streams])
+    assert counters(zero) == counters(log)
