@@ -104,7 +104,8 @@ class ScheduleCallback(pl.Callback):
     ``trainer.callback_metrics`` at each step end where a trigger is evaluated (every step
     end when a trigger counts batches), at each epoch end and after each validation; a
     value equal to the last one read is not a new value (``plateau`` counts values that
-    change).
+    change). Under DDP a value logged with ``sync_dist=True`` is taken as Lightning reduced
+    it; any other is reduced (the mean over ranks) before a trigger reads it.
     """
 
     def __init__(
