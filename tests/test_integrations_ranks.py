@@ -51,12 +51,12 @@ def run(host: str, folder: Path) -> list[dict[str, Any]]:
 
 
 def expected(metric: str = "m", lag: int = 1, samples: bool = True,
-             ranks: tuple[int, ...] = (0, 1)) -> list[list[object]]:
+             ranks: tuple[int, ...] = (0, 1), kind: str = "full") -> list[list[object]]:
     """``simulate_ranks`` of the job: the value logged in step ``n`` (from 0) is read at
     step ``n + lag``; ``ranks``: whose values count (one rank alone, for a control)."""
     streams = [{metric: [(n + lag, value(r, n)) for n in range(EPOCHS * STEPS - lag + 1)]}
                for r in ranks]
-    log = simulate_ranks(schedule("full", metric, samples), world_size=len(ranks),
+    log = simulate_ranks(schedule(kind, metric, samples), world_size=len(ranks),
                          rank_metrics=streams, epochs=EPOCHS, steps_per_epoch=STEPS,
                          samples_per_batch=[ROWS[r] for r in ranks] if samples else 0,
                          seconds_per_step=STEP_NS / 1e9)
@@ -91,6 +91,18 @@ def test_transformers_ddp(tmp_path: Path) -> None:
     logs (its mean over ranks, taken as it is); time triggers on rank 0's clock."""
     pytest.importorskip("transformers")
     check(run("transformers", tmp_path), expected("loss", lag=2, samples=False))
+
+
+def test_transformers_agrees_nothing_the_trainer_agreed(tmp_path: Path) -> None:
+    """With no time trigger, everything the schedule reads in HF is the Trainer's and
+    already the same on every rank (global_step, the gathered loss): no collective runs,
+    and both ranks still fire alike, as simulated."""
+    pytest.importorskip("transformers")
+    outputs = run("transformers-steps", tmp_path)
+    assert outputs[0] == outputs[1]
+    assert outputs[0]["collectives"] == 0
+    want = expected("loss", lag=2, samples=False, kind="steps")
+    assert outputs[0]["firings"] == want and any(f[0] == "cond" for f in want)
 
 
 def test_ignite_idist(tmp_path: Path) -> None:

@@ -114,7 +114,8 @@ class ScheduleDriver:
             triggers; a test passes a fake one.
         record: keep every firing in ``firings`` (a ``Firing`` with the clock's counters).
         reduce: on several processes, metric name -> "mean" (default), "sum", "max",
-            "min", or "host" (the host agrees it across ranks itself).
+            "min", or "host" (the host agrees it across ranks itself); one of them alone
+            applies to every metric.
         global_counts: on several processes, the samples and tokens reported are already
             summed over ranks (not summed again).
     """
@@ -127,12 +128,14 @@ class ScheduleDriver:
         predicates: Mapping[str, Predicate] | None = None,
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
-        reduce: Mapping[str, str] | None = None,
+        reduce: Mapping[str, str] | str | None = None,
         global_counts: bool = False,
     ) -> None:
-        for name, op in (reduce or {}).items():
+        ops = {"": reduce} if isinstance(reduce, str) else (reduce or {})
+        for name, op in ops.items():
             if op not in (*REDUCE_OPS, HOST):
-                raise ValueError(f"reduce[{name!r}] must be one of {[*REDUCE_OPS, HOST]}, "
+                where = f"[{name!r}]" if name else ""
+                raise ValueError(f"reduce{where} must be one of {[*REDUCE_OPS, HOST]}, "
                                  f"got {op!r}")
         if isinstance(schedule, Schedule):
             self.table = schedule.compile(predicates=predicates)
@@ -154,7 +157,8 @@ class ScheduleDriver:
         # (batch, sample, token) at the last step end: a state saved between the micro-batches
         # of a step is the clock at that step end plus the batches since (replayed on load).
         self._at_step = (0, 0, 0)
-        self._reduce, self._global_counts = dict(reduce or {}), global_counts
+        self._reduce = reduce if isinstance(reduce, str) else dict(reduce or {})
+        self._global_counts = global_counts
         #: the agreement with the other ranks (``None``: one process), set at train start
         self.ranks: RankAgreement | None = None
         self._agreed: tuple[int, int] | None = None  # a resumed state's agreed counters
@@ -167,8 +171,10 @@ class ScheduleDriver:
             from schedtrain.integrations.ranks import RankAgreement, reads_time
 
             clock = self.clock
+            names, ops = self.metric_names, self._reduce
             self.ranks = RankAgreement.detect(
-                self.metric_names, self._reduce, global_counts=self._global_counts,
+                names, dict.fromkeys(names, ops) if isinstance(ops, str) else ops,
+                global_counts=self._global_counts,
                 reads_time=reads_time(self.table),
                 agreed=self._agreed or (clock.sample, clock.token))
         if self._started:

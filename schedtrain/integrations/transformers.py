@@ -103,10 +103,12 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self.actions = dict(actions or {})
         _check_bindings(schedule, self.actions)
         # On several processes the Trainer gathers what it logs and evaluates (and
-        # num_input_tokens_seen) over the ranks itself: the driver takes them as they are.
+        # num_input_tokens_seen) over the ranks itself: the driver takes them as they are
+        # (a collective runs only where a trigger reads time).
         self.driver = ScheduleDriver(
             schedule, predicates=predicates, time_source=time_source, record=record,
-            actions={n: self._bound(n) for n in self.actions}, global_counts=True)
+            actions={n: self._bound(n) for n in self.actions}, global_counts=True,
+            reduce="host")
         self._watched = self.driver.metric_names
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
