@@ -18,22 +18,35 @@ and ``step_end()`` after each optimizer step. A step on which nothing can fire c
 clock's update and one integer comparison (``TriggerTable.step_due``). ``state_dict`` /
 ``load_state_dict`` carry the clock, the triggers' state and the latest metric values,
 so a resumed loop fires exactly what the uninterrupted one would have.
+
+Under ``torch.distributed`` (more than one rank when training starts) the driver agrees
+with the other ranks wherever the table evaluates something: samples and tokens summed,
+time the chief's, the metrics the schedule reads reduced (``ranks.py``); a quiet step runs
+no collective.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain.clock import LoopClock
+from schedtrain.distributed.vocabulary import REDUCE_OPS
+from schedtrain.integrations.values import HOST, number
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import Runner, TriggerTable
 from schedtrain.time import Timestamp
 from schedtrain.triggers.protocol import MetricValue, Predicate
 
+if TYPE_CHECKING:
+    from schedtrain.integrations.ranks import RankAgreement
+
 __all__ = ["Action", "LatestValues", "ScheduleDriver"]
+
+_FREQUENT: Final = ("batch_end", "step_end", "epoch_end")
 
 Action = Callable[[], object]
 """What runs when a callback of the schedule fires (its return value is ignored)."""
@@ -53,16 +66,9 @@ class LatestValues:
 
     def put(self, name: str, value: Any) -> None:
         """Record a new value of ``name`` (a number, or anything ``float()`` reads)."""
-        if isinstance(value, bool | str | bytes) or value is None:
-            raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} "
-                            f"{value!r:.40}")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} "
-                            f"{value!r:.40}") from None
         old = self._values.get(name)
-        self._values[name] = MetricValue(number, 1 if old is None else old.count + 1)
+        self._values[name] = MetricValue(number(name, value),
+                                         1 if old is None else old.count + 1)
 
     def latest(self, name: str) -> MetricValue | None:
         """The newest value of ``name``, or ``None`` if it has none yet."""
@@ -110,6 +116,11 @@ class ScheduleDriver:
         time_source: monotonic nanoseconds (default ``time.perf_counter_ns``) for time
             triggers; a test passes a fake one.
         record: keep every firing in ``firings`` (a ``Firing`` with the clock's counters).
+        reduce: on several processes, metric name -> "mean" (default), "sum", "max",
+            "min", or "host" (the host agrees it across ranks itself); one of them alone
+            applies to every metric.
+        global_counts: on several processes, the samples and tokens reported are already
+            summed over ranks (not summed again).
     """
 
     def __init__(
@@ -120,7 +131,15 @@ class ScheduleDriver:
         predicates: Mapping[str, Predicate] | None = None,
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
+        reduce: Mapping[str, str] | str | None = None,
+        global_counts: bool = False,
     ) -> None:
+        ops = {"": reduce} if isinstance(reduce, str) else (reduce or {})
+        for name, op in ops.items():
+            if op not in (*REDUCE_OPS, HOST):
+                where = f"[{name!r}]" if name else ""
+                raise ValueError(f"reduce{where} must be one of {[*REDUCE_OPS, HOST]}, "
+                                 f"got {op!r}")
         if isinstance(schedule, Schedule):
             self.table = schedule.compile(predicates=predicates)
         elif isinstance(schedule, TriggerTable):
@@ -141,11 +160,26 @@ class ScheduleDriver:
         # (batch, sample, token) at the last step end: a state saved between the micro-batches
         # of a step is the clock at that step end plus the batches since (replayed on load).
         self._at_step = (0, 0, 0)
+        self._reduce = reduce if isinstance(reduce, str) else dict(reduce or {})
+        self._global_counts = global_counts
+        #: the agreement with the other ranks (``None``: one process), set at train start
+        self.ranks: RankAgreement | None = None
+        self._agreed: tuple[int, int] | None = None  # a resumed state's agreed counters
 
     # -- what the loop reports -----------------------------------------------------------
     def train_start(self) -> tuple[str, ...]:
         """Training starts; on a resumed driver only the wall-time count restarts."""
         self.clock.start_train()
+        if self.ranks is None and "torch.distributed" in sys.modules:  # torch-free else
+            from schedtrain.integrations.ranks import RankAgreement, reads_time
+
+            clock = self.clock
+            names, ops = self.metric_names, self._reduce
+            self.ranks = RankAgreement.detect(
+                names, dict.fromkeys(names, ops) if isinstance(ops, str) else ops,
+                global_counts=self._global_counts,
+                reads_time=reads_time(self.table),
+                agreed=self._agreed or (clock.sample, clock.token))
         if self._started:
             return ()
         self._started = True
@@ -201,11 +235,23 @@ class ScheduleDriver:
         """Evaluate the schedule at ``event`` now (a custom event declared on the schedule,
         or ``eval_start``...); the names that fire, their actions run."""
         self._event = event
+        ranks = self.ranks
+        # Every rank settles at the same events: the frequent ones once the driver reports
+        # them (a step end only past step_due), the others where a trigger listens.
+        if ranks is not None and (event in _FREQUENT or self.table.listeners(event)):
+            clock = self.clock
+            ranks.settle(clock, self.metrics, step_end=event == "step_end")
+            if event == "step_end":
+                self._at_step = (clock.batch, clock.sample, clock.token)
         return self.table.decide(event, self._run)
 
-    def put(self, name: str, value: Any) -> None:
-        """Record a metric value for conditions and metric triggers."""
-        self.metrics.put(name, value)
+    def put(self, name: str, value: Any, *, agreed: bool = False) -> None:
+        """Record a metric value for conditions and metric triggers; ``agreed``: the host
+        has made it the same on every rank (else, on several processes, it is reduced)."""
+        if self.ranks is None:
+            self.metrics.put(name, value)
+        else:
+            self.ranks.put(self.metrics, name, value, agreed)
 
     def _runner(self, name: str, now: Timestamp) -> None:
         if self._record:
@@ -213,6 +259,8 @@ class ScheduleDriver:
         action = self._actions.get(name)
         if action is not None:
             action()
+            if self.ranks is not None:  # what it put, reduced before later triggers read
+                self.ranks.settle_metrics(self.metrics)
 
     # -- introspection and state ---------------------------------------------------------
     @property
@@ -243,9 +291,12 @@ class ScheduleDriver:
         now = clock["now"]
         pending = [now["batch"] - batch, now["sample"] - sample, now["token"] - token]
         now.update(batch=batch, sample=sample, token=token)
-        return {"clock": clock, "pending": pending, "table": self.table.state_dict(),
-                "metrics": self.metrics.state_dict(), "started": self._started,
-                "in_epoch": self._in_epoch}
+        state = {"clock": clock, "pending": pending, "table": self.table.state_dict(),
+                 "metrics": self.metrics.state_dict(), "started": self._started,
+                 "in_epoch": self._in_epoch}
+        if self.ranks is not None:  # the counters the ranks last agreed on
+            state["agreed"] = list(self.ranks.agreed)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict`` (before ``train_start`` of the resumed loop)."""
@@ -263,6 +314,8 @@ class ScheduleDriver:
         self.metrics.load_state_dict(state["metrics"])
         self._started = bool(state["started"])
         self._in_epoch = bool(state["in_epoch"])
+        agreed = state.get("agreed")
+        self._agreed = None if agreed is None else (int(agreed[0]), int(agreed[1]))
         self.table.load_state_dict(state["table"])
         self.table.attach(self.clock, self.metrics, self.table.predicates,
                           last_step_end=step_end)

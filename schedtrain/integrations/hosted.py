@@ -58,14 +58,17 @@ def _entries(schedule: Schedule, callbacks: Mapping[str, Callback]) -> list[Sche
 def driver_for(schedule: Schedule, actions: Mapping[str, Action], callbacks: Mapping[str, Callback],
                *, host: str, gives: Iterable[str] = (), predicates: Mapping[str, Predicate]
                | None = None, time_source: Callable[[], int] = perf_counter_ns,
-               record: bool = False) -> ScheduleDriver:
+               record: bool = False, reduce: Mapping[str, str] | str | None = None,
+               global_counts: bool = False) -> ScheduleDriver:
     """A ``CallbackDriver`` when the schedule has schedtrain callbacks (given here, or as
     its entries' objects), else a plain ``ScheduleDriver``."""
     if callbacks or _entries(schedule, {}):
         return CallbackDriver(schedule, callbacks, actions=actions, host=host, gives=gives,
-                              predicates=predicates, time_source=time_source, record=record)
+                              predicates=predicates, time_source=time_source, record=record,
+                              reduce=reduce, global_counts=global_counts)
     return ScheduleDriver(schedule, actions=actions, predicates=predicates,
-                          time_source=time_source, record=record)
+                          time_source=time_source, record=record, reduce=reduce,
+                          global_counts=global_counts)
 
 
 class CallbackDriver(ScheduleDriver):
@@ -83,7 +86,7 @@ class CallbackDriver(ScheduleDriver):
         gives: what the host reports: ``"loss"`` (``report_loss`` each step) and
             ``"exception"`` (``exception(exc)``); a callback needing more is refused.
         history_limit: values of each metric the store keeps (they ride in checkpoints).
-        predicates, time_source, record: as ``ScheduleDriver``.
+        predicates, time_source, record, reduce, global_counts: as ``ScheduleDriver``.
 
     Raises:
         HostError: a callback needs what the host cannot give (one line naming it).
@@ -94,7 +97,9 @@ class CallbackDriver(ScheduleDriver):
                  optimizer: Any = None, steps_in_epoch: int | None = None,
                  host: str = "your loop", gives: Iterable[str] = ("loss", "exception"),
                  history_limit: int = 1000, predicates: Mapping[str, Predicate] | None = None,
-                 time_source: Callable[[], int] = perf_counter_ns, record: bool = False) -> None:
+                 time_source: Callable[[], int] = perf_counter_ns, record: bool = False,
+                 reduce: Mapping[str, str] | str | None = None,
+                 global_counts: bool = False) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
         entries = _entries(schedule, dict(callbacks or {}))
@@ -112,8 +117,9 @@ class CallbackDriver(ScheduleDriver):
         runs: dict[str, Action] = {n: self._first(a) for n, a in (actions or {}).items()}
         runs.update({n: self._firing(e.trigger_epoch == "fires", e.callback)
                      for n, e in zip(self.callbacks, entries, strict=True)})
-        super().__init__(schedule, actions=runs,
-                         predicates=predicates, time_source=time_source, record=record)
+        super().__init__(schedule, actions=runs, predicates=predicates,
+                         time_source=time_source, record=record, reduce=reduce,
+                         global_counts=global_counts)
         store = MetricStore(self.clock.now, history_limit=history_limit)
         self.metrics = store  # type: ignore[assignment]  # a MetricsView with put, as LatestValues
         self.table.attach(self.clock, store,

@@ -23,6 +23,7 @@ so train_start and the epoch's epoch_start do not fire twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from time import perf_counter_ns
 from typing import Any
 
 try:
@@ -175,6 +176,8 @@ def attach_schedule(
     model: torch.nn.Module | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     loss: Callable[[Engine], Any] | None = None,
+    reduce: Mapping[str, str] | None = None,
+    time_source: Callable[[], int] = perf_counter_ns,
 ) -> ScheduleHandle:
     """Follow ``engine`` with ``schedule``, running ``actions[name](engine)`` at each firing.
 
@@ -197,6 +200,10 @@ def attach_schedule(
 
     An action may be a schedtrain ``Callback``: it runs with its hooks, and its stop
     (``request_stop``, ``StopTraining``) ends the run through ``engine.terminate()``.
+        reduce: on several processes (``idist``), metric name -> "mean" (default), "sum",
+            "max", "min", or "host" for a value Ignite already agreed (its ``Metric``
+            objects reduce across ranks when they compute).
+        time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"expected an ignite Engine, got {engine!r}")
@@ -207,7 +214,8 @@ def attach_schedule(
     own, callbacks = split_actions(actions)
     driver = driver_for(schedule, {}, callbacks, host="Ignite",
                         gives=("loss",) if loss is not None else (), predicates=predicates,
-                        record=record)
+                        record=record, reduce=reduce,
+                        time_source=time_source)
     if isinstance(driver, CallbackDriver):
         driver.context.bind(model=model, optimizer=optimizer)
     handle = ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,

@@ -108,7 +108,8 @@ class ScheduleCallback(pl.Callback):
     ``trainer.callback_metrics`` at each step end where a trigger is evaluated (every step
     end when a trigger counts batches), at each epoch end and after each validation; a
     value equal to the last one read is not a new value (``plateau`` counts values that
-    change).
+    change). Under DDP a value logged with ``sync_dist=True`` is taken as Lightning reduced
+    it; any other is reduced (the mean over ranks) before a trigger reads it.
     """
 
     def __init__(
@@ -136,6 +137,7 @@ class ScheduleCallback(pl.Callback):
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         self._watched = sorted(self.driver.metric_names)
+        self._state_key = self._generate_state_key(callbacks=list(self.driver.table.names))
         self._last_read: dict[str, float] = {}
         self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
         self._deferred: list[str] = []
@@ -152,7 +154,9 @@ class ScheduleCallback(pl.Callback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(callbacks=list(self.driver.table.names))
+        # Lightning reads it at every hook call of every step (its profiler's name): built
+        # once, it costs what a plain callback's does.
+        return self._state_key
 
     # -- Lightning's hooks -------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -171,6 +175,8 @@ class ScheduleCallback(pl.Callback):
                 rank=trainer.global_rank,
                 steps_in_epoch=-(-int(batches) // accumulate) if batches != float("inf") else None)
         self._event(trainer, pl_module, self.driver.train_start)
+        if self.driver.ranks is not None:  # reads again at each look: new if it changed
+            self.driver.ranks.dedup = True
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_ran_out = False
@@ -194,12 +200,13 @@ class ScheduleCallback(pl.Callback):
         d.batch_end(self._samples(batch) if self._samples else 0,
                     self._tokens(batch) if self._tokens else 0)
         self._epoch_ran_out = batch_idx + 1 >= trainer.num_training_batches
+        stepped = trainer.global_step  # a property chain: read once
         hosted = self._hosted
-        if hosted is not None and hosted.wants_loss and d.clock.step < trainer.global_step:
+        if hosted is not None and hosted.wants_loss and d.clock.step < stepped:
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
             if loss is not None:
                 hosted.report_loss(loss)
-        while d.clock.step < trainer.global_step:
+        while d.clock.step < stepped:
             # A batch_end trigger may read a metric before the next step end: the value
             # of this step is put at its end, as where the step_end triggers read it.
             if self._watched and (d.clock.step + 1 >= d.table.step_due
@@ -260,14 +267,18 @@ class ScheduleCallback(pl.Callback):
         if not self._watched:
             return
         logged = trainer.callback_metrics
+        ranks = self.driver.ranks
         for name in self._watched:
             value = logged.get(name)
             if value is None:
                 continue
             number = float(value)
-            if self._last_read.get(name) != number:
-                self._last_read[name] = number
+            if ranks is not None and not _synced(trainer, name):
+                # this rank's value: reduced over the ranks, then new if it changed
                 self.driver.put(name, number)
+            elif self._last_read.get(name) != number:
+                self._last_read[name] = number
+                self.driver.put(name, number, agreed=True)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -299,6 +310,18 @@ def _check_validate(name: str, version: str) -> None:
             f"actions[{name!r}] = 'validate' runs Lightning's validation loop through its fit "
             f"loop, known for lightning {a}.{b} to {c}.{d}, and this is lightning {version}: "
             "install a known version, or set Lightning's own val_check_interval instead")
+
+
+def _synced(trainer: pl.Trainer, name: str) -> bool:
+    """Whether Lightning reduced ``name`` across ranks itself (``self.log(...,
+    sync_dist=True)``) in training or validation; its value is then used as it is."""
+    loop = trainer.fit_loop.epoch_loop
+    try:
+        results = [*loop._results.values(), *loop.val_loop._results.values()]
+        return any(r.meta.sync.should for r in results
+                   if name in (r.meta.name, f"{r.meta.name}_step", f"{r.meta.name}_epoch"))
+    except AttributeError:  # Lightning's internals moved: reduce it (the same on all ranks)
+        return False
 
 
 def _validate(trainer: pl.Trainer) -> None:

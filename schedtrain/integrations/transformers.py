@@ -107,10 +107,13 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 "callback restores its own state when training resumes")
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
+        # On several processes the Trainer gathers what it logs and evaluates (and
+        # num_input_tokens_seen) over the ranks itself: the driver takes them as they are
+        # (a collective runs only where a trigger reads time).
         self.driver = driver_for(
             schedule, {n: self._bound(n) for n in self.actions}, callbacks,
             host="the HF Trainer", predicates=predicates, time_source=time_source,
-            record=record)
+            record=record, global_counts=True, reduce="host")
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         self._watched = self.driver.metric_names
@@ -199,7 +202,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def _put(self, values: Mapping[str, Any] | None) -> None:
         for name in self._watched:
             if values and name in values:
-                self.driver.put(name, values[name])
+                self.driver.put(name, values[name], agreed=True)
 
     def _event(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                kwargs: dict[str, Any], report: Callable[[], tuple[str, ...]]) -> None:
