@@ -68,8 +68,10 @@ def test_named_state_follows_the_name_when_the_order_changes(tmp_path: Path) -> 
     ckpt = tmp_path / "mid.pt"
     first.save_checkpoint(ckpt)
     a2, b2 = Counter(), Counter(start=100)
+    # Reordered callbacks fire in another order at an event: a schedule change, applied.
     resumed = _trainer([Scheduled(every("1 epoch"), b2, "slow"),
-                        Scheduled(every("1 step"), a2, "fast")], tmp_path / "run2")
+                        Scheduled(every("1 step"), a2, "fast")], tmp_path / "run2",
+                       schedule_change="apply")
     resumed.resume(ckpt)
     resumed.fit()
     assert a2.count == 16

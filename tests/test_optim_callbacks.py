@@ -125,7 +125,7 @@ class TestLRScheduler:
         full = _fit(_sgd, SCHEDULERS[kind], tmp_path_factory.mktemp("full"), save_at=cut)
         ckpt = full.run_dir / "checkpoints" / f"step-{cut:08d}.pt"
         resumed = _fit(_sgd, SCHEDULERS[kind], tmp_path_factory.mktemp("resumed"),
-                       resume=ckpt)
+                       save_at=cut, resume=ckpt)  # the same schedule: its `at` has passed
         assert resumed.metrics.history("lr")[-(EPOCHS * STEPS - cut):] == \
             full.metrics.history("lr")[cut:]
         for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):

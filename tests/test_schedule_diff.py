@@ -69,6 +69,22 @@ class TestSpecChanges:
         assert got == {("callbacks.a.trigger", "changed"), ("callbacks.gone", "removed"),
                        ("callbacks.new", "added")}
 
+    @given(st.permutations(["a", "b", "c", "d"]), st.sampled_from(["a", "b", "c", "d"]))
+    def test_a_new_order_of_callbacks_is_a_change(self, order: list[str], gone: str) -> None:
+        """Callbacks fire in declaration order at an event: another order of the names
+        both documents have is one ``reordered`` change (and only another order is)."""
+        old = {"callbacks": {n: {"trigger": {"every": "1 epoch"}} for n in "abcd"}}
+        new = {"callbacks": {n: {"trigger": {"every": "1 epoch"}} for n in order if n != gone}}
+        kept_old = [n for n in "abcd" if n != gone]
+        kept_new = [n for n in order if n != gone]
+        got = [c for c in spec_changes(old, new) if c.kind == "reordered"]
+        if kept_old == kept_new:
+            assert got == []
+        else:
+            assert [(c.path, c.old, c.new) for c in got] == [
+                ("callbacks", kept_old, kept_new)]
+            assert "reordered callbacks" in str(got[0])
+
     def test_equal_documents_have_no_changes(self) -> None:
         """Equal documents: nothing."""
         assert spec_changes({"run": {"max_epochs": 3}}, {"run": {"max_epochs": 3}}) == ()

@@ -79,8 +79,11 @@ def read_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
 
 def _read_file(path: Path, map_location: Any, *, shown: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise CheckpointError(shown, "no such file" if shown == path
-                              else f"no {path.name} in the directory: it is not a checkpoint")
+        if shown != path:
+            why = f"no {path.name} in the directory: it is not a checkpoint"
+        else:
+            why = "not a regular file" if path.exists() else "no such file"
+        raise CheckpointError(shown, why)
     return load_checked(path, map_location, shown=shown)
 
 
@@ -91,9 +94,12 @@ def load_checked(source: Path | IO[bytes], map_location: Any, *,
     try:
         state = torch.load(source, map_location=map_location, weights_only=True)
     except Exception as exc:
-        first = (str(exc).splitlines() or ["no message"])[0][:200]
-        raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}: {first}); it "
-                                     "is corrupt or not a checkpoint") from None
+        first = (str(exc).splitlines() or [""])[0][:200]
+        # The weights-only unpickler's first line is advice to load unsafely, not a cause.
+        cause = type(exc).__name__ if "weights_only" in first or not first else (
+            f"{type(exc).__name__}: {first}")
+        raise CheckpointError(shown, f"cannot be read ({cause}); it is corrupt or not a "
+                                     "checkpoint") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")

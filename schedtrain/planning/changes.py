@@ -53,7 +53,8 @@ def canonical(schedule: Schedule) -> str | None:
 
 @attrs.frozen
 class SpecChange:
-    """A key path ``added``, ``removed`` or ``changed`` (``old`` and ``new`` its values)."""
+    """A key path ``added``, ``removed`` or ``changed`` (``old`` and ``new`` its values),
+    or the callbacks ``reordered`` (their common names in the old and the new order)."""
 
     path: str
     kind: str
@@ -65,6 +66,9 @@ class SpecChange:
             return f"added   {self.path} = {toml_value(self.new)}"
         if self.kind == "removed":
             return f"removed {self.path} (was {toml_value(self.old)})"
+        if self.kind == "reordered":
+            return (f"reordered {self.path}: {toml_value(self.old)} -> {toml_value(self.new)} "
+                    "(at an event, callbacks fire in this order)")
         return f"changed {self.path}: {toml_value(self.old)} -> {toml_value(self.new)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,9 +80,14 @@ def spec_changes(old: Mapping[str, Any], new: Mapping[str, Any],
                  prefix: str = "") -> tuple[SpecChange, ...]:
     """The key paths that differ between two TOML documents: the top-level tables and
     their tables (``callbacks.NAME``, ``triggers.NAME``) key by key, any other value
-    whole (a trigger is one value); a table added or removed is one change."""
+    whole (a trigger is one value); a table added or removed is one change; callbacks
+    whose order changed are one ``reordered`` change."""
     out: list[SpecChange] = []
     deep = prefix.count(".") < 2
+    if prefix == "callbacks.":
+        kept = [k for k in old if k in new]
+        if kept != [k for k in new if k in old]:
+            out.append(SpecChange("callbacks", "reordered", kept, [k for k in new if k in old]))
     for key in [*old, *(k for k in new if k not in old)]:
         path = f"{prefix}{key}"
         if key not in new:
