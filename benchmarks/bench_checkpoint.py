@@ -10,7 +10,10 @@ weights plus two moments: 12 bytes a parameter) one run measures side by side:
   ``"async"`` (a host snapshot; the rest in a background thread), and how long the
   background write then takes;
 * **step slowdown** - the training step's time while a background write overlaps it,
-  against a quiet step;
+  against quiet steps: ``max(3, repeats)`` cycles of a few steps alone, then steps
+  until a background write started after them ends; each cycle's ratio of medians, and
+  the median and range over cycles (with the machine's load average: on a shared
+  machine other jobs take cores too);
 * **SIGTERM** - a child process training the model gets SIGTERM: the time until its
   preemption checkpoint is committed (renamed into place) and until it exits.
 
@@ -44,6 +47,7 @@ from schedtrain.checkpoints import read_checkpoint
 from schedtrain.training import Trainer
 
 WIDTH = 4096  # layer width: a layer holds WIDTH**2 parameters
+QUIET_STEPS = 3  # steps timed alone before each overlapped write
 
 
 def build(millions: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -98,8 +102,10 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
-def measure(millions: float, folder: Path, repeats: int) -> dict[str, float]:
-    """Host copy, stalls, background write and step slowdown of one size."""
+def measure(millions: float, folder: Path, repeats: int,
+            nice: bool = True) -> dict[str, float]:
+    """Host copy, stalls, background write and step slowdown of one size (``nice``:
+    the writing thread at its default low priority, else at the loop's)."""
     # (each stall is followed by ``wait``: the next save never waits for this one)
     model, opt = build(millions)
     params = sum(p.numel() for p in model.parameters())
@@ -111,6 +117,8 @@ def measure(millions: float, folder: Path, repeats: int) -> dict[str, float]:
     out["copy"] = min(_timed(lambda: [t.clone() for t in tensors]) for _ in range(repeats))
     for mode in ("sync", "async"):
         t = _trainer(model, opt, folder / mode, mode)
+        if not nice:
+            t.checkpoints._writer.nice = None
         stalls, writes = [], []
         for i in range(repeats):
             path = folder / mode / f"step-{i:08d}.pt"
@@ -120,26 +128,43 @@ def measure(millions: float, folder: Path, repeats: int) -> dict[str, float]:
         out[f"stall_{mode}"] = min(stalls)
         if mode == "async":
             out["background"] = min(w + s for w, s in zip(writes, stalls, strict=True))
-    # Steps alone, then steps while a background write runs.
+    # Steps alone, then steps while a background write runs, interleaved in cycles: on a
+    # shared machine the load drifts, so each cycle compares steps seconds apart.
     t = _trainer(model, opt, folder / "overlap", "async")
-    quiet = [_timed(lambda: _step(model, opt)) for _ in range(max(4, repeats * 2))]
-    overlapped = []
-    t.checkpoints.write(folder / "overlap" / "step-00000001.pt", "manual")
     writer = t.checkpoints._writer  # a benchmark looks inside
-    while not writer.done():
-        overlapped.append(_timed(lambda: _step(model, opt)))
-    t.checkpoints.wait()
-    out["step"] = statistics.median(quiet)
-    out["step_overlap"] = statistics.median(overlapped) if overlapped else float("nan")
-    out["overlapped_steps"] = len(overlapped)
+    if not nice:
+        writer.nice = None
+    ratios, quiet_all, overlapped_all = [], [], []
+    for i in range(max(3, repeats)):
+        quiet = [_timed(lambda: _step(model, opt)) for _ in range(QUIET_STEPS)]
+        path = folder / "overlap" / f"step-{i + 1:08d}.pt"
+        t.checkpoints.write(path, "manual")
+        overlapped = []
+        while not writer.done():
+            overlapped.append(_timed(lambda: _step(model, opt)))
+        t.checkpoints.wait()
+        path.unlink()
+        quiet_all += quiet
+        overlapped_all += overlapped
+        if overlapped:
+            ratios.append(statistics.median(overlapped) / statistics.median(quiet))
+    out["step"] = statistics.median(quiet_all)
+    out["step_overlap"] = (statistics.median(overlapped_all) if overlapped_all
+                           else float("nan"))
+    out["overlapped_steps"] = len(overlapped_all)
+    out["slowdown"] = statistics.median(ratios) - 1 if ratios else float("nan")
+    out["slowdown_min"] = min(ratios, default=float("nan")) - 1
+    out["slowdown_max"] = max(ratios, default=float("nan")) - 1
+    out["cycles"] = len(ratios)
     return out
 
 
-def sigterm(millions: float, run_dir: Path) -> dict[str, float]:
+def sigterm(millions: float, run_dir: Path, nice: bool = True) -> dict[str, float]:
     """Send SIGTERM to a child training the model; seconds to a committed checkpoint and
     to its exit."""
     ready = run_dir.with_name("ready")
-    cmd = [sys.executable, __file__, "--child", str(millions), str(run_dir), str(ready)]
+    cmd = [sys.executable, __file__, "--child", str(millions), str(run_dir), str(ready),
+           "nice" if nice else "no-nice"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while not ready.exists():
         if proc.poll() is not None:
@@ -162,7 +187,7 @@ def sigterm(millions: float, run_dir: Path) -> dict[str, float]:
     return {"term_commit": committed, "term_exit": exited}
 
 
-def child(millions: float, run_dir: Path, ready: Path) -> None:
+def child(millions: float, run_dir: Path, ready: Path, nice: bool) -> None:
     """Train until SIGTERM (the preemption checkpoint is written on the way out)."""
     from schedtrain.callbacks import Callback
     from schedtrain.errors import Preempted
@@ -176,6 +201,8 @@ def child(millions: float, run_dir: Path, ready: Path) -> None:
     model, opt = build(millions)
     t = _trainer(model, opt, run_dir, "async", schedule=Schedule({"ready": every("2 steps")}),
                  bindings={"ready": Ready()})
+    if not nice:
+        t.checkpoints._writer.nice = None
     try:
         t.fit()
     except Preempted:
@@ -188,31 +215,40 @@ def main() -> None:
                         help="millions of parameters (default: 100 250)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="5M parameters, 2 repeats")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--no-nice", action="store_true",
+                        help="write at the loop's priority (before: to compare)")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(float(args.child[0]), Path(args.child[1]), Path(args.child[2]))
+        child(float(args.child[0]), Path(args.child[1]), Path(args.child[2]),
+              args.child[3] == "nice")
         return
     sizes, repeats = ([5.0], 2) if args.quick else (args.sizes, args.repeats)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs; fp32 MLP with Adam (12 bytes a parameter)")
+          f"{os.cpu_count()} CPUs; fp32 MLP with Adam (12 bytes a parameter); writer "
+          f"{'at the loop priority' if args.no_nice else 'niced'}")
     head = ("params", "state", "host copy", "stall sync", "stall async", "async/copy",
             "bg write", "step", "step+write", "slowdown", "SIGTERM->commit", "->exit")
     print(" | ".join(head))
+    print("load average at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     for millions in sizes:
         with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as tmp:
-            r = measure(millions, Path(tmp), repeats)
+            r = measure(millions, Path(tmp), repeats, nice=not args.no_nice)
             gc.collect()  # the model is freed before the child builds its own
-            r.update(sigterm(millions, Path(tmp) / "sigterm"))
+            r.update(sigterm(millions, Path(tmp) / "sigterm", nice=not args.no_nice))
         print(" | ".join([
             f"{r['params'] / 1e6:.0f}M", f"{r['state_gb']:.2f} GB", f"{r['copy']:.2f} s",
             f"{r['stall_sync']:.2f} s", f"{r['stall_async']:.2f} s",
             f"{r['stall_async'] / r['copy']:.2f}x", f"{r['background']:.2f} s",
             f"{r['step']:.3f} s", f"{r['step_overlap']:.3f} s",
-            f"{r['step_overlap'] / r['step'] - 1:+.0%} ({r['overlapped_steps']:.0f} steps)",
+            f"{r['slowdown']:+.0%} ({r['slowdown_min']:+.0%}..{r['slowdown_max']:+.0%}, "
+            f"{r['cycles']:.0f} cycles, {r['overlapped_steps']:.0f} steps)",
             f"{r['term_commit']:.2f} s", f"{r['term_exit']:.2f} s"]), flush=True)
+    print("load average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"reproduce: python benchmarks/bench_checkpoint.py "
-          f"{'--quick' if args.quick else '--sizes ' + ' '.join(f'{s:g}' for s in sizes)}")
+          f"{'--quick' if args.quick else '--sizes ' + ' '.join(f'{s:g}' for s in sizes)}"
+          f"{' --repeats ' + str(repeats) if not args.quick else ''}"
+          f"{' --no-nice' if args.no_nice else ''}")
 
 
 if __name__ == "__main__":

@@ -143,3 +143,44 @@ def test_the_number_agreed_across_ranks_is_the_mean_publish_would_put(
     keeper.publish(put, len(losses))  # type: ignore[arg-type]
     assert expected is not None and len(put.values) == 1
     assert float(put.values[0]) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(losses=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=200),
+       as_number=st.lists(st.booleans(), min_size=200, max_size=200),
+       cut=st.integers(0, 199))
+def test_losses_kept_as_numbers_sum_as_tensors_do(losses: list[float], as_number: list[bool],
+                                                   cut: int) -> None:
+    """The plain CPU step keeps float32 losses as numbers, other steps as tensors, and a
+    resumed run may get either back: every mix publishes the same ``train/loss``, to the
+    bit, and a checkpoint of the keeper holds the same tensors."""
+    from schedtrain.training.losses import FOLD, LossKeeper
+
+    class Put:
+        def __init__(self) -> None:
+            self.values: list[Any] = []
+
+        def put(self, name: str, value: Any) -> None:
+            self.values.append(value)
+
+    def run(numbers: bool) -> tuple[list[float], dict[str, Any]]:
+        keeper, put, state = LossKeeper(), Put(), None
+        for step, value in enumerate(losses, 1):
+            number = numbers and as_number[step - 1]
+            keeper.losses.append(value if number else torch.tensor(value, dtype=torch.float32))
+            if len(keeper.losses) >= FOLD:
+                keeper.fold(step)
+            if step == cut:  # a checkpoint, restored into a new keeper
+                state = keeper.state_dict()
+                keeper = LossKeeper()
+                keeper.load_state_dict(state)
+        keeper.publish(put, len(losses))  # type: ignore[arg-type]
+        return [float(v) for v in put.values], state or {}
+
+    (tensors, state_t), (mixed, state_m) = run(False), run(True)
+    assert tensors == mixed
+    for key in ("sum", "kept", "last"):
+        a, b = state_t.get(key), state_m.get(key)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.equal(a, b) and a.dtype == b.dtype and a.shape == b.shape

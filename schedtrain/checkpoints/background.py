@@ -7,10 +7,21 @@ thread; at most one save is in flight. What the thread raised is kept and re-rai
 the loop's thread by ``Writer.result`` (never lost), and ``on_done`` tells the loop a
 save ended, so it looks at the next step. ``checked`` decides a checkpoint's name in
 that thread: the finiteness check reads the host copy, not the loop's time.
+
+On Linux the thread runs at the lowest CPU priority (``WRITER_NICE``), so on busy cores
+the training step's threads run first and the write takes the time they leave; where
+cores are free the nice value changes nothing. Whenever the loop waits for the write (the
+next save, a way out of the loop) the thread gets its priority back first, so the loop
+never waits behind other work on the machine. Both are best-effort: where the system
+refuses (raising a priority back needs root, ``CAP_SYS_NICE`` or ``RLIMIT_NICE``), the
+thread keeps what it has.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,12 +31,15 @@ import torch
 
 from schedtrain.checkpoints.format import is_finite
 
-__all__ = ["BUSY_RULES", "MODES", "Writer", "checked", "nonfinite", "snapshot", "trim"]
+__all__ = ["BUSY_RULES", "MODES", "WRITER_NICE", "Writer", "checked", "nonfinite", "snapshot",
+           "trim"]
 
 #: ``[run] checkpoint_mode``: write in the background, or block until the file is committed.
 MODES: Final = ("async", "sync")
 #: ``[run] checkpoint_busy``: what a save asked for while another is in flight does.
 BUSY_RULES: Final = ("wait", "skip")
+#: The writing thread's nice value (Linux): it yields the cores to the training step.
+WRITER_NICE: Final = 19
 
 
 def nonfinite(path: Path) -> Path:
@@ -158,13 +172,20 @@ class Writer:
 
     Args:
         on_done: called from the thread when a save ended (written or failed).
+        nice: the thread's nice value while nobody waits for it (Linux only; ``None``:
+            the priority of the thread that starts it).
     """
 
-    def __init__(self, on_done: Callable[[], None] | None = None) -> None:
-        self.on_done = on_done
+    def __init__(self, on_done: Callable[[], None] | None = None,
+                 nice: int | None = WRITER_NICE) -> None:
+        self.on_done, self.nice = on_done, nice
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._result: Any = None
+        #: the running thread's id and its priority before ``nice`` (Linux), for ``result``
+        self._priority: tuple[int, int] | None = None
+        self._waited = False  # the loop waits: the thread keeps (or gets back) its priority
+        self._lock = threading.Lock()
 
     @property
     def busy(self) -> bool:
@@ -179,10 +200,14 @@ class Writer:
         """Run ``write()`` in the background; a save must not be in flight."""
         if self._thread is not None:
             raise RuntimeError("a checkpoint save is already in flight")
-        self._error = self._result = None
+        self._error = self._result = self._priority = None
+        self._waited = False
 
         def run() -> None:
             try:
+                with self._lock:
+                    if self.nice is not None and not self._waited:
+                        self._priority = _lower_priority(self.nice)
                 self._result = write()
             except BaseException as exc:  # kept for the loop's thread: never lost
                 self._error = exc
@@ -200,13 +225,43 @@ class Writer:
 
     def result(self) -> Any:
         """Wait for the save in flight to end; re-raise what it raised, else return what
-        it returned (``None`` when none was in flight)."""
+        it returned (``None`` when none was in flight). The thread gets its priority back
+        first: the loop now waits for it."""
         thread, self._thread = self._thread, None
         if thread is None:
             return None
+        with self._lock:
+            self._waited = True
+            priority, self._priority = self._priority, None
+            if priority is not None and thread.is_alive():
+                _set_priority(*priority)
         thread.join()
         error, self._error = self._error, None
         result, self._result = self._result, None
         if error is not None:
             raise error
         return result
+
+
+def _lower_priority(nice: int) -> tuple[int, int] | None:
+    """Give the calling thread the nice value ``nice`` if that is lower priority than it
+    has (Linux: ``setpriority`` of a thread id applies to that thread alone); returns its
+    id and former value, or ``None`` where nothing changed."""
+    if not sys.platform.startswith("linux"):
+        return None
+    tid = threading.get_native_id()
+    try:
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        if before >= nice:
+            return None
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError:
+        return None
+    return tid, before
+
+
+def _set_priority(tid: int, nice: int) -> None:
+    """Best-effort: thread ``tid``'s nice value back to ``nice`` (raising a priority may
+    be refused: the write then goes on as it is)."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, tid, nice)

@@ -192,7 +192,9 @@ class Loop:
         plain = step_obj if type(step_obj) is PlainStep else None
         model, loss_fn, opt = ((plain.model, plain.loss_fn, plain.optimizer)
                                if plain is not None else (None, None, None))
-        pair, tensor = _PAIR, torch.Tensor
+        # The plain step's float32 scalar loss is kept as a number (LossKeeper): no
+        # tensor made or held a step. Decided at the first such loss; others stay tensors.
+        pair, tensor, f32, number = _PAIR, torch.Tensor, torch.float32, False
         step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
         prev_sample, prev_token = sample, token
         time: int | None = None
@@ -211,10 +213,17 @@ class Loop:
                     graph.backward()
                     opt.step()  # type: ignore[union-attr]
                     opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-                    loss, outputs, n, n_samples, n_tokens = graph.data, None, 1, shape[0], 0
+                    if number:
+                        losses.append(graph.item())
+                    elif graph.dtype is f32 and not graph.dim():
+                        number = True
+                        losses.append(graph.item())
+                    else:
+                        losses.append(graph.data)
+                    loss, outputs, n, n_samples, n_tokens = graph, None, 1, shape[0], 0
                 else:
                     loss, outputs, n, n_samples, n_tokens = run_step(first, it)
-                losses.append(loss)
+                    losses.append(loss)
                 prev_sample, prev_token = sample, token
                 step += 1
                 batches += n

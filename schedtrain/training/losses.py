@@ -1,9 +1,13 @@
 """``LossKeeper``: the steps' losses on the device, published as the mean ``train/loss``.
 
-The loop appends each step's loss (a detached tensor: no host-device sync) to
-``losses``; every ``FOLD`` steps they are summed into one tensor, so the list stays
-short. When something that fires needs them, the mean since the last publication is
-put as ``train/loss`` (still lazy; reading it syncs).
+The loop appends each step's loss to ``losses``: a detached tensor (no host-device
+sync), or, for the plain step on the CPU whose loss is a float32 scalar, the number
+itself (reading a CPU tensor waits for nothing, and a Python float held for a few steps
+costs the allocator less than a tensor: docs/performance.md). Every ``FOLD`` steps they
+are summed into one tensor, so the list stays short; numbers and tensors of the same
+values stack to the same tensor, so the sums do not depend on which was kept. When
+something that fires needs them, the mean since the last publication is put as
+``train/loss`` (still lazy; reading it syncs).
 
 When something watches for a non-finite loss (``TerminateOnNaN``: ``watch``), the
 first step whose loss was NaN or infinite is found on the device: each fold keeps its
@@ -15,14 +19,15 @@ small kernels, when the watcher reads (one sync, at its firings) or every
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import torch
 
 from schedtrain.monitors.store import MetricStore
 
-__all__ = ["FOLD", "NO_STEP", "LossKeeper"]
+__all__ = ["FOLD", "NO_STEP", "LossKeeper", "stacked"]
 
 #: Sum the kept step losses into one tensor every this many steps: holding fewer small
 #: tensors keeps the allocator's work per step down (measured in benchmarks/bench_loop.py).
@@ -36,12 +41,26 @@ NO_STEP: Final = 2**62
 CHECK_FOLDS: Final = 16
 
 
+def stacked(losses: Sequence[torch.Tensor | float]) -> torch.Tensor:
+    """The kept losses (at least one) as one tensor: numbers (float32 losses kept on
+    the CPU) are copied in one go, tensors stacked; the same values give the same tensor
+    either way."""
+    if all(type(x) is float for x in losses):
+        return torch.frombuffer(array("f", losses), dtype=torch.float32)
+    return torch.stack([x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.float32)
+                        for x in losses])
+
+
+def _tensor(loss: torch.Tensor | float) -> torch.Tensor:
+    return loss if isinstance(loss, torch.Tensor) else torch.tensor(loss, dtype=torch.float32)
+
+
 class LossKeeper:
     """Step losses since ``train/loss`` was last published (at step ``since``)."""
 
     def __init__(self) -> None:
         #: the latest steps' losses, appended by the loop (in place: the loop holds it)
-        self.losses: list[torch.Tensor] = []
+        self.losses: list[torch.Tensor | float] = []
         self._sum: torch.Tensor | None = None
         self._last: torch.Tensor | None = None
         self.since = 0
@@ -63,7 +82,7 @@ class LossKeeper:
     @property
     def last(self) -> torch.Tensor | None:
         """The last step's loss (``None`` before the first step)."""
-        return self.losses[-1] if self.losses else self._last
+        return _tensor(self.losses[-1]) if self.losses else self._last
 
     def fold(self, step: int | None = None) -> None:
         """Add the kept losses (those of the steps up to ``step``) into the running sum
@@ -71,13 +90,13 @@ class LossKeeper:
         losses = self.losses
         if not losses:
             return
-        stacked = torch.stack(losses)
+        together = stacked(losses)
         if self.watch and step is not None:
-            self._unchecked.append((stacked, step))
+            self._unchecked.append((together, step))
             if len(self._unchecked) >= CHECK_FOLDS:
                 self._first_bad = self._checked()
-        self._last = losses[-1]
-        self._sum = self._folded(stacked)
+        self._last = _tensor(losses[-1])
+        self._sum = self._folded(together)
         losses.clear()
 
     def _checked(self) -> torch.Tensor | None:
@@ -118,20 +137,21 @@ class LossKeeper:
         self._first_bad = self._checked()
         bad = self._first_bad
         if self.losses:
-            bad = self._bad_with(bad, torch.stack(self.losses), step)
+            bad = self._bad_with(bad, stacked(self.losses), step)
         if bad is None:
             return None
         first = int(bad)
         return None if first >= NO_STEP else first
 
-    def _folded(self, stacked: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The running sum with the kept losses (``stacked``, when already stacked) added
-        (what ``fold`` keeps)."""
+    def _folded(self, together: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The running sum with the kept losses (``together``, when already stacked)
+        added (what ``fold`` keeps)."""
         losses = self.losses
         if not losses:
             return self._sum
-        dtype = torch.promote_types(losses[-1].dtype, torch.float32)  # no half-precision sums
-        total = (torch.stack(losses) if stacked is None else stacked).sum(dtype=dtype)
+        together = stacked(losses) if together is None else together
+        dtype = torch.promote_types(together.dtype, torch.float32)  # no half-precision sums
+        total = together.sum(dtype=dtype)
         return total if self._sum is None else self._sum + total
 
     def host_mean(self, step: int) -> float | None:
@@ -141,7 +161,8 @@ class LossKeeper:
         Nothing is folded: the sums' grouping stays that of a run that never asks."""
         n = step - self.since
         latest = self.losses[-1] if self.losses else self._sum
-        if n <= 0 or latest is None or latest.device.type != "cpu":
+        if n <= 0 or latest is None or (isinstance(latest, torch.Tensor)
+                                        and latest.device.type != "cpu"):
             return None
         total = self._folded()
         assert total is not None
@@ -171,7 +192,7 @@ class LossKeeper:
         """The unpublished sum, the losses not yet folded into it, where it started and the
         last loss. Nothing is folded: a checkpoint taken anywhere leaves the sums' grouping,
         and so their rounding, as in the uninterrupted run."""
-        kept = torch.stack(self.losses) if self.losses else None
+        kept = stacked(self.losses) if self.losses else None
         self._first_bad = self._checked()  # on the device: no sync, the sums untouched
         return {"sum": self._sum, "since": self.since, "last": self.last, "kept": kept,
                 "first_bad": self._first_bad}
@@ -180,8 +201,9 @@ class LossKeeper:
         """Restore ``state_dict``."""
         self.losses.clear()
         kept = state.get("kept")
-        if kept is not None:
-            self.losses.extend(kept.unbind())
+        if kept is not None:  # as the loop keeps them: numbers where it can
+            numbers = kept.device.type == "cpu" and kept.dtype == torch.float32
+            self.losses.extend(kept.tolist() if numbers and kept.dim() == 1 else kept.unbind())
         self._sum, self.since, self._last = state["sum"], int(state["since"]), state["last"]
         self._first_bad = state.get("first_bad")  # absent from checkpoints of 0.2
         self._unchecked.clear()
