@@ -60,7 +60,8 @@ def _run(run_dir: Path, saver: Callback, values: list[float], *,
 
 
 def _files(run_dir: Path) -> list[str]:
-    return sorted(p.name for p in (run_dir / "best").iterdir())
+    best = run_dir / "best"  # not made until a saver writes (every value NaN: never)
+    return sorted(p.name for p in best.iterdir()) if best.exists() else []
 
 
 _history = st.one_of(
