@@ -115,6 +115,18 @@ class TestPlannedFiles:
         assert [sorted(p.files) for p in planned[:-1]] == seen[1:]
         assert sorted(planned[-1].files) == _files(run_dir)
 
+    @pytest.mark.parametrize("kind", ["MinSaver", "MaxSaver"])
+    def test_no_file_when_every_value_is_nan(self, tmp_path: Path, kind: str) -> None:
+        """Nothing finite to rank: no best file is written, and the plan lists none."""
+        saver, planned_saver = _saver(kind, None, "min")
+        values = [math.nan, math.nan]
+        seen = _run(tmp_path / "run", saver, values)
+        log = simulate(Schedule({"save": every("1 step")}), epochs=1, steps_per_epoch=2)
+        planned = planned_files(log, {"save": planned_saver},
+                                lambda f: {"val/loss": values[f.step - 1]})
+        assert [sorted(p.files) for p in planned] == [[], []]
+        assert seen[1:] == [[]] and _files(tmp_path / "run") == []
+
 
 class TestSavers:
     """What each saver writes and keeps in a run, and across resume."""
