@@ -137,6 +137,8 @@ class ScheduleCallback(pl.Callback):
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         self._watched = sorted(self.driver.metric_names)
+        #: a step end reads nothing from Lightning: batch_end and step_end in one call
+        self._plain = self._hosted is None and not self._watched
         self._state_key = self._generate_state_key(callbacks=list(self.driver.table.names))
         self._last_read: dict[str, float] = {}
         self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
@@ -204,12 +206,16 @@ class ScheduleCallback(pl.Callback):
             self._first_batch = False
             self._catch_up(trainer)
         samples, tokens = self._samples, self._tokens
-        d.batch_end(samples(batch) if samples is not None else 0,
-                    tokens(batch) if tokens is not None else 0)
+        n = samples(batch) if samples is not None else 0
+        t = tokens(batch) if tokens is not None else 0
         self._batch_idx = batch_idx
         steps = self._steps
         stepped = steps.completed if steps is not None else trainer.global_step
         clock = d.clock
+        if self._plain and stepped == clock.step + 1:  # one step, no metric or loss read
+            d.step(n, t)
+        else:
+            d.batch_end(n, t)
         if clock.step < stepped:
             hosted = self._hosted
             if hosted is not None and hosted.wants_loss:
