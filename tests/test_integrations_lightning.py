@@ -172,6 +172,41 @@ class TestLightningCounters:
         assert [f.event for f in cb.firings] == ["epoch_end", "train_end"]
 
 
+    def test_manual_optimization_counts_its_optimizer_steps(self) -> None:
+        """Under manual optimization global_step counts the module's own optimizer steps
+        (here one per two batches): ``every 2 steps`` fires at batches 4 and 8."""
+
+        class Manual(Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.automatic_optimization = False
+
+            def training_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+                opt = self.optimizers()
+                assert isinstance(opt, torch.optim.Optimizer)
+                self.manual_backward(self.layer(batch).pow(2).mean())
+                if batch_idx % 2:
+                    opt.step()
+                    opt.zero_grad()
+
+        cb = schedule_callback(Schedule({"s": every("2 steps")}))
+        trainer([cb], max_epochs=1).fit(Manual(), loader(8, 1))
+        assert cb._steps is not None  # the counter inside the loop, read directly
+        assert [(f.step, f.timestamp.batch) for f in cb.firings] == [(2, 4), (4, 8)]
+
+    @pytest.mark.parametrize("version", ["2.1.0", "3.0.0"])
+    def test_unknown_lightning_reads_global_step(self, version: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        """On a Lightning whose loops it does not know, the callback reads global_step
+        itself (not the counter inside the loop) and fires as simulated."""
+        monkeypatch.setattr(pl, "__version__", version)
+        schedule = Schedule({"s": every("2 steps"), "e": every("1 epoch")})
+        cb = schedule_callback(schedule)
+        trainer([cb], max_epochs=2, accumulate_grad_batches=2).fit(Module(), loader(6, 1))
+        assert cb._steps is None
+        assert counters(cb.firings) == simulated(schedule, (2, 3, 2, 1))
+
+
 @quiet
 class TestVerbs:
     """Callbacks bound to Lightning's verbs act on the Trainer."""

@@ -83,6 +83,7 @@ class ScheduleHandle:
         self._samples, self._tokens, self._metrics = samples, tokens, metrics
         self._actions = dict(actions or {})
         self._last: tuple[str, int, int] | None = None
+        self._iteration = -1  # the ITERATION_COMPLETED answered last (-1: another event)
         self._fired: tuple[str, ...] = ()
 
     # -- following the engine ----------------------------------------------------------------
@@ -92,12 +93,50 @@ class ScheduleHandle:
         Called again at the same point (two handlers on one filtered event), it returns
         the first answer without moving the clock twice.
         """
+        if event == "ITERATION_COMPLETED":
+            return self.iteration_completed(engine)
         st = engine.state
         key = (event, st.iteration, st.epoch)
         if key == self._last:
             return self._fired
-        self._last = key
+        self._last, self._iteration = key, -1
         self._fired = fired = self._advance(event, engine)
+        self._after(event, engine, fired)
+        return fired
+
+    def iteration_completed(self, engine: Engine) -> tuple[str, ...]:
+        """``on("ITERATION_COMPLETED", engine)``: the per-iteration path, kept short (an
+        iteration is answered once, whatever the number of handlers that ask)."""
+        st = engine.state
+        iteration = st.iteration
+        if iteration == self._iteration:
+            return self._fired
+        self._last, self._iteration = None, iteration
+        d = self.driver
+        if iteration != d.clock.batch + 1:
+            self._fired = ()
+            raise RuntimeError(
+                f"the engine is at iteration {iteration} but the schedule counted "
+                f"{d.clock.batch}: attach the schedule before the engine runs, before any "
+                "Checkpoint handler (handlers run in the order attached), and load its "
+                "state from the same checkpoint as the engine's")
+        samples, tokens = self._samples, self._tokens
+        fired = d.batch_end(samples(st.batch) if samples is not None else 0,
+                            tokens(st.batch) if tokens is not None else 0)
+        if not iteration % self.batches_per_step:  # the iteration ends an optimizer step
+            if self._metrics is not None:
+                for name, value in self._metrics(engine).items():
+                    d.put(name, value)
+            if self._loss is not None:
+                self._hosted.report_loss(self._loss(engine))  # type: ignore[union-attr]
+            fired += d.step_end()
+        self._fired = fired
+        if fired or self._hosted is not None:
+            self._after("ITERATION_COMPLETED", engine, fired)
+        return fired
+
+    def _after(self, event: str, engine: Engine, fired: tuple[str, ...]) -> None:
+        """Stop the engine when a schedtrain callback asked, then run what fired."""
         hosted = self._hosted
         if hosted is not None and hosted.stop_reason is not None and event != "COMPLETED":
             engine.terminate()
@@ -105,29 +144,9 @@ class ScheduleHandle:
             action = self._actions.get(name)
             if action is not None:
                 action(engine)
-        return fired
 
     def _advance(self, event: str, engine: Engine) -> tuple[str, ...]:
         d, st = self.driver, engine.state
-        if event == "ITERATION_COMPLETED":
-            clock = d.clock
-            if st.iteration != clock.batch + 1:
-                raise RuntimeError(
-                    f"the engine is at iteration {st.iteration} but the schedule counted "
-                    f"{clock.batch}: attach the schedule before the engine runs, before any "
-                    "Checkpoint handler (handlers run in the order attached), and load its "
-                    "state from the same checkpoint as the engine's")
-            batch = st.batch
-            fired = d.batch_end(self._samples(batch) if self._samples else 0,
-                                self._tokens(batch) if self._tokens else 0)
-            if st.iteration % self.batches_per_step:
-                return fired
-            if self._metrics is not None:
-                for name, value in self._metrics(engine).items():
-                    d.put(name, value)
-            if self._loss is not None:
-                self._hosted.report_loss(self._loss(engine))  # type: ignore[union-attr]
-            return fired + d.step_end()
         if event == "STARTED":
             if st.iteration < d.clock.batch:
                 raise RuntimeError(
@@ -159,7 +178,7 @@ class ScheduleHandle:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict`` (``Checkpoint.load_objects``)."""
         self.driver.load_state_dict(state)
-        self._last = None
+        self._last, self._iteration = None, -1
 
 
 def attach_schedule(
@@ -225,7 +244,10 @@ def attach_schedule(
     return handle
 
 
-def _follow(handle: ScheduleHandle, event: str) -> Callable[[Engine], None]:
+def _follow(handle: ScheduleHandle, event: str) -> Callable[[Engine], object]:
+    if event == "ITERATION_COMPLETED":  # every iteration: no wrapper in between
+        return handle.iteration_completed
+
     def follow(engine: Engine) -> None:
         handle.on(event, engine)
 
@@ -256,6 +278,14 @@ def trigger_event(
 
 
 def _filter(handle: ScheduleHandle, event: str) -> Callable[[Engine, int], bool]:
+    if event == "ITERATION_COMPLETED":  # every iteration: straight to its short path
+        iteration_completed = handle.iteration_completed
+
+        def iteration_filter(engine: Engine, event_value: int) -> bool:
+            return bool(iteration_completed(engine))
+
+        return iteration_filter
+
     def event_filter(engine: Engine, event_value: int) -> bool:
         return bool(handle.on(event, engine))
 

@@ -51,8 +51,8 @@ Counter = Callable[[Any], int]
 
 def batch_size(batch: Any) -> int:
     """The first dimension of the first tensor in ``batch`` (0 when it holds none)."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, torch.Tensor):  # every batch: the cheapest reads torch has
+        return batch.shape[0] if batch.ndim else 1
     values: Collection[Any] = (batch.values() if isinstance(batch, Mapping)
                                else batch if isinstance(batch, list | tuple) else ())
     for value in values:
@@ -137,11 +137,14 @@ class ScheduleCallback(pl.Callback):
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         self._watched = sorted(self.driver.metric_names)
+        #: a step end reads nothing from Lightning: batch_end and step_end in one call
+        self._plain = self._hosted is None and not self._watched
         self._state_key = self._generate_state_key(callbacks=list(self.driver.table.names))
         self._last_read: dict[str, float] = {}
         self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
         self._deferred: list[str] = []
-        self._epoch_ran_out = False
+        self._batch_idx = -1  # of the epoch's last batch end so far (-1: none yet)
+        self._steps: Any = None  # Lightning's optimizer-step counter (see _step_counter)
         self._first_batch = False
 
     def _bound(self, name: str) -> Callable[[], None]:
@@ -166,6 +169,7 @@ class ScheduleCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._first_batch = True
+        self._steps = _step_counter(trainer)
         if self._hosted is not None:
             accumulate = max(int(trainer.accumulate_grad_batches), 1)
             batches = trainer.num_training_batches
@@ -179,7 +183,9 @@ class ScheduleCallback(pl.Callback):
             self.driver.ranks.dedup = True
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._epoch_ran_out = False
+        self._batch_idx = -1
+        if self._steps is not None and self._steps.completed != trainer.global_step:
+            self._steps = None  # not the counter global_step reads: read the property
         self._event(trainer, pl_module, lambda: self._catch_up(trainer))
 
     def _catch_up(self, trainer: pl.Trainer) -> tuple[str, ...]:
@@ -192,31 +198,43 @@ class ScheduleCallback(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Runs every batch: the quiet step reads global_step once and compares it with the
+        # clock; what is the same all epoch (num_training_batches) is read at the epoch end.
         d = self.driver
         self._host = (trainer, pl_module)
         if self._first_batch:  # resumed: Lightning may skip on_train_epoch_start
             self._first_batch = False
             self._catch_up(trainer)
-        d.batch_end(self._samples(batch) if self._samples else 0,
-                    self._tokens(batch) if self._tokens else 0)
-        self._epoch_ran_out = batch_idx + 1 >= trainer.num_training_batches
-        stepped = trainer.global_step  # a property chain: read once
-        hosted = self._hosted
-        if hosted is not None and hosted.wants_loss and d.clock.step < stepped:
-            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-            if loss is not None:
-                hosted.report_loss(loss)
-        while d.clock.step < stepped:
-            # A batch_end trigger may read a metric before the next step end: the value
-            # of this step is put at its end, as where the step_end triggers read it.
-            if self._watched and (d.clock.step + 1 >= d.table.step_due
-                                  or d.table.needs_batch_end):
-                self._read_metrics(trainer)
-            d.step_end()
-        self._finish(trainer)
+        samples, tokens = self._samples, self._tokens
+        n = samples(batch) if samples is not None else 0
+        t = tokens(batch) if tokens is not None else 0
+        self._batch_idx = batch_idx
+        steps = self._steps
+        stepped = steps.completed if steps is not None else trainer.global_step
+        clock = d.clock
+        if self._plain and stepped == clock.step + 1:  # one step, no metric or loss read
+            d.step(n, t)
+        else:
+            d.batch_end(n, t)
+        if clock.step < stepped:
+            hosted = self._hosted
+            if hosted is not None and hosted.wants_loss:
+                loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+                if loss is not None:
+                    hosted.report_loss(loss)
+            while clock.step < stepped:
+                # A batch_end trigger may read a metric before the next step end: the value
+                # of this step is put at its end, as where the step_end triggers read it.
+                if self._watched and (clock.step + 1 >= d.table.step_due
+                                      or d.table.needs_batch_end):
+                    self._read_metrics(trainer)
+                d.step_end()
+        if self._deferred or self._hosted is not None:
+            self._finish(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._epoch_ran_out:  # not an epoch cut by max_steps or should_stop
+        # Not an epoch cut by max_steps or should_stop: its last batch was the last one.
+        if self._batch_idx >= 0 and self._batch_idx + 1 >= trainer.num_training_batches:
             self._read_metrics(trainer)
             self._event(trainer, pl_module, self.driver.epoch_end)
 
@@ -294,7 +312,8 @@ def _precision(lightning: str) -> str:
     return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"
 
 
-#: The Lightning versions whose fit loop ``_validate`` knows: [first, last] (major, minor).
+#: The Lightning versions whose fit loop ``_validate`` and ``_step_counter`` know:
+#: [first, last] (major, minor).
 VALIDATE_KNOWN = ((2, 2), (2, 6))
 
 
@@ -310,6 +329,28 @@ def _check_validate(name: str, version: str) -> None:
             f"actions[{name!r}] = 'validate' runs Lightning's validation loop through its fit "
             f"loop, known for lightning {a}.{b} to {c}.{d}, and this is lightning {version}: "
             "install a known version, or set Lightning's own val_check_interval instead")
+
+
+def _step_counter(trainer: pl.Trainer) -> Any:
+    """The progress record whose ``completed`` is ``trainer.global_step``, or ``None``.
+
+    ``global_step`` walks six properties (about 6 k instructions, most of a quiet batch
+    end); the record it ends at is updated in place all fit long, checkpoint loads
+    included. Taken only on the Lightning versions ``VALIDATE_KNOWN`` names and checked
+    against ``global_step`` here and at each epoch start; otherwise the property is read.
+    """
+    try:
+        major, minor = (int(p) for p in str(getattr(pl, "__version__", "")).split(".")[:2])
+        if not VALIDATE_KNOWN[0] <= (major, minor) <= VALIDATE_KNOWN[1]:
+            return None
+        loop = trainer.fit_loop.epoch_loop
+        module = trainer.lightning_module
+        counter = (loop.automatic_optimization.optim_progress.optimizer.step.total
+                   if module is None or module.automatic_optimization
+                   else loop.manual_optimization.optim_step_progress.total)
+        return counter if counter.completed == trainer.global_step else None
+    except (AttributeError, ValueError):
+        return None
 
 
 def _synced(trainer: pl.Trainer, name: str) -> bool:

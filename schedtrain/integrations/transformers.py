@@ -175,11 +175,13 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: Any) -> None:
+        # Runs every step: one call into the driver (batch_end + step_end), the stop inlined.
         d = self.driver
         self._hook = (args, state, control, kwargs)
-        d.batch_end(0, state.num_input_tokens_seen - d.clock.token)
-        d.step_end()
-        self._stop(control)
+        d.step(0, state.num_input_tokens_seen - d.clock.token)
+        hosted = self._hosted
+        if hosted is not None and hosted.stop_reason is not None:
+            control.should_training_stop = True
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
