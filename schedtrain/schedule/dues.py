@@ -37,12 +37,15 @@ class DueBook:
         """Replace the vectors of some callbacks, then recompute ``minimum``."""
         version, heaps = self._version, self._heaps
         push = heapq.heappush
+        last: Due | None = None
+        finite: list[tuple[list[tuple[float, int, int]], float]] = []
         for i, due in dues:
             version[i] = v = version[i] + 1
-            for k in range(6):
-                d = due[k]
-                if d != _INF:
-                    push(heaps[k], (d, i, v))
+            if due is not last:  # callbacks sharing a trigger share their due vector
+                last = due
+                finite = [(heaps[k], d) for k, d in enumerate(due) if d != _INF]
+            for heap, d in finite:
+                push(heap, (d, i, v))
         g = [_INF] * 6
         for k, heap in enumerate(heaps):
             if len(heap) > self._limit:

@@ -183,8 +183,7 @@ class Loop:
         """The steps of one epoch; ``False`` when ``max_steps`` ended it early."""
         clock, guard, step_obj, losses = self.clock, self.guard, self.step, self.losses.losses
         run_step = step_obj.run  # a bound method, looked up once
-        max_steps = self.max_steps
-        before = self.dispatch.hooks["_before_step"]
+        max_steps, before = self.max_steps, self.dispatch.hooks["_before_step"]
         # A plain step's body runs inline for the common batch (a tuple or list whose
         # inputs are a tensor): one Python call a step costs about 2,400 instructions,
         # half a percent of a small model's step (docs/performance.md); any other batch
@@ -194,14 +193,14 @@ class Loop:
                                if plain is not None else (None, None, None))
         # The plain step's float32 scalar loss is kept as a number (LossKeeper): no
         # tensor made or held a step. Decided at the first such loss; others stay tensors.
-        pair, tensor, f32, number = _PAIR, torch.Tensor, torch.float32, False
+        # `keep`: the kept losses' append (the list is cleared at a fold, never replaced).
+        pair, tensor, f32, number, keep = _PAIR, torch.Tensor, torch.float32, False, losses.append
         step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
         prev_sample, prev_token = sample, token
         time: int | None = None
         prev_time: int | None = None
         catch_up, now_ns = clock.catch_up, clock.time_source
-        agreement = self.agreement
-        agreement.begin_epoch(step)
+        (agreement := self.agreement).begin_epoch(step)
         guard.set_limit(self._limit(step, len(losses)))
         try:
             for first in it:
@@ -209,26 +208,29 @@ class Loop:
                     self._before_step(step + 1, first)
                 if (plain is not None and type(first) in pair and len(first) == 2
                         and type(inputs := first[0]) is tensor and (shape := inputs.shape)):
-                    graph = loss_fn(model(inputs), first[1])  # type: ignore[misc]
-                    graph.backward()
+                    loss = loss_fn(model(inputs), first[1])  # type: ignore[misc]
+                    loss.backward()
                     opt.step()  # type: ignore[union-attr]
                     opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
                     if number:
-                        losses.append(graph.item())
-                    elif graph.dtype is f32 and not graph.dim():
+                        keep(loss.item())
+                    elif loss.dtype is f32 and not loss.dim():
                         number = True
-                        losses.append(graph.item())
+                        keep(loss.item())
                     else:
-                        losses.append(graph.data)
-                    loss, outputs, n, n_samples, n_tokens = graph, None, 1, shape[0], 0
+                        keep(loss.data)
+                    # One batch of shape[0] samples and no tokens, counted directly.
+                    outputs, prev_sample, prev_token = None, sample, token
+                    batches += 1
+                    sample += shape[0]
                 else:
                     loss, outputs, n, n_samples, n_tokens = run_step(first, it)
-                    losses.append(loss)
-                prev_sample, prev_token = sample, token
+                    keep(loss)
+                    prev_sample, prev_token = sample, token
+                    batches += n
+                    sample += n_samples
+                    token += n_tokens
                 step += 1
-                batches += n
-                sample += n_samples
-                token += n_tokens
                 prev_time, time = time, now_ns()
                 if step >= guard.limit:
                     sample, token, prev_sample, prev_token, prev_time, time = \
