@@ -319,9 +319,15 @@ def _filter(handle: ScheduleHandle, event: str) -> Callable[[Engine, int], bool]
             if iteration < handle.quiet_until:
                 return False
             if handle._lags:
+                if iteration == handle._iteration:  # another handler on the event asks
+                    return bool(handle._fired)
+                due = table.step_due
+                if iteration < due:  # the iteration after a firing: quiet again
+                    handle.quiet_until = due
+                    return False
                 handle.catch_up(iteration - 1)
                 fired = iteration_completed(engine)
-                # After a firing, the other handlers on the event ask again at this iteration.
+                # After a firing the other handlers ask again at this iteration: they pass.
                 handle.quiet_until = iteration if fired else table.step_due
                 return bool(fired)
             return bool(iteration_completed(engine))
