@@ -138,10 +138,10 @@ def test_quiet_iterations_leave_the_clock_behind() -> None:
     def look(engine: Engine) -> None:
         looked.append((engine.state.iteration, handle.driver.clock.step))
 
-    e.run(range(6), max_epochs=1)
-    assert looked[:5] == [(1, 0), (2, 0), (3, 0), (4, 0), (5, 5)]
+    e.run(range(7), max_epochs=1)
+    assert looked[:6] == [(1, 0), (2, 0), (3, 0), (4, 0), (5, 5), (6, 5)]
     assert seen == [("step_end", 5, 0)]
-    assert handle.state_dict()["clock"]["now"]["step"] == 6
+    assert handle.state_dict()["clock"]["now"]["step"] == 7
 
 
 def test_counted_schedules_keep_the_counting_path() -> None:
