@@ -154,3 +154,25 @@ def test_counted_schedules_keep_the_counting_path() -> None:
     e.add_event_handler(_events(handle), lambda en: fired.append(en.state.iteration))
     e.run([[0, 0, 0]] * 6, max_epochs=1)
     assert (handle.quiet_until, handle.driver.clock.sample, fired) == (0, 18, [3, 6])
+
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.integers(2, 20), before=st.integers(0, 5), data=st.data())
+def test_skipped_steps_save_the_counted_state(k: int, before: int, data: st.DataObject) -> None:
+    """``ScheduleDriver.skip_to`` over quiet steps leaves the state (counters, position in
+    the step) that counting each of them leaves, wall time aside."""
+    n = data.draw(st.integers(before, before + k - 1), label="skipped to")
+
+    def driver() -> ScheduleDriver:
+        d = ScheduleDriver(Schedule({"t": every(k, "steps", offset=before or None)}),
+                           time_source=lambda: 0)
+        d.train_start()
+        d.epoch_start()
+        return d
+
+    counted, skipped = driver(), driver()
+    for _ in range(n):
+        counted.step()
+    assume(n < counted.table.step_due or n == 0)
+    skipped.skip_to(n)
+    assert skipped.state_dict() == counted.state_dict()
