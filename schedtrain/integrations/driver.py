@@ -220,6 +220,21 @@ class ScheduleDriver:
             return fired
         return fired + self.fire("step_end")
 
+    def skip_to(self, step: int) -> None:
+        """Count the one-micro-batch steps up to ``step`` that the host counted itself,
+        seeing no samples or tokens, without evaluating them: only for steps that cannot
+        fire (``step < table.step_due``) of a schedule that reads no wall time."""
+        clock = self.clock
+        k = step - clock.step
+        if k <= 0:
+            return
+        t = clock.time_source()
+        sample, token = clock.sample, clock.token
+        clock.catch_up(step, batch=clock.batch + k, sample=sample, token=token,
+                       prev_sample=sample, prev_token=token, prev_time=t if k > 1 else None,
+                       time=t)
+        self._at_step = (clock.batch, sample, token)
+
     def epoch_end(self) -> tuple[str, ...]:
         """The epoch ended (not for an epoch cut short: a run stopped inside it has none)."""
         self._in_epoch = False

@@ -37,6 +37,7 @@ import torch
 from schedtrain.callbacks.base import Callback
 from schedtrain.integrations.driver import ScheduleDriver
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.ranks import reads_time
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import Predicate
@@ -85,6 +86,15 @@ class ScheduleHandle:
         self._last: tuple[str, int, int] | None = None
         self._iteration = -1  # the ITERATION_COMPLETED answered last (-1: another event)
         self._fired: tuple[str, ...] = ()
+        # trigger_event's quiet path: iterations below `quiet_until` are not counted as they
+        # end but caught up later (exact only for plain steps of a time-free schedule).
+        self._may_lag = (batches_per_step == 1 and samples is None and tokens is None
+                         and self._hosted is None and not driver.table.needs_batch_end
+                         and not reads_time(driver.table))
+        self._lags = False
+        self._engine: Engine | None = None
+        #: Iterations below it end quietly when a filter skips them (0: none may).
+        self.quiet_until: float = 0
 
     # -- following the engine ----------------------------------------------------------------
     def on(self, event: str, engine: Engine) -> tuple[str, ...]:
@@ -100,9 +110,21 @@ class ScheduleHandle:
         if key == self._last:
             return self._fired
         self._last, self._iteration = key, -1
+        if self._lags:
+            self.catch_up(st.iteration)
+        self._engine = engine
         self._fired = fired = self._advance(event, engine)
+        if event == "STARTED":
+            self._lags = self._may_lag and self.driver.ranks is None
+        self.quiet_until = self.driver.table.step_due if self._lags else 0
         self._after(event, engine, fired)
         return fired
+
+    def catch_up(self, iteration: int) -> None:
+        """Count the quiet iterations up to ``iteration`` that the filter skipped (no
+        further than the last one below ``quiet_until``: nothing from there can fire)."""
+        quiet = self.quiet_until
+        self.driver.skip_to(iteration if iteration < quiet else int(quiet) - 1)
 
     def iteration_completed(self, engine: Engine) -> tuple[str, ...]:
         """``on("ITERATION_COMPLETED", engine)``: the per-iteration path, kept short (an
@@ -173,12 +195,15 @@ class ScheduleHandle:
 
     def state_dict(self) -> dict[str, Any]:
         """The schedule's state (clock, triggers, latest metrics) for Ignite's ``Checkpoint``."""
+        if self._lags and self._engine is not None:  # the quiet iterations count too
+            self.catch_up(self._engine.state.iteration)
         return self.driver.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict`` (``Checkpoint.load_objects``)."""
         self.driver.load_state_dict(state)
         self._last, self._iteration = None, -1
+        self._lags, self.quiet_until = False, 0  # until the resumed engine starts
 
 
 def attach_schedule(
@@ -267,10 +292,18 @@ def trigger_event(
     EPOCH_COMPLETED and COMPLETED, each filtered by one shared schedule that follows the
     engine, so it runs exactly where ``trigger`` fires (once per event; several handlers
     may share the returned events). Use a new one per engine.
+
+    A trigger on steps and epochs alone (one iteration a step, no samples or tokens, no
+    wall time) costs one comparison on each iteration before its next due step: those
+    iterations are counted when that step or another event comes.
     """
     driver = ScheduleDriver(Schedule({"trigger": trigger}))
-    handle = ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,
-                            tokens=tokens)
+    return _events(ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,
+                                  tokens=tokens))
+
+
+def _events(handle: ScheduleHandle) -> EventsList:
+    """The five events, each filtered by ``handle``."""
     out = EventsList()
     for event in _EVENTS:
         out = out | event(event_filter=_filter(handle, event.name))
@@ -279,9 +312,24 @@ def trigger_event(
 
 def _filter(handle: ScheduleHandle, event: str) -> Callable[[Engine, int], bool]:
     if event == "ITERATION_COMPLETED":  # every iteration: straight to its short path
-        iteration_completed = handle.iteration_completed
+        iteration_completed, table = handle.iteration_completed, handle.driver.table
 
-        def iteration_filter(engine: Engine, event_value: int) -> bool:
+        def iteration_filter(engine: Engine, iteration: int) -> bool:
+            # Ignite passes state.iteration: below the next due step, one comparison.
+            if iteration < handle.quiet_until:
+                return False
+            if handle._lags:
+                if iteration == handle._iteration:  # another handler on the event asks
+                    return bool(handle._fired)
+                due = table.step_due
+                if iteration < due:  # the iteration after a firing: quiet again
+                    handle.quiet_until = due
+                    return False
+                handle.catch_up(iteration - 1)
+                fired = iteration_completed(engine)
+                # After a firing the other handlers ask again at this iteration: they pass.
+                handle.quiet_until = iteration if fired else table.step_due
+                return bool(fired)
             return bool(iteration_completed(engine))
 
         return iteration_filter
