@@ -306,3 +306,20 @@ class TestPlanCommand:
         spec.write_text(self.SPEC)
         fig = draw_png(plan_spec(load_spec(str(spec))))
         assert "checkpoint files: at most 4 at once (step 250)" in fig.axes[0].get_title()
+
+    def test_png_draws_the_files_after_each_save(self, tmp_path: Path) -> None:
+        """The png's green curve: after each save, the files all savers hold (the same
+        numbers the table and json list), up to the peak."""
+        pytest.importorskip("matplotlib")
+        spec = tmp_path / "s.toml"
+        spec.write_text(self.SPEC)
+        plan = plan_spec(load_spec(str(spec)))
+        fig = draw_png(plan)
+        (curve,) = fig.axes[1].get_lines()
+        held: dict[str, int] = {}
+        expected = []
+        for save in plan.files:
+            held[save.callback] = len(save.files)
+            expected.append((save.at.step, sum(held.values())))
+        assert list(zip(curve.get_xdata(), curve.get_ydata(), strict=True)) == expected
+        assert max(n for _, n in expected) == 4

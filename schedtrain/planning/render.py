@@ -12,10 +12,11 @@ from schedtrain.files import write_atomic
 from schedtrain.planning.disk import files_json, files_lines, peak
 from schedtrain.planning.plan import Plan
 from schedtrain.schedule.firings import Firing
+from schedtrain.simulation.files import SaveFiles
 from schedtrain.spec.model import Spec
 
-__all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "draw_png", "render_json",
-           "render_png", "render_table"]
+__all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "draw_png", "files_over_time",
+           "render_json", "render_png", "render_table"]
 
 #: Columns of the text timeline; the run is binned into this many, whatever its length.
 TIMELINE_WIDTH: Final = 64
@@ -173,9 +174,28 @@ def draw_png(plan: Plan) -> Any:
     if plan.files:
         most, at = peak(plan.files)
         title += f"\ncheckpoint files: at most {most:,} at once (step {at:,})"
+        steps, counts = files_over_time(plan.files)
+        files_ax = ax.twinx()  # the files the savers leave, after each save, on the right
+        files_ax.step(steps, counts, where="post", color="tab:green", linewidth=1.0,
+                      label="checkpoint files")
+        files_ax.set_ylim(0, max(counts) * 1.15 + 1)
+        files_ax.set_ylabel("checkpoint files (green)", color="tab:green")
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def files_over_time(files: tuple[SaveFiles, ...]) -> tuple[list[int], list[int]]:
+    """The step of each save and how many checkpoint files all savers' folders hold
+    right after it (the png's green curve)."""
+    held: dict[str, int] = {}
+    steps: list[int] = []
+    counts: list[int] = []
+    for save in files:
+        held[save.callback] = len(save.files)
+        steps.append(save.at.step)
+        counts.append(sum(held.values()))
+    return steps, counts
 
 
 def render_png(plan: Plan, out: str) -> None:
