@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench_integrations import lightning_parts  # the same module and flags callback
 
 from schedtrain import Schedule, every
 
@@ -46,25 +46,7 @@ def lightning_calls(k: int) -> dict[str, Call]:
 
     from schedtrain.integrations.lightning import ScheduleCallback
 
-    warnings.filterwarnings("ignore")
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(16, 1)
-
-        def training_step(self, batch: torch.Tensor, _: int) -> torch.Tensor:
-            return self.layer(batch).pow(2).mean()
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    class EveryK(pl.Callback):
-        def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
-            if trainer.global_step % k == 0:
-                pass
+    Module, EveryK = lightning_parts(k)
 
     seen: dict[str, Any] = {}
 

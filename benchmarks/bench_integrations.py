@@ -79,10 +79,10 @@ def _quiet() -> None:
 
 
 # -- Lightning ---------------------------------------------------------------------------
-def lightning_variants(most: int, k: int) -> dict[str, Variant]:
+def lightning_parts(k: int) -> tuple[Any, Any]:
+    """The benchmark's ``LightningModule`` class, and a callback class testing
+    ``global_step % k`` at each batch end (Lightning's own cadence, as a user writes it)."""
     import lightning.pytorch as pl
-
-    from schedtrain.integrations.lightning import ScheduleCallback
 
     _quiet()  # Lightning sets its loggers' levels when imported
 
@@ -101,6 +101,16 @@ def lightning_variants(most: int, k: int) -> dict[str, Variant]:
         def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
             if trainer.global_step % k == 0:
                 pass
+
+    return Module, EveryK
+
+
+def lightning_variants(most: int, k: int) -> dict[str, Variant]:
+    import lightning.pytorch as pl
+
+    from schedtrain.integrations.lightning import ScheduleCallback
+
+    Module, EveryK = lightning_parts(k)
 
     rows = torch.randn(most * 32, 16)
 
