@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_retention import Feed  # puts val/loss from a list at every step
 from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
@@ -20,18 +21,6 @@ from schedtrain.cli import main
 from schedtrain.retention import AnyOf, Best, Every, Latest, saver_keep
 from schedtrain.simulation import SaverFiles, planned_files, simulate
 from schedtrain.training import Trainer
-
-
-class Feed(Callback):
-    """Puts ``val/loss`` from a list at every step."""
-
-    produces = ("val/loss",)
-
-    def __init__(self, values: list[float]) -> None:
-        self.values = values
-
-    def _trigger(self) -> None:
-        self.metrics.put("val/loss", self.values[self.now.step - 1])
 
 
 def _run(run_dir: Path, saver: Callback, values: list[float], *,
