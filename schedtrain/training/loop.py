@@ -191,10 +191,12 @@ class Loop:
         plain = step_obj if type(step_obj) is PlainStep else None
         model, loss_fn, opt = ((plain.model, plain.loss_fn, plain.optimizer)
                                if plain is not None else (None, None, None))
-        # The plain step's float32 scalar loss is kept as a number (LossKeeper): no
-        # tensor made or held a step. Decided at the first such loss; others stay tensors.
+        # The plain step's float32 scalar loss on the CPU is kept as a number (LossKeeper):
+        # no tensor made or held a step, and item() waits for nothing there. Decided at the
+        # first loss; a loss on a device stays a tensor (item() would sync every step).
         # `keep`: the kept losses' append (the list is cleared at a fold, never replaced).
-        pair, tensor, f32, number, keep = _PAIR, torch.Tensor, torch.float32, False, losses.append
+        pair, tensor, f32, keep = _PAIR, torch.Tensor, torch.float32, losses.append
+        number: bool | None = None
         step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
         prev_sample, prev_token = sample, token
         time: int | None = None
@@ -214,11 +216,11 @@ class Loop:
                     opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
                     if number:
                         keep(loss.item())
-                    elif loss.dtype is f32 and not loss.dim():
-                        number = True
-                        keep(loss.item())
                     else:
-                        keep(loss.data)
+                        if number is None:
+                            number = (loss.dtype is f32 and not loss.dim()
+                                      and loss.device.type == "cpu")
+                        keep(loss.item() if number else loss.data)
                     # One batch of shape[0] samples and no tokens, counted directly.
                     outputs, prev_sample, prev_token = None, sample, token
                     batches += 1
