@@ -28,7 +28,7 @@ from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.checkpoints import CheckpointError, newest_valid, read_checkpoint
 from schedtrain.checkpoints import background as background_module
 from schedtrain.checkpoints import mount as mount_module
-from schedtrain.checkpoints.background import snapshot
+from schedtrain.checkpoints.staging import snapshot
 from schedtrain.clock import LoopClock
 from schedtrain.errors import Preempted
 from schedtrain.monitors import store as store_module

@@ -10,11 +10,13 @@ that thread: the finiteness check reads the host copy, not the loop's time.
 
 On Linux the thread runs at the lowest CPU priority (``WRITER_NICE``), so on busy cores
 the training step's threads run first and the write takes the time they leave; where
-cores are free the nice value changes nothing. Whenever the loop waits for the write (the
-next save, a way out of the loop) the thread gets its priority back first, so the loop
-never waits behind other work on the machine. Both are best-effort: where the system
-refuses (raising a priority back needs root, ``CAP_SYS_NICE`` or ``RLIMIT_NICE``), the
-thread keeps what it has.
+cores are free the nice value changes nothing. A ``share`` below 1 also paces the write
+(``checkpoints.pacing``): busy at most that share of the time, it leaves memory bandwidth
+and cores to the step even where nice has nothing to give. Whenever the loop waits for
+the write (the next save, a way out of the loop) the thread gets its priority back and
+its pace is lifted first, so the loop never waits longer than the write itself takes.
+Priorities are best-effort: where the system refuses (raising a priority back needs root,
+``CAP_SYS_NICE`` or ``RLIMIT_NICE``), the thread keeps what it has.
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 import torch
 
 from schedtrain.checkpoints.format import is_finite
+from schedtrain.checkpoints.pacing import Pace, paced
+from schedtrain.checkpoints.staging import Staging
 
-__all__ = ["BUSY_RULES", "MODES", "WRITER_NICE", "Writer", "checked", "nonfinite", "snapshot",
-           "trim"]
+__all__ = ["BUSY_RULES", "MODES", "WRITER_NICE", "Writer", "checked", "nonfinite"]
 
 #: ``[run] checkpoint_mode``: write in the background, or block until the file is committed.
 MODES: Final = ("async", "sync")
@@ -65,108 +68,6 @@ def checked(state: dict[str, Any], loss: torch.Tensor | None, path: Path,
     return run
 
 
-def snapshot(tree: Any) -> Any:
-    """A deep copy of a state tree whose tensors are host copies.
-
-    Tensors sharing a storage share the copied one (views, tied weights), so the copy
-    serialises to the same bytes as the original; containers are copied, other values
-    (numbers, strings) are immutable and kept; a ``state_dict``'s ``_metadata`` is copied.
-    """
-    storages: dict[tuple[str, int], torch.UntypedStorage] = {}
-
-    def copy(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return _host_tensor(value, storages)
-        if type(value) is dict:
-            return {k: copy(v) for k, v in value.items()}
-        if isinstance(value, dict):  # an OrderedDict state_dict: its ``_metadata`` too
-            out = type(value)()
-            for k, v in value.items():
-                out[k] = copy(v)
-            out.__dict__.update(copy(vars(value)))
-            return out
-        if isinstance(value, list):
-            return [copy(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(copy(v) for v in value)
-        if isinstance(value, set):
-            return set(value)
-        return value
-
-    return copy(tree)
-
-
-def _tensors(tree: Any) -> Iterator[torch.Tensor]:
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif isinstance(tree, dict):
-        for v in tree.values():
-            yield from _tensors(v)
-    elif isinstance(tree, list | tuple):
-        for v in tree:
-            yield from _tensors(v)
-
-
-def trim(tree: dict[str, Any]) -> dict[str, Any]:
-    """``tree`` with each tensor that alone uses a larger storage (a scalar loss in an
-    allocator's block) replaced by a compact copy; containers are new (the run's live
-    state dicts are never changed), other tensors are the same objects.
-
-    ``torch.save`` writes whole storages: the bytes outside the tensor are whatever
-    memory held, so without this two runs computing the same values could write
-    different files.
-    """
-    users: dict[int, int] = {}
-    for t in _tensors(tree):
-        if type(t) is torch.Tensor:
-            key = t.untyped_storage().data_ptr()
-            users[key] = users.get(key, 0) + 1
-
-    def fix(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            if (type(value) is torch.Tensor
-                    and value.untyped_storage().nbytes() > value.nbytes
-                    and users[value.untyped_storage().data_ptr()] == 1):
-                return value.clone()
-            return value
-        if type(value) is dict:
-            return {k: fix(v) for k, v in value.items()}
-        if isinstance(value, dict):  # an OrderedDict state_dict, with its _metadata
-            out = type(value)()
-            for k, v in value.items():
-                out[k] = fix(v)
-            out.__dict__.update(vars(value))
-            return out
-        if isinstance(value, list):
-            return [fix(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(fix(v) for v in value)
-        return value
-
-    fixed: dict[str, Any] = fix(tree)
-    return fixed
-
-
-def _host_tensor(t: torch.Tensor,
-                 storages: dict[tuple[str, int], torch.UntypedStorage]) -> torch.Tensor:
-    if type(t) is not torch.Tensor:  # a subclass (DTensor...): its own copy
-        return t.detach().clone()
-    source = t.untyped_storage()
-    key = (str(t.device), source.data_ptr())
-    host = storages.get(key)
-    if host is None:
-        if t.device.type == "cpu":
-            host = source.clone()  # type: ignore[no-untyped-call]
-        else:  # pinned host memory: the copy from the device is as fast as it gets
-            buffer = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=True)
-            host = buffer.untyped_storage()
-            host.copy_(source)
-        storages[key] = host
-    out = torch.empty(0, dtype=t.dtype)
-    out.set_(host, t.storage_offset(), t.size(), t.stride())
-    return out
-
-
 class Writer:
     """One background thread at a time, writing one checkpoint.
 
@@ -174,12 +75,21 @@ class Writer:
         on_done: called from the thread when a save ended (written or failed).
         nice: the thread's nice value while nobody waits for it (Linux only; ``None``:
             the priority of the thread that starts it).
+        share: the most of the time the thread is busy while nobody waits for it
+            (``Pace``; 1: flat out).
+        staging: ``"reuse"`` or ``"fresh"`` host buffers for the snapshots (``Staging``).
     """
 
     def __init__(self, on_done: Callable[[], None] | None = None,
-                 nice: int | None = WRITER_NICE) -> None:
+                 nice: int | None = WRITER_NICE, share: float = 1.0,
+                 staging: str = "reuse") -> None:
         self.on_done, self.nice = on_done, nice
+        self.staging = Staging(staging)
+        Pace(share)  # refuses a share outside (0, 1] here, not in the thread
+        self.share = share
+        self._pace: Pace | None = None
         self._thread: threading.Thread | None = None
+        self._stray: threading.Thread | None = None  # forgotten, maybe still writing
         self._error: BaseException | None = None
         self._result: Any = None
         #: the running thread's id and its priority before ``nice`` (Linux), for ``result``
@@ -196,19 +106,27 @@ class Writer:
         """Whether the save in flight (if any) has ended."""
         return self._thread is None or not self._thread.is_alive()
 
+    def stage(self, tree: Any) -> Any:
+        """A host snapshot of ``tree`` for the next ``start``; copied into the buffers of
+        the last one unless a forgotten write may still read them."""
+        stray = self._stray
+        return self.staging.snapshot(tree, free=stray is None or not stray.is_alive())
+
     def start(self, write: Callable[[], object]) -> None:
         """Run ``write()`` in the background; a save must not be in flight."""
         if self._thread is not None:
             raise RuntimeError("a checkpoint save is already in flight")
         self._error = self._result = self._priority = None
         self._waited = False
+        pace = self._pace = Pace(self.share)
 
         def run() -> None:
             try:
                 with self._lock:
                     if self.nice is not None and not self._waited:
                         self._priority = _lower_priority(self.nice)
-                self._result = write()
+                with paced(pace):
+                    self._result = write()
             except BaseException as exc:  # kept for the loop's thread: never lost
                 self._error = exc
             finally:
@@ -221,7 +139,7 @@ class Writer:
 
     def forget(self) -> None:
         """No longer track the save in flight (it runs on, in a daemon thread)."""
-        self._thread = None
+        self._stray, self._thread = self._thread or self._stray, None
 
     def result(self) -> Any:
         """Wait for the save in flight to end; re-raise what it raised, else return what
@@ -230,6 +148,8 @@ class Writer:
         thread, self._thread = self._thread, None
         if thread is None:
             return None
+        if self._pace is not None:
+            self._pace.release()
         with self._lock:
             self._waited = True
             priority, self._priority = self._priority, None

@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import torch
 
+from schedtrain.checkpoints.pacing import pause, update_in_pieces
+
 __all__ = ["FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
            "file_digests", "is_finite"]
 
@@ -57,8 +59,9 @@ def _feed(h: Any, value: Any) -> None:
         t = value.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
         if t.numel():
-            # The tensor's own memory, without a copy (hashlib reads any buffer).
-            h.update(t.reshape(-1).view(torch.uint8).numpy())
+            # The tensor's own memory, without a copy (hashlib reads any buffer), in pieces
+            # a paced background write pauses between.
+            update_in_pieces(h, t.reshape(-1).view(torch.uint8).numpy())
     elif isinstance(value, dict):
         h.update(b"{")
         for k, v in value.items():
@@ -93,7 +96,11 @@ def is_finite(model_state: Mapping[str, Any], loss: torch.Tensor | None) -> bool
                if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if loss is not None:
         tensors.append(loss)
-    return all(bool(torch.isfinite(t).all()) for t in tensors)
+    for t in tensors:
+        if not bool(torch.isfinite(t).all()):
+            return False
+        pause()
+    return True
 
 
 def file_digests(folder: Path, names: list[str] | None = None) -> dict[str, str]:

@@ -16,15 +16,7 @@ from typing import Any
 
 import structlog
 
-from schedtrain.checkpoints.background import (
-    BUSY_RULES,
-    MODES,
-    Writer,
-    checked,
-    nonfinite,
-    snapshot,
-    trim,
-)
+from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, checked, nonfinite
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
 from schedtrain.checkpoints.format import CheckpointError, is_finite
@@ -40,6 +32,7 @@ from schedtrain.checkpoints.sharded import (
     save_sharded,
     start_sharded,
 )
+from schedtrain.checkpoints.staging import snapshot, trim
 from schedtrain.checkpoints.storage import Storage
 from schedtrain.checkpoints.store import (
     newest_valid,
@@ -81,7 +74,8 @@ class Checkpoints:
         #: called from the writing thread when a background save ended (the loop then
         #: collects it at its next step)
         self.on_background_done: Callable[[], None] | None = None
-        self._writer = Writer(self._background_done)
+        #: the background writer (its pace and staging: the trainer's options)
+        self.writer = Writer(self._background_done)
         self._landing: Landing | None = None
         #: the sharded save in flight (its ranks finish it together: never on a wake-up)
         self._flight: InFlight | None = None
@@ -160,7 +154,7 @@ class Checkpoints:
             return
         flight = self._flight
         busy = self._landing is not None and not (
-            flight.future.done() if flight is not None else self._writer.done())
+            flight.future.done() if flight is not None else self.writer.done())
         skip = self.busy == "skip" and busy
         if self.busy == "skip" and self.comm is not None:  # every rank skips, or none
             skip = self.comm.any(skip)  # (only the chief writes: it decides)
@@ -254,10 +248,10 @@ class Checkpoints:
     def _start(self, body: dict[str, Any], landing: Landing) -> None:
         """Write ``body`` in the background; the loop blocks only for the host copy (the
         training may change the state at once)."""
-        state = snapshot(body)
+        state = self.writer.stage(body)
         loss = self.parts.last_loss()
         self._landing = landing
-        self._writer.start(checked(state, None if loss is None else snapshot(loss),
+        self.writer.start(checked(state, None if loss is None else snapshot(loss),
                                    landing[0], self._if_nonfinite, self.mount.write))
 
     def wait(self, *, together: bool = True) -> None:
@@ -277,7 +271,7 @@ class Checkpoints:
         try:
             if flight is not None and self.comm is not None:
                 finish_sharded(flight, self.comm, together=together)
-            elif (written := self._writer.result()) != landing[0] and written is not None:
+            elif (written := self.writer.result()) != landing[0] and written is not None:
                 self.written = self._if_nonfinite  # the thread found it non-finite
                 landing = (written, *landing[1:])
         except Exception as exc:
@@ -299,7 +293,7 @@ class Checkpoints:
         """Stop waiting for the save in flight (a second Ctrl-C aborts at once): its
         thread dies with the process, leaving at most a temporary file."""
         self._landing = self._flight = None
-        self._writer.forget()
+        self.writer.forget()
 
     def _committed(self, landing: Landing) -> None:
         path, phase, step, epoch, on_saved = landing

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.pacing import paced_file
 from schedtrain.checkpoints.storage import Storage
 from schedtrain.checkpoints.store import (
     checkpoint_body,
@@ -71,7 +72,7 @@ class Mount:
         if name is None or self.storage is None:
             return write_checkpoint(body, path)
         full = checkpoint_body(body, self.storage.url(name))
-        self.storage.write(name, lambda f: torch.save(full, f))
+        self.storage.write(name, lambda f: torch.save(full, paced_file(f)))
         return path
 
     def read(self, path: Path) -> dict[str, Any]:

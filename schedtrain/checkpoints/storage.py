@@ -26,6 +26,7 @@ from typing import IO, Any, Final, Protocol, TypeVar
 
 from schedtrain.checkpoints.files import NAME_RE, remove, remove_leftovers, write_atomic
 from schedtrain.checkpoints.format import CheckpointError
+from schedtrain.checkpoints.pacing import update_in_pieces
 from schedtrain.urls import is_url, missing_package
 
 __all__ = ["ATTEMPTS", "MANIFEST", "FsspecStorage", "LocalStorage", "Storage",
@@ -175,10 +176,12 @@ class FsspecStorage:
         buffer = io.BytesIO()
         save(buffer)
         data = buffer.getvalue()
+        checksum = hashlib.blake2b(digest_size=32)
+        update_in_pieces(checksum, data)
         manifest = json.dumps({
             "format": MANIFEST,
             "files": {name: {"size": len(data),
-                             "blake2b": hashlib.blake2b(data, digest_size=32).hexdigest()}},
+                             "blake2b": checksum.hexdigest()}},
         }, indent=1).encode()
         if _needs_folders(self.fs):  # a local folder, unlike an object store's prefix
             self._retry("create the folder", "",

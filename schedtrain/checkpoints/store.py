@@ -25,6 +25,7 @@ from schedtrain.checkpoints.format import (
     digest,
     file_digests,
 )
+from schedtrain.checkpoints.pacing import paced_file
 from schedtrain.checkpoints.storage import Storage
 
 __all__ = ["checkpoint_body", "load_checked", "newest_valid", "read_checkpoint",
@@ -41,7 +42,7 @@ def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     body = checkpoint_body(state, path)
     if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
         remove(path)
-    return write_atomic(path, lambda f: torch.save(body, f))
+    return write_atomic(path, lambda f: torch.save(body, paced_file(f)))
 
 
 def checkpoint_body(state: dict[str, Any], shown: str | Path) -> dict[str, Any]:

@@ -238,6 +238,12 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
         problems.expect(("run", "checkpoint_mode"), "'async' or 'sync'", run.checkpoint_mode)
     if run.checkpoint_busy not in ("wait", "skip"):
         problems.expect(("run", "checkpoint_busy"), "'wait' or 'skip'", run.checkpoint_busy)
+    if run.checkpoint_staging not in ("reuse", "fresh"):
+        problems.expect(("run", "checkpoint_staging"), "'reuse' or 'fresh'",
+                        run.checkpoint_staging)
+    share = run.checkpoint_write_share
+    if share is not None and not 0 < share <= 1:
+        problems.expect(("run", "checkpoint_write_share"), "a number > 0 and <= 1", share)
     device = _DEVICE_RE.fullmatch(run.device)
     if device is None or int(device["index"] or 0) > MAX_DEVICE_INDEX:
         problems.expect(("run", "device"), f"'auto', 'cpu', 'cuda', 'cuda:N' (N from 0 to "

@@ -110,6 +110,11 @@ class RunSpec:
             thread writes) or ``"sync"``.
         checkpoint_busy: a save asked for while another is in flight ``"wait"``s for it
             or is ``"skip"``ped.
+        checkpoint_staging: ``"reuse"`` the host buffers of an async save's snapshot for
+            the next one (held between saves) or take ``"fresh"`` ones each time.
+        checkpoint_write_share: the most of the time (0 < x <= 1) a background write is
+            busy while the loop does not wait for it; not given: 1 when training runs on a
+            device, 0.25 on the CPU (where the write and the step share the cores).
         export: also write the model's weights in these formats (``"safetensors"``).
         deadline: an ISO time or a duration from the start (``"23 h"``); the earlier of
             it and SLURM's ``SLURM_JOB_END_TIME`` is the run's deadline.
@@ -135,6 +140,8 @@ class RunSpec:
     storage_options: Mapping[str, Any] = attrs.field(factory=dict)
     checkpoint_mode: str = "async"
     checkpoint_busy: str = "wait"
+    checkpoint_staging: str = "reuse"
+    checkpoint_write_share: float | None = None
     export: tuple[str, ...] = ()
     deadline: str | None = None
     preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS

@@ -317,7 +317,9 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
         checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options),
         checkpoint_mode=run.checkpoint_mode, checkpoint_busy=run.checkpoint_busy,
-        export=run.export, deadline=run.deadline, preempt_signals=run.preempt_signals,
+        checkpoint_staging=run.checkpoint_staging,
+        checkpoint_write_share=run.checkpoint_write_share, export=run.export,
+        deadline=run.deadline, preempt_signals=run.preempt_signals,
         schedule_change=schedule_change)
     try:
         _resume_and_fit(trainer, out_dir, resume)

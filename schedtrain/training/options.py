@@ -15,6 +15,7 @@ import attrs
 import torch
 
 from schedtrain.checkpoints.background import BUSY_RULES, MODES
+from schedtrain.checkpoints.staging import STAGING
 from schedtrain.distributed.comm import check_reduce
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS, check_deadline, check_signals
 from schedtrain.urls import is_url
@@ -76,6 +77,8 @@ class Options:
     storage_options: Mapping[str, Any] = attrs.field(factory=dict)
     checkpoint_mode: str = "async"
     checkpoint_busy: str = "wait"
+    checkpoint_staging: str = "reuse"
+    checkpoint_write_share: float | None = None
     export: tuple[str, ...] = ()
     deadline: str | None = None
     preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
@@ -113,7 +116,13 @@ class Options:
             raise ValueError(f"`sanity_eval_batches` must be a whole number >= 0, got "
                              f"{sanity!r}")
         _check_storage(rest.get("checkpoint_dir"), rest.get("storage_options"), run_dir)
+        share = rest.get("checkpoint_write_share")
+        if share is not None and (isinstance(share, bool) or not isinstance(share, int | float)
+                                  or not 0 < share <= 1):
+            raise ValueError(f"`checkpoint_write_share` must be a number > 0 and <= 1 (or "
+                             f"None: decided by the device), got {share!r}")
         for name, allowed in (("checkpoint_mode", MODES), ("checkpoint_busy", BUSY_RULES),
+                              ("checkpoint_staging", STAGING),
                               ("schedule_change", ("refuse", "apply"))):
             if name in rest and rest[name] not in allowed:
                 raise ValueError(f"`{name}` must be one of {allowed}, got {rest[name]!r}")

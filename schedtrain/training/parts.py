@@ -25,6 +25,7 @@ from schedtrain.callbacks.base import (
     stops_alone,
 )
 from schedtrain.checkpoints import Checkpoints, checkpoint_name
+from schedtrain.checkpoints.pacing import write_share
 from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
@@ -171,6 +172,9 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage,
                               mode=options.checkpoint_mode, busy=options.checkpoint_busy)
     checkpoints.on_background_done = guard.wake
+    checkpoints.writer.staging.mode = options.checkpoint_staging
+    checkpoints.writer.share = write_share(options.checkpoint_write_share,
+                                          options.device.type)
     checkpoints.export = options.export
     if directory is not None:
         record = directory.checkpoint_written

@@ -92,6 +92,11 @@ class Trainer:
             the loop waits for the file. Both write the same bytes (docs/checkpoints.md).
         checkpoint_busy: a save asked for while another is in flight: ``"wait"``
             (default) for it, or ``"skip"`` the new one; either is logged.
+        checkpoint_staging: ``"reuse"`` (default) an async save's host buffers for the
+            next snapshot (held between saves), or ``"fresh"`` ones each time.
+        checkpoint_write_share: the most of the time (0 < x <= 1) a background write is
+            busy while the loop does not wait for it; ``None``: 1 on a device, 0.25 on
+            the CPU, where the write and the step share cores (docs/checkpoints.md).
         export: also write the model's weights in these formats (``["safetensors"]``):
             ``RUN_DIR/export/final.safetensors`` when training ends, and beside each
             ``MinSaver``/``MaxSaver`` best checkpoint (docs/checkpoints.md).
@@ -135,6 +140,8 @@ class Trainer:
         storage_options: Mapping[str, Any] | None = None,
         checkpoint_mode: str = "async",
         checkpoint_busy: str = "wait",
+        checkpoint_staging: str = "reuse",
+        checkpoint_write_share: float | None = None,
         export: Iterable[str] = (),
         deadline: str | None = None,
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
@@ -149,7 +156,8 @@ class Trainer:
             handle_signals=handle_signals, log_events=log_events,
             sanity_eval_batches=sanity_eval_batches, checkpoint_dir=checkpoint_dir,
             storage_options=dict(storage_options or {}), checkpoint_mode=checkpoint_mode,
-            checkpoint_busy=checkpoint_busy, export=export, deadline=deadline,
+            checkpoint_busy=checkpoint_busy, checkpoint_staging=checkpoint_staging,
+            checkpoint_write_share=checkpoint_write_share, export=export, deadline=deadline,
             preempt_signals=tuple(preempt_signals), schedule_change=schedule_change)
         seed_everything(seed)
         parts = build_parts(self.options, model=model, optimizer=optimizer,
