@@ -237,6 +237,8 @@ class TestPlan:
         ('checkpoint_mode = "sync"', "the loop waits for each file"),
         ('checkpoint_busy = "skip"', "in flight is skipped (checkpoint_busy = 'skip')"),
         ("", "in flight waits for it (checkpoint_busy = 'wait')"),
+        ("", "busy at most 0.25 of the time on the CPU, flat out on a device"),
+        ("checkpoint_write_share = 0.5", "writes, busy at most 0.5 of the time)"),
     ])
     def test_says_how_saves_are_written(self, tmp_path: Path, run: str, says: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any, Final
 
+from schedtrain.spec.model import CPU_WRITE_SHARE
+
 __all__ = ["CPU_SHARE", "PIECE", "QUANTUM", "Pace", "paced", "paced_file", "pause",
            "update_in_pieces", "write_share"]
 
@@ -30,9 +32,9 @@ __all__ = ["CPU_SHARE", "PIECE", "QUANTUM", "Pace", "paced", "paced_file", "paus
 QUANTUM: Final = 0.02
 #: The most bytes one ``write`` call of a paced file hands on at once.
 PIECE: Final = 8 << 20
-#: A background write's share of the time where training runs on the CPU: there the
-#: write and the step share cores and memory bandwidth (docs/performance.md).
-CPU_SHARE: Final = 0.25
+#: A background write's share of the time where training runs on the CPU (the spec's
+#: default, docs/performance.md).
+CPU_SHARE: Final = CPU_WRITE_SHARE
 
 _local = threading.local()
 

@@ -13,7 +13,7 @@ from schedtrain.planning.disk import files_json, files_lines, peak
 from schedtrain.planning.plan import Plan
 from schedtrain.schedule.firings import Firing
 from schedtrain.simulation.files import SaveFiles
-from schedtrain.spec.model import Spec
+from schedtrain.spec.model import CPU_WRITE_SHARE, Spec
 
 __all__ = ["PNG_MISSING", "TIMELINE_WIDTH", "PngUnavailable", "draw_png", "files_over_time",
            "render_json", "render_png", "render_table"]
@@ -83,7 +83,10 @@ def _saves_line(spec: Spec) -> str:
     """How checkpoints are written, and what a save asked for during another does."""
     mode = spec.run.checkpoint_mode if spec.run is not None else "async"
     busy = spec.run.checkpoint_busy if spec.run is not None else "wait"
-    how = ("the loop blocks for a host copy, a background thread writes"
+    share = spec.run.checkpoint_write_share if spec.run is not None else None
+    pace = (f"busy at most {share:g} of the time" if share is not None else
+            f"busy at most {CPU_WRITE_SHARE:g} of the time on the CPU, flat out on a device")
+    how = (f"the loop blocks for a host copy, a background thread writes, {pace}"
            if mode == "async" else "the loop waits for each file")
     rule = ("waits for it" if busy == "wait" else "is skipped")
     return (f"saves: checkpoint_mode = {mode!r} ({how}); a save asked for while one is "

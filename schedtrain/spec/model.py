@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -14,7 +14,11 @@ from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.triggers import Trigger
 
-__all__ = ["CallbackSpec", "ClockSpec", "RunSpec", "Spec"]
+__all__ = ["CPU_WRITE_SHARE", "CallbackSpec", "ClockSpec", "RunSpec", "Spec"]
+
+#: ``[run] checkpoint_write_share`` not given, where training runs on the CPU: the
+#: background write and the step share the cores and memory bandwidth there.
+CPU_WRITE_SHARE: Final = 0.25
 
 
 @attrs.frozen
