@@ -1,7 +1,8 @@
 """Background saves: a host snapshot of a checkpoint's state, written by one thread.
 
-The loop blocks only for ``snapshot``: every tensor of the state is copied to host
-memory (pinned when CUDA is there), so training may change the live state at once.
+The loop blocks only for ``Writer.stage``: every tensor of the state is copied to host
+memory (``checkpoints.staging``: pinned when CUDA is there, into the last save's buffers
+by default), so training may change the live state at once.
 ``Writer`` then serialises, checksums, writes, syncs and commits it in one background
 thread; at most one save is in flight. What the thread raised is kept and re-raised on
 the loop's thread by ``Writer.result`` (never lost), and ``on_done`` tells the loop a
