@@ -65,10 +65,11 @@ def snapshot(tree: Any, kept: Mapping[_Key, torch.UntypedStorage] | None = None,
     its size is there; ``used`` gets the host storages of this copy.
     """
     storages: dict[_Key, torch.UntypedStorage] = {} if used is None else used
+    buffers = kept or {}
 
     def copy(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            return _host_tensor(value, storages, kept or {})
+            return _host_tensor(value, storages, buffers)
         if type(value) is dict:
             return {k: copy(v) for k, v in value.items()}
         if isinstance(value, dict):  # an OrderedDict state_dict: its ``_metadata`` too
