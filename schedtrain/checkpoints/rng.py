@@ -37,7 +37,9 @@ def rng_state() -> dict[str, Any]:
         import numpy as np
 
         name, np_keys, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = [name, [int(k) for k in np_keys], int(pos), int(has_gauss),
+        # tolist(): the same Python ints as int() of each key, without 624 NumPy scalars
+        # (half of the snapshot the loop takes at every epoch start: docs/performance.md)
+        state["numpy"] = [name, np.asarray(np_keys).tolist(), int(pos), int(has_gauss),
                           float(cached)]
     return state
 
