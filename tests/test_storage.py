@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from typing import Any
 
 import pytest
@@ -27,22 +28,22 @@ def _save(value: float) -> Any:
     return lambda f: torch.save({"w": torch.tensor([value])}, f)
 
 
-class TestS3Commit:
-    """A checkpoint on S3 exists once its manifest is written."""
+class TestObjectStoreCommit:
+    """A checkpoint on S3 or Cloud Storage exists once its manifest is written."""
 
-    def test_write_commits_and_reads_back(self, s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    def test_write_commits_and_reads_back(self, object_bucket: tuple[str, dict[str, Any]]) -> None:
         """Written, listed as committed, and read back byte for byte."""
-        store = _store(s3_bucket)
+        store = _store(object_bucket)
         store.write("step-00000004.pt", _save(1.5))
         assert store.committed() == ["step-00000004.pt"]
         state = torch.load(io.BytesIO(store.read("step-00000004.pt")), weights_only=True)
         assert state["w"].item() == 1.5
 
-    def test_uncommitted_is_ignored_and_cleaned(self, s3_bucket: tuple[str, dict[str, Any]]
+    def test_uncommitted_is_ignored_and_cleaned(self, object_bucket: tuple[str, dict[str, Any]]
                                                 ) -> None:
         """A file without its manifest is no checkpoint, and clean_leftovers removes it
         while committed ones stay."""
-        store = _store(s3_bucket)
+        store = _store(object_bucket)
         store.write("step-00000004.pt", _save(1.0))
         store.fs.pipe_file(f"{store.root}/step-00000008.pt", b"half a checkpoint")
         assert store.committed() == ["step-00000004.pt"]
@@ -52,27 +53,27 @@ class TestS3Commit:
         assert not store.fs.exists(f"{store.root}/step-00000008.pt")
         assert store.committed() == ["step-00000004.pt"]
 
-    def test_damaged_file_is_named(self, s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    def test_damaged_file_is_named(self, object_bucket: tuple[str, dict[str, Any]]) -> None:
         """A file changed after its commit fails its manifest's checksum, by URL."""
-        store = _store(s3_bucket)
+        store = _store(object_bucket)
         store.write("step-00000004.pt", _save(1.0))
         store.fs.pipe_file(f"{store.root}/step-00000004.pt", b"flipped")
         with pytest.raises(StorageError, match="does not match its manifest") as info:
             store.read("step-00000004.pt")
         assert str(info.value.path).endswith("run/checkpoints/step-00000004.pt")
 
-    def test_delete_uncommits_first(self, s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    def test_delete_uncommits_first(self, object_bucket: tuple[str, dict[str, Any]]) -> None:
         """Deleting removes the manifest and the file."""
-        store = _store(s3_bucket)
+        store = _store(object_bucket)
         store.write("step-00000004.pt", _save(1.0))
         store.delete("step-00000004.pt")
         assert store.committed() == []
         assert not store.fs.exists(f"{store.root}/step-00000004.pt")
         assert not store.fs.exists(f"{store.root}/step-00000004.manifest.json")
 
-    def test_missing_folder_lists_nothing(self, s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    def test_missing_folder_lists_nothing(self, object_bucket: tuple[str, dict[str, Any]]) -> None:
         """A folder nothing was written to yet holds no checkpoint."""
-        assert _store(s3_bucket).committed() == []
+        assert _store(object_bucket).committed() == []
 
 
 class _Flaky:
@@ -169,8 +170,10 @@ class TestOpen:
         assert store.committed() == ["step-00000001.pt"]
         assert not list(tmp_path.glob(manifest_name("step-00000001.pt")))
 
-    def test_missing_protocol_package_names_extra(self) -> None:
+    def test_missing_protocol_package_names_extra(self, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
         """A URL whose protocol's package is missing names the extra to install."""
+        monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if not installed
         with pytest.raises(StorageError, match=r"pip install 'schedtrain\[gcs\]'"):
             open_storage("gs://bucket/ck")
 

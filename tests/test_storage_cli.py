@@ -3,10 +3,10 @@ S3 server, `--resume auto` from it after SIGTERM and kill -9, and bad input refu
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +67,10 @@ def test_sigterm_and_kill_resume_from_bucket_exactly(tmp_path: Path, s3_endpoint
     assert f"continues from '{url}/{newest}'" in interrupted_line(load_spec(spec), str(run_dir))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None,
-                    reason="gcsfs is installed here: nothing is missing")
-def test_missing_package_names_the_extra(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_package_names_the_extra(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A gs:// checkpoint_dir without gcsfs: check and train exit 2 naming the extra."""
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if not installed
     spec = _spec(tmp_path, 'checkpoint_dir = "gs://bucket/ck"')
     assert main(["check", str(spec)]) == 2
     assert main(["train", str(spec), "--run-dir", str(tmp_path / "run")]) == 2

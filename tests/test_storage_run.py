@@ -1,5 +1,5 @@
-"""Runs whose checkpoints live in an S3 bucket (a moto server): resume auto, exactness,
-leftovers, pruning, a fresh run refused."""
+"""Runs whose checkpoints live in a bucket (S3 on a moto server, Cloud Storage on an
+emulator): resume auto, exactness, leftovers, pruning, a fresh run refused."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _store(bucket: Bucket, prefix: str) -> FsspecStorage:
 
 
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
-def test_crash_and_preempt_resume_from_bucket_exactly(tmp_path: Path, s3_bucket: Bucket
+def test_crash_and_preempt_resume_from_bucket_exactly(tmp_path: Path, object_bucket: Bucket
                                                       ) -> None:
     """A run crashed at step 9 and preempted at step 17, each time resumed from the newest
     committed checkpoint in the bucket, ends with the uninterrupted run's log line for
@@ -48,13 +48,13 @@ def test_crash_and_preempt_resume_from_bucket_exactly(tmp_path: Path, s3_bucket:
     there, and nothing was written to the local checkpoints folder."""
     whole = _local_trainer(tmp_path / "whole", None, 1, 3)
     whole.fit()
-    url, options = f"{s3_bucket[0]}/lm/checkpoints", s3_bucket[1]
+    url, options = f"{object_bucket[0]}/lm/checkpoints", object_bucket[1]
     run_dir = tmp_path / "run"
     first = _trainer(run_dir, url, options, 9)
     _resume_auto(first)
     with pytest.raises(RuntimeError, match="crash at step 9"):
         first.fit()
-    store = _store(s3_bucket, "lm/checkpoints")
+    store = _store(object_bucket, "lm/checkpoints")
     assert sorted(store.committed()) == ["step-00000006.pt", "step-00000008.pt"]
     # Another run's checkpoint in the same folder: never the run's to prune.
     store.write("step-00000000.pt", lambda f: torch.save({"foreign": True}, f))
@@ -76,15 +76,15 @@ def test_crash_and_preempt_resume_from_bucket_exactly(tmp_path: Path, s3_bucket:
 
 
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
-def test_uncommitted_checkpoint_ignored_and_cleaned(tmp_path: Path, s3_bucket: Bucket) -> None:
+def test_uncommitted_checkpoint_ignored_and_cleaned(tmp_path: Path, object_bucket: Bucket) -> None:
     """A checkpoint file without its manifest (a write cut short) is never resumed from,
     and the run that owns the folder removes it when it opens the run."""
-    url, options = f"{s3_bucket[0]}/ck", s3_bucket[1]
+    url, options = f"{object_bucket[0]}/ck", object_bucket[1]
     first = _trainer(tmp_path / "run", url, options, 5)
     _resume_auto(first)
     with pytest.raises(RuntimeError, match="crash at step 5"):
         first.fit()
-    store = _store(s3_bucket, "ck")
+    store = _store(object_bucket, "ck")
     store.fs.pipe_file(f"{store.root}/step-00000005.pt", b"the first half of a checkpoint")
     again = _trainer(tmp_path / "run", url, options, None)
     _resume_auto(again)
@@ -94,10 +94,10 @@ def test_uncommitted_checkpoint_ignored_and_cleaned(tmp_path: Path, s3_bucket: B
 
 
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
-def test_fresh_run_refused_where_checkpoints_are(tmp_path: Path, s3_bucket: Bucket) -> None:
+def test_fresh_run_refused_where_checkpoints_are(tmp_path: Path, object_bucket: Bucket) -> None:
     """A new run (no resume) in an empty run directory whose checkpoint_dir holds
     checkpoints is refused as a run directory holding a run is; overwrite empties it."""
-    url, options = f"{s3_bucket[0]}/ck", s3_bucket[1]
+    url, options = f"{object_bucket[0]}/ck", object_bucket[1]
     first = _trainer(tmp_path / "a", url, options, 3)
     with pytest.raises(RuntimeError, match="crash at step 3"):
         first.fit()
@@ -107,7 +107,7 @@ def test_fresh_run_refused_where_checkpoints_are(tmp_path: Path, s3_bucket: Buck
     over = _trainer(tmp_path / "b", url, options, 1, overwrite=True)
     with pytest.raises(RuntimeError, match="crash at step 1"):
         over.fit()
-    assert _store(s3_bucket, "ck").committed() == []
+    assert _store(object_bucket, "ck").committed() == []
 
 
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
