@@ -32,7 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_integrations import lightning_parts  # the same module and flags callback
+from bench_integrations import (  # the same module, flags callback and Ignite setups
+    ignite_setups,
+    lightning_parts,
+)
 
 from schedtrain import Schedule, every
 
@@ -78,9 +81,7 @@ def lightning_calls(k: int) -> dict[str, Call]:
 
 
 def ignite_calls(k: int) -> dict[str, Call]:
-    from ignite.engine import Engine, Events
-
-    from schedtrain.integrations.ignite import attach_schedule, trigger_event
+    from ignite.engine import Engine
 
     def run_with(setup: Callable[[Engine], object]) -> Call:
         def run(n: int) -> None:
@@ -89,15 +90,7 @@ def ignite_calls(k: int) -> dict[str, Call]:
             engine.run(range(n), max_epochs=1)
         return run
 
-    return {
-        "bare": run_with(lambda e: None),
-        "flags": run_with(lambda e: e.add_event_handler(
-            Events.ITERATION_COMPLETED(every=k), lambda _: None)),
-        "schedtrain": run_with(lambda e: attach_schedule(
-            e, Schedule({"noop": every(k, "steps")}), {"noop": lambda _: None})),
-        "schedtrain filter": run_with(lambda e: e.add_event_handler(
-            trigger_event(every(k, "steps")), lambda _: None)),
-    }
+    return {name: run_with(setup) for name, setup in ignite_setups(k).items()}
 
 
 HOSTS: dict[str, Callable[[int], dict[str, Call]]] = {

@@ -177,11 +177,29 @@ def hf_variants(most: int, k: int) -> dict[str, Variant]:
 
 
 # -- Ignite ----------------------------------------------------------------------------------
+def ignite_setups(k: int) -> dict[str, Callable[[Any], object]]:
+    """How each Ignite variant sets up an engine: nothing, the flags (``every=k``),
+    ``attach_schedule`` and ``trigger_event`` with a no-op handler every ``k`` steps."""
+    from ignite.engine import Events
+
+    from schedtrain.integrations.ignite import attach_schedule, trigger_event
+
+    return {
+        "bare": lambda e: None,
+        "flags": lambda e: e.add_event_handler(
+            Events.ITERATION_COMPLETED(every=k), lambda _: None),
+        "schedtrain": lambda e: attach_schedule(
+            e, Schedule({"noop": every(k, "steps")}), {"noop": lambda _: None}),
+        "schedtrain filter": lambda e: e.add_event_handler(
+            trigger_event(every(k, "steps")), lambda _: None),
+    }
+
+
 def ignite_variants(most: int, k: int) -> dict[str, Variant]:
-    from ignite.engine import Engine, Events
+    from ignite.engine import Engine
 
     from schedtrain.callbacks import Callback
-    from schedtrain.integrations.ignite import attach_schedule, trigger_event
+    from schedtrain.integrations.ignite import attach_schedule
 
     class Noop(Callback):
         """A schedtrain callback whose _trigger does nothing (run by CallbackDriver)."""
@@ -200,24 +218,16 @@ def ignite_variants(most: int, k: int) -> dict[str, Variant]:
         opt.step()
         return 0.0
 
-    def run_with(setup: Callable[[Engine], None]) -> Variant:
+    def run_with(setup: Callable[[Engine], object]) -> Variant:
         def run(steps: int) -> None:
             engine = Engine(step)
             setup(engine)
             engine.run(data[:steps], max_epochs=1)
         return run
 
-    return {
-        "bare": run_with(lambda e: None),
-        "flags": run_with(lambda e: e.add_event_handler(
-            Events.ITERATION_COMPLETED(every=k), lambda _: None)),
-        "schedtrain": run_with(lambda e: attach_schedule(
-            e, Schedule({"noop": every(k, "steps")}), {"noop": lambda _: None}) and None),
-        "schedtrain filter": run_with(lambda e: e.add_event_handler(
-            trigger_event(every(k, "steps")), lambda _: None)),
-        "schedtrain callback": run_with(lambda e: attach_schedule(
-            e, Schedule({"noop": every(k, "steps")}), {"noop": Noop()}) and None),
-    }
+    setups = {**ignite_setups(k), "schedtrain callback": lambda e: attach_schedule(
+        e, Schedule({"noop": every(k, "steps")}), {"noop": Noop()})}
+    return {name: run_with(setup) for name, setup in setups.items()}
 
 
 HOSTS: dict[str, Callable[[int, int], dict[str, Variant]]] = {
