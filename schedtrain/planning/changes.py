@@ -17,7 +17,7 @@ when its schedule changed (``schedule_change = "apply"``, docs/checkpoints.md):
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -223,31 +223,26 @@ def _key(f: Firing) -> tuple[str, int, int, int]:
     return (f.event, f.step, f.timestamp.batch, f.epoch)
 
 
-def firing_changes(old: Iterable[Firing], new: Iterable[Firing]) -> tuple[FiringChange, ...]:
-    """Per callback (in order of first appearance), the firings only ``old`` or only
-    ``new`` has; a removed and an added firing of one callback at one event are paired
-    in order as one ``moved`` firing."""
-    only_old: dict[str, list[Firing]] = defaultdict(list)
-    only_new: dict[str, list[Firing]] = defaultdict(list)
-    olds, news = list(old), list(new)
-    left: dict[tuple[str, tuple[str, int, int, int]], int] = defaultdict(int)
-    for f in news:
-        left[(f.callback, _key(f))] += 1
-    for f in olds:
+def _beyond(these: list[Firing], others: list[Firing]) -> dict[str, list[Firing]]:
+    """Per callback, the firings of ``these`` that ``others`` does not have (as multisets:
+    a firing twice in ``these`` and once in ``others`` is beyond it once), in order."""
+    left = Counter((f.callback, _key(f)) for f in others)
+    out: dict[str, list[Firing]] = defaultdict(list)
+    for f in these:
         k = (f.callback, _key(f))
         if left[k]:
             left[k] -= 1
         else:
-            only_old[f.callback].append(f)
-    seen: dict[tuple[str, tuple[str, int, int, int]], int] = defaultdict(int)
-    for f in olds:
-        seen[(f.callback, _key(f))] += 1
-    for f in news:
-        k = (f.callback, _key(f))
-        if seen[k]:
-            seen[k] -= 1
-        else:
-            only_new[f.callback].append(f)
+            out[f.callback].append(f)
+    return out
+
+
+def firing_changes(old: Iterable[Firing], new: Iterable[Firing]) -> tuple[FiringChange, ...]:
+    """Per callback (in order of first appearance), the firings only ``old`` or only
+    ``new`` has; a removed and an added firing of one callback at one event are paired
+    in order as one ``moved`` firing."""
+    olds, news = list(old), list(new)
+    only_old, only_new = _beyond(olds, news), _beyond(news, olds)
     out: list[FiringChange] = []
     for name in dict.fromkeys([f.callback for f in (*olds, *news)]):
         gone, came = list(only_old[name]), list(only_new[name])
