@@ -17,6 +17,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _fresh_bucket(fs: Any, scheme: str, options: dict[str, Any],
+                  request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A bucket named after the test, made on ``fs`` and removed with all it holds after."""
+    name = "t-" + "".join(c for c in request.node.name.lower() if c.isalnum())[:40]
+    fs.mkdir(name)
+    yield f"{scheme}://{name}", options
+    fs.rm(name, recursive=True)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """The endpoint URL of a moto S3 server on 127.0.0.1 (dummy credentials)."""
@@ -41,11 +50,8 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     options: dict[str, Any] = {"client_kwargs": {"endpoint_url": s3_endpoint}}
-    name = "b-" + "".join(c for c in request.node.name.lower() if c.isalnum())[:40]
-    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
-    fs.mkdir(name)
-    yield f"s3://{name}", options
-    fs.rm(name, recursive=True)
+    yield from _fresh_bucket(s3fs.S3FileSystem(**options, skip_instance_cache=True), "s3",
+                             options, request)
 
 
 @pytest.fixture(scope="session")
@@ -73,11 +79,8 @@ def gcs_bucket(gcs_endpoint: str, request: pytest.FixtureRequest
 
     options: dict[str, Any] = {"endpoint_url": gcs_endpoint, "token": "anon",
                                "project": "schedtrain-tests"}
-    name = "g-" + "".join(c for c in request.node.name.lower() if c.isalnum())[:40]
-    fs = gcsfs.GCSFileSystem(**options, skip_instance_cache=True)
-    fs.mkdir(name)
-    yield f"gs://{name}", options
-    fs.rm(name, recursive=True)
+    yield from _fresh_bucket(gcsfs.GCSFileSystem(**options, skip_instance_cache=True), "gs",
+                             options, request)
 
 
 @pytest.fixture(params=["s3", "gs"])
