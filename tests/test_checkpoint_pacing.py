@@ -24,10 +24,11 @@ from test_async_checkpoints import _trainer
 from schedtrain.checkpoints import pacing
 from schedtrain.checkpoints.background import Writer
 from schedtrain.checkpoints.format import digest
-from schedtrain.checkpoints.pacing import CPU_SHARE, Pace, paced, paced_file, pause
+from schedtrain.checkpoints.pacing import Pace, paced, paced_file, pause
 from schedtrain.checkpoints.staging import Staging
 from schedtrain.cli import main as cli_main
 from schedtrain.monitors import store as store_module
+from schedtrain.spec.model import CPU_WRITE_SHARE
 from schedtrain.training import dispatch as dispatch_module
 
 
@@ -256,7 +257,7 @@ class TestOptions:
 
     def test_default_by_device(self, tmp_path: Path) -> None:
         t = _trainer(tmp_path / "a")
-        assert t.checkpoints.writer.share == CPU_SHARE
+        assert t.checkpoints.writer.share == CPU_WRITE_SHARE
         assert pacing.write_share(None, "cuda") == 1.0
         t = _trainer(tmp_path / "b", checkpoint_write_share=0.5, checkpoint_staging="fresh")
         assert t.checkpoints.writer.share == 0.5

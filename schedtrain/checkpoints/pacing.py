@@ -25,16 +25,13 @@ from typing import IO, Any, Final
 
 from schedtrain.spec.model import CPU_WRITE_SHARE
 
-__all__ = ["CPU_SHARE", "PIECE", "QUANTUM", "Pace", "paced", "paced_file", "pause",
+__all__ = ["PIECE", "QUANTUM", "Pace", "paced", "paced_file", "pause",
            "update_in_pieces", "write_share"]
 
 #: Work between two looks at the pace (seconds): short beside a step, long beside a sleep.
 QUANTUM: Final = 0.02
 #: The most bytes one ``write`` call of a paced file hands on at once.
 PIECE: Final = 8 << 20
-#: A background write's share of the time where training runs on the CPU (the spec's
-#: default, docs/performance.md).
-CPU_SHARE: Final = CPU_WRITE_SHARE
 
 _local = threading.local()
 
@@ -49,8 +46,6 @@ class Pace:
         self.share = share
         self._released = threading.Event()
         self._since = time.thread_time()
-        #: seconds slept so far (the write's time given back to training)
-        self.slept = 0.0
 
     @property
     def released(self) -> bool:
@@ -72,18 +67,16 @@ class Pace:
         busy = time.thread_time() - self._since
         if busy < QUANTUM:
             return
-        start = time.perf_counter()
         self._released.wait(busy * (1 - self.share) / self.share)
-        self.slept += time.perf_counter() - start
         self._since = time.thread_time()
 
 
 def write_share(share: float | None, device_type: str) -> float:
     """``share``, or where not given (``None``) the default for a run on ``device_type``
-    (``"cpu"``: ``CPU_SHARE``; a device: 1, the host's cores are the write's)."""
+    (``"cpu"``: the spec's ``CPU_WRITE_SHARE``; a device: 1, the host's cores are the write's)."""
     if share is not None:
         return share
-    return CPU_SHARE if device_type == "cpu" else 1.0
+    return CPU_WRITE_SHARE if device_type == "cpu" else 1.0
 
 
 def pause() -> None:
