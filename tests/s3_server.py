@@ -10,6 +10,12 @@ from typing import Any
 
 import pytest
 
+# gcsfs reads this once, when it is first imported: it must be set before any test of
+# the worker imports gcsfs, not when the first gs:// fixture runs. Left on, gcsfs first
+# asks a gRPC control plane for a bucket's layout, which the emulator does not serve;
+# without a network that lookup waits minutes per bucket (a CI run hung on it).
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -57,11 +63,11 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch,
 @pytest.fixture(scope="session")
 def gcs_endpoint() -> Iterator[str]:
     """The endpoint URL of a Cloud Storage emulator on 127.0.0.1 (anonymous)."""
+    import gcsfs
     from gcp_storage_emulator.server import create_server
 
-    # gcsfs otherwise first asks a gRPC control plane for the bucket's layout, which an
-    # emulator does not serve (a minute's timeout per bucket before it falls back).
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+    if gcsfs.GCSFileSystem.__name__ != "GCSFileSystem":  # its experimental subclass
+        pytest.fail("gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false")
     port = _free_port()
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
