@@ -301,6 +301,8 @@ def instructions(args: argparse.Namespace) -> None:
         raise SystemExit("--instructions needs valgrind (callgrind); install it or measure "
                          "wall time")
     names = list(_variants(not args.no_frameworks))
+    if args.variants:
+        names = [n for n in names if n in (*args.variants, BARE, "bare + mean loss")]
     seeds = range(args.seeds)
     lengths = (args.steps, 3 * args.steps)
     jobs = [(n, s, seed) for n in names for s in lengths for seed in seeds]
@@ -331,6 +333,9 @@ def main() -> None:
                         help="count instructions per step under callgrind instead of timing")
     parser.add_argument("--seeds", type=int, default=3,
                         help="with --instructions: PYTHONHASHSEED values to average over")
+    parser.add_argument("--variants", nargs="+", metavar="NAME",
+                        help="with --instructions: count only these variants (and both bare "
+                             "loops), by their names as printed")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "STEPS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -342,6 +347,8 @@ def main() -> None:
     flags = (f" --instructions --seeds {args.seeds}" if args.instructions
              else f" --repeats {args.repeats}")
     flags += " --no-frameworks" if args.no_frameworks else ""
+    if args.variants:
+        flags += " --variants " + " ".join(f"'{v}'" for v in args.variants)
     print(f"reproduce: python benchmarks/bench_loop.py --steps {args.steps}{flags}")
 
 
