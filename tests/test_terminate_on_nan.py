@@ -94,22 +94,26 @@ def test_resumed_between_the_bad_step_and_the_check(tmp_path: Path) -> None:
     resumes to the same stop, naming the same step."""
     from schedtrain.callbacks import ModelSaver
 
+    # The bad step comes after a fold; the save after it, the check after that.
+    bad, save, check = FOLD + 3, FOLD + 6, FOLD + 26
+
     def make() -> tuple[Trainer, TerminateOnNaN]:
         model, opt = tiny_model()
         nan = TerminateOnNaN()
-        t = Trainer(model, opt, _data(STEPS_PER_EPOCH), BadAt(FOLD + 3),
-                    schedule=Schedule({"save": every("70 steps"), "nan": every("90 steps")}),
-                    bindings={"save": ModelSaver(keep=None), "nan": nan}, max_steps=100,
-                    run_dir=tmp_path / "run", overwrite=True)
+        t = Trainer(model, opt, _data(STEPS_PER_EPOCH), BadAt(bad),
+                    schedule=Schedule({"save": every(f"{save} steps"),
+                                       "nan": every(f"{check} steps")}),
+                    bindings={"save": ModelSaver(keep=None), "nan": nan},
+                    max_steps=check + 10, run_dir=tmp_path / "run", overwrite=True)
         return t, nan
 
     full, _ = make()
     full.fit()
-    assert full.stopped_early and full.clock.step == 90
+    assert full.stopped_early and full.clock.step == check
     resumed, nan = make()
-    resumed.resume(tmp_path / "run" / "checkpoints" / "step-00000070-nonfinite.pt")
+    resumed.resume(tmp_path / "run" / "checkpoints" / f"step-{save:08d}-nonfinite.pt")
     resumed.fit()
-    assert resumed.clock.step == 90 and nan.first_bad_step == FOLD + 3
+    assert resumed.clock.step == check and nan.first_bad_step == bad
 
 
 def test_non_finite_evaluation_loss_stops_naming_it() -> None:

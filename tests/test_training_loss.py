@@ -13,6 +13,7 @@ from training_helpers import Noop, tiny_model
 
 from schedtrain import Schedule, every
 from schedtrain.training import Trainer
+from schedtrain.training.losses import FOLD, LossKeeper
 
 
 def _data(n: int, batch: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -111,17 +112,19 @@ class TestTrainLoss:
         assert resumed.metrics.history("train/loss") == [(step, pytest.approx(value, rel=1e-6))]
 
 
+# Long enough for several folds of FOLD steps.
+MAX_STEPS = 3 * FOLD
+
+
 @settings(max_examples=60, deadline=None)
-@given(losses=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=200),
+@given(losses=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=MAX_STEPS),
        dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float64]),
-       published=st.integers(0, 199))
+       published=st.integers(0, MAX_STEPS - 1))
 def test_the_number_agreed_across_ranks_is_the_mean_publish_would_put(
         losses: list[float], dtype: torch.dtype, published: int) -> None:
     """On several processes each rank sends ``host_mean`` in the step's agreement; it must
     be exactly what ``publish`` computes, folded or not, so one process and many (and a
     resumed run, which may take the other path) put the same ``train/loss``."""
-    from schedtrain.training.losses import FOLD, LossKeeper
-
     class Put:
         """Keeps what is put, as it is put (the store may narrow it when it flushes)."""
 
@@ -134,7 +137,7 @@ def test_the_number_agreed_across_ranks_is_the_mean_publish_would_put(
     keeper, split = LossKeeper(), min(published, len(losses) - 1)
     for step, value in enumerate(losses, 1):
         keeper.losses.append(torch.tensor(value, dtype=dtype))
-        if len(keeper.losses) >= FOLD:
+        if keeper.kept >= FOLD:
             keeper.fold()
         if step == split:
             keeper.publish(Put(), step)  # type: ignore[arg-type]
@@ -146,15 +149,15 @@ def test_the_number_agreed_across_ranks_is_the_mean_publish_would_put(
 
 
 @settings(max_examples=60, deadline=None)
-@given(losses=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=200),
-       as_number=st.lists(st.booleans(), min_size=200, max_size=200),
-       cut=st.integers(0, 199))
+@given(losses=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=MAX_STEPS),
+       as_number=st.lists(st.booleans(), min_size=MAX_STEPS, max_size=MAX_STEPS),
+       cut=st.integers(0, MAX_STEPS - 1))
 def test_losses_kept_as_numbers_sum_as_tensors_do(losses: list[float], as_number: list[bool],
                                                    cut: int) -> None:
-    """The plain CPU step keeps float32 losses as numbers, other steps as tensors, and a
-    resumed run may get either back: every mix publishes the same ``train/loss``, to the
-    bit, and a checkpoint of the keeper holds the same tensors."""
-    from schedtrain.training.losses import FOLD, LossKeeper
+    """The plain CPU step keeps float32 losses as numbers, other steps as tensors (after
+    settling the numbers, as the loop does), and a resumed run may get either back: every
+    mix publishes the same ``train/loss``, to the bit, and a checkpoint of the keeper
+    holds the same tensors."""
 
     class Put:
         def __init__(self) -> None:
@@ -166,9 +169,13 @@ def test_losses_kept_as_numbers_sum_as_tensors_do(losses: list[float], as_number
     def run(numbers: bool) -> tuple[list[float], dict[str, Any]]:
         keeper, put, state = LossKeeper(), Put(), None
         for step, value in enumerate(losses, 1):
-            number = numbers and as_number[step - 1]
-            keeper.losses.append(value if number else torch.tensor(value, dtype=torch.float32))
-            if len(keeper.losses) >= FOLD:
+            if numbers and as_number[step - 1]:
+                keeper.numbers.append(value)
+            else:
+                if keeper.numbers:
+                    keeper.settle()
+                keeper.losses.append(torch.tensor(value, dtype=torch.float32))
+            if keeper.kept >= FOLD:
                 keeper.fold(step)
             if step == cut:  # a checkpoint, restored into a new keeper
                 state = keeper.state_dict()

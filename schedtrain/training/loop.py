@@ -181,9 +181,10 @@ class Loop:
     # -- steps ---------------------------------------------------------------------------------
     def _steps(self, it: Iterator[Any]) -> bool:
         """The steps of one epoch; ``False`` when ``max_steps`` ended it early."""
-        clock, guard, step_obj, losses = self.clock, self.guard, self.step, self.losses.losses
-        run_step = step_obj.run  # a bound method, looked up once
-        max_steps, before = self.max_steps, self.dispatch.hooks["_before_step"]
+        clock, guard, step_obj, keeper = self.clock, self.guard, self.step, self.losses
+        # `run_step`: a bound method, looked up once
+        run_step, max_steps, before = (step_obj.run, self.max_steps,
+                                       self.dispatch.hooks["_before_step"])
         # A plain step's body runs inline for the common batch (a tuple or list whose
         # inputs are a tensor): one Python call a step costs about 2,400 instructions,
         # half a percent of a small model's step (docs/performance.md); any other batch
@@ -194,16 +195,19 @@ class Loop:
         # The plain step's float32 scalar loss on the CPU is kept as a number (LossKeeper):
         # no tensor made or held a step, and item() waits for nothing there. Decided at the
         # first loss; a loss on a device stays a tensor (item() would sync every step).
-        # `keep`: the kept losses' append (the list is cleared at a fold, never replaced).
-        pair, tensor, f32, keep = _PAIR, torch.Tensor, torch.float32, losses.append
+        # `keep`, `keep_number`: the kept losses' appends (cleared at a fold, never
+        # replaced); a tensor kept after numbers settles them first, so order is kept.
+        # `item`: the unbound C method, no bound method made a step.
+        pair, tensor, f32, item = _PAIR, torch.Tensor, torch.float32, torch.Tensor.item
+        keep, numbers, keep_number = keeper.losses.append, keeper.numbers, keeper.numbers.append
         number: bool | None = None
-        step, batches, sample, token = clock.step, clock.batch, clock.sample, clock.token
-        prev_sample, prev_token = sample, token
+        step, batches, sample, token, prev_sample, prev_token = (
+            clock.step, clock.batch, clock.sample, clock.token, clock.sample, clock.token)
         time: int | None = None
         prev_time: int | None = None
         catch_up, now_ns = clock.catch_up, clock.time_source
         (agreement := self.agreement).begin_epoch(step)
-        guard.set_limit(self._limit(step, len(losses)))
+        guard.set_limit(self._limit(step, keeper.kept))
         try:
             for first in it:
                 if before:
@@ -214,24 +218,26 @@ class Loop:
                     loss.backward()
                     opt.step()  # type: ignore[union-attr]
                     opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+                    if number is None:
+                        number = (type(loss) is tensor and loss.dtype is f32
+                                  and not loss.dim() and loss.device.type == "cpu")
                     if number:
-                        keep(loss.item())
+                        keep_number(item(loss))
                     else:
-                        if number is None:
-                            number = (loss.dtype is f32 and not loss.dim()
-                                      and loss.device.type == "cpu")
-                        keep(loss.item() if number else loss.data)
+                        if numbers:
+                            keeper.settle()
+                        keep(loss.data)
                     # One batch of shape[0] samples and no tokens, counted directly.
                     outputs, prev_sample, prev_token = None, sample, token
                     batches += 1
                     sample += shape[0]
                 else:
                     loss, outputs, n, n_samples, n_tokens = run_step(first, it)
+                    if numbers:
+                        keeper.settle()
                     keep(loss)
-                    prev_sample, prev_token = sample, token
-                    batches += n
-                    sample += n_samples
-                    token += n_tokens
+                    prev_sample, prev_token, batches, sample, token = (
+                        sample, token, batches + n, sample + n_samples, token + n_tokens)
                 step += 1
                 prev_time, time = time, now_ns()
                 if step >= guard.limit:
@@ -241,7 +247,7 @@ class Loop:
                     self._step_end(step, loss, outputs, first)
                     if step >= max_steps:
                         return self._exhausted(it)
-                    guard.set_limit(self._limit(step, len(losses)))
+                    guard.set_limit(self._limit(step, keeper.kept))
             sample, token, prev_sample, prev_token, prev_time, time = \
                 agreement.end_epoch_steps(step, (sample, token, prev_sample, prev_token,
                                                  prev_time, time))
@@ -263,7 +269,7 @@ class Loop:
         if self.guard.woken:  # a background checkpoint write ended: commit or fail now
             self.guard.woken = False
             dispatch.saves.wait()
-        if len(self.losses.losses) >= FOLD:
+        if self.losses.kept >= FOLD:
             self.losses.fold(step)
         after, trig = hooks["_after_step"], hooks["_trigger_step"]
         if after or trig:

@@ -1,10 +1,13 @@
 """``LossKeeper``: the steps' losses on the device, published as the mean ``train/loss``.
 
-The loop appends each step's loss to ``losses``: a detached tensor (no host-device
-sync), or, for the plain step on the CPU whose loss is a float32 scalar, the number
-itself (reading a CPU tensor waits for nothing, and a Python float held for a few steps
-costs the allocator less than a tensor: docs/performance.md). Every ``FOLD`` steps they
-are summed into one tensor, so the list stays short; numbers and tensors of the same
+The loop keeps each step's loss: a detached tensor (no host-device sync) appended to
+``losses``, or, for the plain step on the CPU whose loss is a float32 scalar, the number
+itself appended to ``numbers`` (reading a CPU tensor waits for nothing, and a Python
+float held for a few steps costs the allocator less than a tensor: docs/performance.md).
+``numbers`` holds only numbers, so a fold packs them without looking at each, and always
+the newest losses: before a tensor is kept after numbers, ``settle`` moves them to
+``losses``, so the order is the steps'. Every ``FOLD`` steps they
+are summed into one tensor, so memory stays bounded; numbers and tensors of the same
 values stack to the same tensor, so the sums do not depend on which was kept. When
 something that fires needs them, the mean since the last publication is put as
 ``train/loss`` (still lazy; reading it syncs).
@@ -19,7 +22,7 @@ small kernels, when the watcher reads (one sync, at its firings) or every
 from __future__ import annotations
 
 import itertools
-from array import array
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -29,9 +32,10 @@ from schedtrain.monitors.store import MetricStore
 
 __all__ = ["FOLD", "NO_STEP", "LossKeeper", "stacked"]
 
-#: Sum the kept step losses into one tensor every this many steps: holding fewer small
-#: tensors keeps the allocator's work per step down (measured in benchmarks/bench_loop.py).
-FOLD: Final = 64
+#: Sum the kept step losses into one tensor every this many steps: memory stays bounded,
+#: and a fold's fixed cost (a visit of the loop's slow path, a few tensor calls) is shared
+#: by many steps (measured in benchmarks/bench_loop.py).
+FOLD: Final = 256
 
 #: The first bad step kept on the device when every loss so far was finite.
 NO_STEP: Final = 2**62
@@ -41,19 +45,31 @@ NO_STEP: Final = 2**62
 CHECK_FOLDS: Final = 16
 
 
-def stacked(losses: Sequence[torch.Tensor | float]) -> torch.Tensor:
-    """The kept losses (at least one) as one tensor: numbers (float32 losses kept on
-    the CPU) are copied in one go, tensors stacked; the same values give the same tensor
-    either way."""
+def stacked(losses: Sequence[torch.Tensor | float],
+            numbers: Sequence[float] = ()) -> torch.Tensor:
+    """The kept losses (at least one), ``losses`` then ``numbers`` (numbers only), as one
+    tensor: numbers (float32 losses kept on the CPU) are packed in one go, tensors
+    stacked; the same values give the same tensor either way."""
+    if numbers:
+        if not losses:
+            return _packed(numbers)
+        losses = [*losses, *numbers]
     # map() checks each item in C: a generator's Python step per loss cost half the fold
     if all(map(_is_number, losses)):
-        return torch.frombuffer(array("f", losses), dtype=torch.float32)
+        return _packed(losses)  # type: ignore[arg-type]
     return torch.stack([x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.float32)
                         for x in losses])
 
 
 #: ``isinstance(x, float)``: a number the loop kept (``Tensor`` is no ``float``)
 _is_number: Final = float.__instancecheck__
+
+
+def _packed(numbers: Sequence[float]) -> torch.Tensor:
+    """Numbers (float32 values) as a float32 tensor: ``struct`` packs them in C, about
+    half what an ``array("f", ...)`` of them costs."""
+    return torch.frombuffer(bytearray(struct.pack(f"{len(numbers)}f", *numbers)),
+                            dtype=torch.float32)
 
 
 def _tensor(loss: torch.Tensor | float) -> torch.Tensor:
@@ -66,6 +82,8 @@ class LossKeeper:
     def __init__(self) -> None:
         #: the latest steps' losses, appended by the loop (in place: the loop holds it)
         self.losses: list[torch.Tensor | float] = []
+        #: newer still: float32 losses kept as numbers by the loop (in place, as ``losses``)
+        self.numbers: list[float] = []
         self._sum: torch.Tensor | None = None
         #: the last folded step's loss as kept (made a tensor only when read)
         self._last: torch.Tensor | float | None = None
@@ -86,25 +104,42 @@ class LossKeeper:
         self._unchecked: list[tuple[torch.Tensor, int]] = []
 
     @property
+    def kept(self) -> int:
+        """How many losses are kept, not yet folded."""
+        return len(self.losses) + len(self.numbers)
+
+    @property
     def last(self) -> torch.Tensor | None:
         """The last step's loss (``None`` before the first step)."""
-        last = self.losses[-1] if self.losses else self._last
+        last = self._newest()
         return None if last is None else _tensor(last)
+
+    def _newest(self) -> torch.Tensor | float | None:
+        """The newest kept loss, as kept (``None`` before the first step)."""
+        if self.numbers:
+            return self.numbers[-1]
+        return self.losses[-1] if self.losses else self._last
+
+    def settle(self) -> None:
+        """Move the losses kept as numbers to ``losses`` (in order): the loop calls it
+        before it keeps a tensor after numbers."""
+        self.losses.extend(self.numbers)
+        self.numbers.clear()
 
     def fold(self, step: int | None = None) -> None:
         """Add the kept losses (those of the steps up to ``step``) into the running sum
         (on the device; no sync); while ``watch``, keep them stacked for the check."""
-        losses = self.losses
-        if not losses:
+        if not (self.losses or self.numbers):
             return
-        together = stacked(losses)
+        together = stacked(self.losses, self.numbers)
         if self.watch and step is not None:
             self._unchecked.append((together, step))
             if len(self._unchecked) >= CHECK_FOLDS:
                 self._first_bad = self._checked()
-        self._last = losses[-1]
+        self._last = self._newest()
         self._sum = self._folded(together)
-        losses.clear()
+        self.losses.clear()
+        self.numbers.clear()
 
     def _checked(self) -> torch.Tensor | None:
         """The first bad step, the folds not yet checked counted in (then forgotten): in
@@ -143,8 +178,8 @@ class LossKeeper:
         are: the losses not yet folded are looked at where they are."""
         self._first_bad = self._checked()
         bad = self._first_bad
-        if self.losses:
-            bad = self._bad_with(bad, stacked(self.losses), step)
+        if self.losses or self.numbers:
+            bad = self._bad_with(bad, stacked(self.losses, self.numbers), step)
         if bad is None:
             return None
         first = int(bad)
@@ -153,10 +188,10 @@ class LossKeeper:
     def _folded(self, together: torch.Tensor | None = None) -> torch.Tensor | None:
         """The running sum with the kept losses (``together``, when already stacked)
         added (what ``fold`` keeps)."""
-        losses = self.losses
-        if not losses:
-            return self._sum
-        together = stacked(losses) if together is None else together
+        if together is None:
+            if not (self.losses or self.numbers):
+                return self._sum
+            together = stacked(self.losses, self.numbers)
         dtype = torch.promote_types(together.dtype, torch.float32)  # no half-precision sums
         total = together.sum(dtype=dtype)
         return total if self._sum is None else self._sum + total
@@ -167,7 +202,7 @@ class LossKeeper:
         reading it would synchronise, or with no step since the last publication).
         Nothing is folded: the sums' grouping stays that of a run that never asks."""
         n = step - self.since
-        latest = self.losses[-1] if self.losses else self._sum
+        latest = self._newest() if self.losses or self.numbers else self._sum
         if n <= 0 or latest is None or (isinstance(latest, torch.Tensor)
                                         and latest.device.type != "cpu"):
             return None
@@ -199,7 +234,7 @@ class LossKeeper:
         """The unpublished sum, the losses not yet folded into it, where it started and the
         last loss. Nothing is folded: a checkpoint taken anywhere leaves the sums' grouping,
         and so their rounding, as in the uninterrupted run."""
-        kept = stacked(self.losses) if self.losses else None
+        kept = stacked(self.losses, self.numbers) if self.losses or self.numbers else None
         self._first_bad = self._checked()  # on the device: no sync, the sums untouched
         return {"sum": self._sum, "since": self.since, "last": self.last, "kept": kept,
                 "first_bad": self._first_bad}
@@ -207,10 +242,13 @@ class LossKeeper:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
         self.losses.clear()
+        self.numbers.clear()
         kept = state.get("kept")
         if kept is not None:  # as the loop keeps them: numbers where it can
-            numbers = kept.device.type == "cpu" and kept.dtype == torch.float32
-            self.losses.extend(kept.tolist() if numbers and kept.dim() == 1 else kept.unbind())
+            if kept.device.type == "cpu" and kept.dtype == torch.float32 and kept.dim() == 1:
+                self.numbers.extend(kept.tolist())
+            else:
+                self.losses.extend(kept.unbind())
         self._sum, self.since, self._last = state["sum"], int(state["since"]), state["last"]
         self._first_bad = state.get("first_bad")  # absent from checkpoints of 0.2
         self._unchecked.clear()
