@@ -168,7 +168,7 @@ class TriggerTable:
         now = clock.now()
         for event in BOUNDED_EVENTS:
             last = last_step_end if event == "step_end" and last_step_end is not None else now
-            book = self._books[event] = DueBook(len(self.nodes))
+            book = self._books[event] = DueBook(len(self.nodes), self._shared)
             book.set(self._bounds(event, last, self.listeners(event)))
         self._update_step_due()
 
@@ -210,7 +210,8 @@ class TriggerTable:
         declared after it are evaluated: a metric that an earlier callback produces at
         this event is visible to later callbacks' triggers at the same event.
         """
-        return tuple(self.names[i] for i, value in self.evaluate(event, run) if value)
+        names = self.names
+        return tuple([names[i] for i, value in self.evaluate(event, run) if value])
 
     def fire(self, event: str, run: Runner | None = None) -> tuple[str, ...]:
         """Deprecated name of ``decide`` (the table decides; the trainer fires)."""
