@@ -30,7 +30,7 @@ from schedtrain.integrations import ScheduleDriver
 from schedtrain.integrations.ranks import RankAgreement, reads_time
 from schedtrain.testing import simulate_ranks
 from tests.host_strategies import counters, host_schedules
-from tests.jobs.hosts import EPOCHS, ROWS, STEP_NS, STEPS, schedule, ticker, value
+from tests.jobs.hosts import EPOCHS, RANK1_STEP_NS, ROWS, STEP_NS, STEPS, schedule, value
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,14 +162,21 @@ class ThreadComm:
 def run_threads(sched: Schedule, shape: tuple[int, int, int], rows: Sequence[int],
                 streams: Sequence[Sequence[float]]) -> tuple[list[Any], ...]:
     """The firings of ``sched`` driven by two threaded ranks, each with its rows per batch,
-    its metric values (one per step) and its own wall clock (rank 1's 1.7 times faster)."""
+    its metric values (one per step) and its own wall clock (rank 1's 1.7 times faster).
+
+    A rank's clock moves with its steps only, as ``simulate_ranks``'s does: train end
+    reads it again (the real time of the end), which a clock moving per reading would
+    put a step later, past a window the simulation sees open.
+    """
     epochs, steps, accum = shape
     barrier, table = threading.Barrier(2, timeout=20), [[], []]  # type: ignore[var-annotated]
     calls = [0, 0]
     out: list[list[Any]] = [[], []]
+    done = [0, 0]  # steps each rank has ended
 
     def rank(r: int) -> None:
-        driver = ScheduleDriver(sched, record=True, time_source=ticker(r))
+        rate = STEP_NS if r == 0 else RANK1_STEP_NS
+        driver = ScheduleDriver(sched, record=True, time_source=lambda: done[r] * rate)
         driver.ranks = RankAgreement(
             ThreadComm(r, table, barrier, calls), driver.metric_names, {},  # type: ignore[arg-type]
             global_counts=False, reads_time=reads_time(driver.table), agreed=(0, 0))
@@ -182,6 +189,7 @@ def run_threads(sched: Schedule, shape: tuple[int, int, int], rows: Sequence[int
                     driver.batch_end(samples=rows[r])
                 driver.put("m", streams[r][n])  # this step's value, read from its end on
                 n += 1
+                done[r] = n
                 driver.step_end()
             driver.epoch_end()
         driver.train_end()

@@ -30,6 +30,7 @@ from tests.host_strategies import counters
 EPOCHS, STEPS = 2, 6
 ROWS = (2, 3)  # rows per batch on rank 0 and rank 1
 STEP_NS = 100_000_000  # the chief's clock: 0.1 s per step
+RANK1_STEP_NS = 170_000_000  # rank 1's
 
 
 def schedule(kind: str, metric: str = "m", samples: bool = True) -> Schedule:
@@ -54,7 +55,7 @@ def value(rank: int, n: int) -> float:
 def ticker(rank: int) -> Callable[[], int]:
     """A wall clock: rank 0's moves 0.1 s per reading (one a step), rank 1's 0.17 s."""
     count = itertools.count()
-    rate = STEP_NS if rank == 0 else 170_000_000
+    rate = STEP_NS if rank == 0 else RANK1_STEP_NS
     return lambda: next(count) * rate
 
 
