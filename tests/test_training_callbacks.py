@@ -119,6 +119,24 @@ class TestHooks:
         t.fit()
         assert t.firing_log.steps("Recorder") == [2, 4, 6]
 
+    def test_a_class_overriding_trigger_runs_its_override(self) -> None:
+        """tensorpack's public ``trigger()`` may be overridden: a firing calls the override
+        (which decides whether ``_trigger`` runs), never ``_trigger`` behind its back."""
+
+        class Wrapped(Recorder):
+            def trigger(self) -> None:
+                self.calls.append(f"wrapped@{self.now.step}")
+                if self.now.step != 2:
+                    super().trigger()
+
+        rec, plain = Wrapped(), Recorder()
+        _trainer([Scheduled(every("2 steps"), rec), Scheduled(every("2 steps"), plain)],
+                 epochs=1, lengths=6).fit()
+        fired = [c for c in rec.calls if c.startswith(("wrapped@", "trigger@"))]
+        assert fired == ["wrapped@2", "wrapped@4", "trigger@4", "wrapped@6", "trigger@6"]
+        assert [c for c in plain.calls if c.startswith("trigger@")] == [
+            "trigger@2", "trigger@4", "trigger@6"]
+
     def test_function_callbacks_and_custom_events(self) -> None:
         """A plain function is a callback; fire() runs a declared custom event's callbacks."""
         seen: list[int] = []

@@ -148,8 +148,11 @@ class Dispatcher:
         no-op firing; benchmarks/bench_loop.py)."""
         fired, firings, metrics = self._fired, self._firings, self.metrics
         agreement = self.agreement
-        # One process: ``Alone.run_callback`` is the callback's trigger(), called here.
+        # One process: ``Alone.run_callback`` is the callback's trigger(), called here, and
+        # where a class keeps ``Callback.trigger`` its ``_trigger`` is called straight away
+        # (one Python call a firing fewer: about a fifth of a no-op firing).
         direct = type(agreement) is Alone
+        calls = {n: _direct_call(f) for n, f in fired.items()} if direct else {}
 
         def run(name: str, ts: Timestamp) -> None:
             if self._fresh:
@@ -169,7 +172,7 @@ class Dispatcher:
             self._depth += 1
             try:
                 if direct:
-                    fired[name].trigger()
+                    calls[name]()
                 else:
                     agreement.run_callback(self, name, fired[name])
             except Exception as exc:  # StopTraining too: the stop line says who stopped
@@ -247,6 +250,14 @@ class _EpochCall:
 
     def trigger(self) -> None:
         self.callback.trigger_epoch()
+
+
+def _direct_call(fired: Callback | _EpochCall) -> Callable[[], None]:
+    """What a firing of ``fired`` calls: its ``_trigger`` where its class keeps
+    ``Callback.trigger`` (which only calls it), else its ``trigger``."""
+    if isinstance(fired, Callback) and type(fired).trigger is Callback.trigger:
+        return fired._trigger
+    return fired.trigger
 
 
 def _place_hook(exc: Exception, cb: Callback, hook: str, now: Timestamp) -> None:
