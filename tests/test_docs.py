@@ -11,8 +11,9 @@ render::
     ```
 
 It then runs in the namespace and directory of the block before it. The ``test_*``
-functions a block defines run right after it. Blocks fenced as ``pycon`` (an interactive
-session) or ``text`` are not run. A page also holds no git merge-conflict marker.
+functions a block defines run right after it. Blocks fenced otherwise (``pycon``, an
+interactive session; ``text``, ``toml``, ``bash``) are not run. A page also holds no git
+merge-conflict marker.
 CONTRIBUTING.md says the same for contributors.
 """
 
