@@ -9,6 +9,7 @@ import hook so that pytest skips it.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -51,6 +52,9 @@ def test_a_users_pytest_run_shows_no_rewrite_warning(editable_wheel: Path,
     site = tmp_path / "site"
     with zipfile.ZipFile(editable_wheel) as z:
         z.extractall(site)
+    # what pip adds on install, and pytest reads to tell an editable install
+    (next(site.glob("*.dist-info")) / "direct_url.json").write_text(json.dumps(
+        {"url": ROOT.as_uri(), "dir_info": {"editable": True}}))
     project = tmp_path / "project"
     project.mkdir()
     (project / "test_user.py").write_text(
