@@ -5,7 +5,7 @@ watches, when it is next due, whether it fires), so it fires identically in
 ``simulate()``, in ``schedtrain plan --import specs/custom_trigger.toml`` and in a real
 ``Trainer`` run. Run from the repository root::
 
-    python -m examples.custom_trigger
+    python examples/custom_trigger.py       # or: python -m examples.custom_trigger
 """
 
 from __future__ import annotations

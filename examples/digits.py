@@ -5,6 +5,10 @@ the repository root::
 
     schedtrain train specs/digits.toml
 
+The run directory (``runs/digits``) then holds the run, so the same command again is
+refused: add ``--overwrite`` to start over, or ``--resume auto`` to continue it.
+``python examples/digits.py`` only imports the module (it runs nothing).
+
 No download: ``load_digits`` ships with scikit-learn (the ``examples`` extra).
 """
 

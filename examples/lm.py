@@ -5,6 +5,10 @@ repository root::
 
     schedtrain train specs/lm_tokens.toml
 
+The run directory (``runs/lm_tokens``) then holds the run, so the same command again is
+refused: add ``--overwrite`` to start over, or ``--resume auto`` to continue it.
+``python examples/lm.py`` only imports the module (it runs nothing).
+
 No download: the corpus is the standard library's top-level ``*.py`` files (found with
 ``sysconfig.get_paths()["stdlib"]``), read in sorted name order and cut to
 ``corpus_chars`` characters, so every machine with the same Python builds the same

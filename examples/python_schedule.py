@@ -1,6 +1,7 @@
 """Compose triggers in Python with a custom callback; no TOML.
 
-Run from the repository root: ``python -m examples.python_schedule``.
+Run from the repository root: ``python examples/python_schedule.py`` (or ``python -m
+examples.python_schedule``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import importlib
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import Shape, evaluated_at, evaluation_points, holds, schedules, shapes
 
 from schedtrain import Schedule, ScheduleError, simulate
@@ -13,6 +14,7 @@ from schedtrain.planning.plan import plan_spec
 from schedtrain.simulation import RunShape, Simulation
 from schedtrain.spec.load import loads_spec
 from schedtrain.testing.coverage import CallbackCoverage
+from schedtrain.testing.plugin import count
 from schedtrain.testing.recorder import Recorder
 from schedtrain.triggers import Trigger, every, improved, on, plateau, when, window
 
@@ -92,7 +94,22 @@ def test_nothing_observes():
         result.assert_outcomes(passed=1)
         assert _gap_lines(result) == [
             'val.trigger.all[1] (start = "1000 steps"): window never entered']
-        result.stdout.fnmatch_lines(["*val (first simulated in test_*.py::test_short_run)"])
+        result.stdout.fnmatch_lines([
+            "1 part of 1 callback (of 2 simulated) never decided a firing:",
+            "*val (first simulated in test_*.py::test_short_run)"])
+
+    def test_one_callback_is_counted_in_the_singular(self, pytester: pytest.Pytester) -> None:
+        """One simulated callback, every part covered: no "1 ... triggers"."""
+        pytester.makepyfile('''
+from schedtrain import Schedule, every
+from schedtrain.testing import simulate
+
+def test_run():
+    simulate(Schedule({"ck": every("5 steps")}), epochs=1, steps_per_epoch=10)
+''')
+        result = pytester.runpytest("-p", "no:cacheprovider", "--schedule-coverage")
+        result.stdout.fnmatch_lines(["every part of the 1 simulated callback trigger "
+                                     "decided a firing"])
 
     def test_an_any_branch_that_never_fired_is_named_by_key_path(
             self, pytester: pytest.Pytester) -> None:
@@ -313,3 +330,9 @@ class TestRecorder:
         finally:
             recorder.stop()
         assert covered.state_dict() == plain.state_dict()
+
+
+@given(st.integers(0, 10**6), st.sampled_from(["part", "callback", "simulated callback trigger"]))
+def test_counts_are_plural_unless_one(n: int, noun: str) -> None:
+    """The report's counts agree with their number: 1 part, 0 parts, 2 parts."""
+    assert count(n, noun) == (f"1 {noun}" if n == 1 else f"{n} {noun}s")

@@ -11,6 +11,7 @@ evaluation.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,13 @@ from typing import Any
 import torch
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from examples.seeds._data import CLASSES, loaders, model
 from schedtrain import Schedule, on
 from schedtrain.callbacks import Callback, InferenceRunner
 from schedtrain.training import Trainer
+
+if not __package__:  # `python examples/seeds/NAME.py`: the repository root holds `examples`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from examples.seeds._data import CLASSES, loaders, model
 
 
 class ClassificationMetrics(Callback):

@@ -9,16 +9,20 @@ ends with the same statistics as one run of 4 epochs.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from examples.seeds._data import loaders, model
 from schedtrain import Scheduled, every
 from schedtrain.callbacks import Callback, ModelSaver, StepOutputs
 from schedtrain.training import Trainer
+
+if not __package__:  # `python examples/seeds/NAME.py`: the repository root holds `examples`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from examples.seeds._data import loaders, model
 
 
 class LossStats(Callback):

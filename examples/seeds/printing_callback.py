@@ -8,12 +8,18 @@ trigger alone.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
-from examples.seeds._data import loaders, model
 from schedtrain import on
 from schedtrain.callbacks import Callback
 from schedtrain.training import Trainer
+
+if not __package__:  # `python examples/seeds/NAME.py`: the repository root holds `examples`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from examples.seeds._data import loaders, model
 
 
 class MyPrinting(Callback):

@@ -3,10 +3,14 @@
 The seed (tensorpack's docs) trains a ResNet with ModelSaver, MinSaver on
 ``val-error-top1``, an InferenceRunner with top-1 and top-5 ClassificationErrors, a
 scheduled and a hand-set learning rate, SendStat, GPUUtilizationTracker, InjectShell,
-MovingAverageSummary and ProgressBar. The same list here runs on CPU in seconds::
+MovingAverageSummary and ProgressBar. The same list here runs on CPU in seconds, from the
+repository root::
 
-    python -m examples.seeds.tensorpack_resnet runs/tensorpack_resnet
+    python examples/seeds/tensorpack_resnet.py [RUN_DIR]
 
+(or ``python -m examples.seeds.tensorpack_resnet``). RUN_DIR defaults to
+``runs/tensorpack_resnet``; each run starts it afresh, removing what an earlier run wrote
+there (as ``schedtrain train --overwrite`` does), so the command runs again as written.
 While it runs, ``echo "lr = 0.0001" > runs/tensorpack_resnet/hyper.txt`` changes the
 learning rate at the next epoch, and ``touch runs/tensorpack_resnet/shell`` opens a
 shell (from a terminal). ``specs/seeds/tensorpack_resnet.toml`` is the same list in TOML.
@@ -102,8 +106,9 @@ def build(run_dir: str | Path, extra: Sequence[Any] = (), shell_hook: Any = None
 
 
 def main(run_dir: str | Path = "runs/tensorpack_resnet") -> Trainer:
-    """Train with the seed's list and print the two validation errors."""
-    trainer = build(run_dir)
+    """Train afresh in ``run_dir`` with the seed's list and print the two validation
+    errors."""
+    trainer = build(run_dir, overwrite=True)
     trainer.fit()
     print(f"val-error-top1 {trainer.metrics.value('val-error-top1'):.4f}, "
           f"val-error-top5 {trainer.metrics.value('val-error-top5'):.4f}")

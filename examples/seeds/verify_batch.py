@@ -7,14 +7,19 @@ was wrong (an ``assert`` would vanish under ``python -O``).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from examples.seeds._data import BATCH, loaders, model
 from schedtrain import on
 from schedtrain.callbacks import Callback
 from schedtrain.training import Trainer
+
+if not __package__:  # `python examples/seeds/NAME.py`: the repository root holds `examples`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from examples.seeds._data import BATCH, loaders, model
 
 
 class VerifyBatch(Callback):

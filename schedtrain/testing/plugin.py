@@ -73,6 +73,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` and the noun, plural unless ``n`` is 1: ``1 part``, ``2 parts``, ``0 parts``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
                             config: pytest.Config) -> None:
     recorder = config.stash.get(_RECORDER, None)
@@ -83,11 +88,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
     tr.write_sep("=", "schedule coverage")
     shown = len(recorder.callbacks)
     if not gaps:
-        tr.write_line(f"every part of the {shown} simulated callback triggers decided a firing")
+        tr.write_line(f"every part of the {count(shown, 'simulated callback trigger')} "
+                      "decided a firing")
         return
     names = {g.callback for g in gaps}
-    tr.write_line(f"{len(gaps)} parts of {len(names)} callbacks (of {shown} simulated) "
-                  "never decided a firing:")
+    tr.write_line(f"{count(len(gaps), 'part')} of {count(len(names), 'callback')} "
+                  f"(of {shown} simulated) never decided a firing:")
     last = None
     for g in gaps:
         if (g.callback, g.where) != last:
