@@ -54,10 +54,11 @@ class TestPeriodicCallback:
     """Only less frequent: ``step % k == 0 or epoch % k == 0`` at the moment of the call."""
 
     def test_epoch_gate(self) -> None:
-        """The default per-epoch trigger runs only at even epochs."""
+        """The default per-epoch trigger runs only at even epochs, and at the final
+        epoch's end (tensorpack's last-step clause)."""
         sc = PeriodicCallback(Saver(), every_k_epochs=2)
         log = simulate(Schedule([sc]), epochs=5, steps_per_epoch=3)
-        assert log.epochs("Saver") == [2, 4]
+        assert log.epochs("Saver") == [2, 4, 5]
         assert sc.gate is not None and sc.gate(Timestamp(epoch=3)) is False
 
     def test_epochs_count_from_one_inside_an_epoch(self) -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from training_helpers import UnevenData, tiny_model
+from training_helpers import tiny_model
 
 from schedtrain.callbacks import Callback
 from schedtrain.schedule import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
@@ -246,7 +246,9 @@ def _schedtrain(body: type, wrap: str, k: int, epochs: int, steps: int) -> Calls
     cb = Ported()
     cb.calls = []
     model, opt = tiny_model()
-    Trainer(model, opt, UnevenData([steps] * epochs), torch.nn.functional.mse_loss,
+    # data with a length, as tensorpack's steps_per_epoch: the last step is known ahead
+    data = [(x, x.sum(1, keepdim=True)) for x in torch.randn(steps, 2, 3).unbind()]
+    Trainer(model, opt, data, torch.nn.functional.mse_loss,
             callbacks=[_WRAPS[wrap](_SCHEDTRAIN, cb, k)], max_epochs=epochs).fit()
     return cb.calls
 
@@ -291,3 +293,33 @@ def test_super_trigger_epoch_runs_trigger_every_epoch() -> None:
     calls = _schedtrain(EpochWork, "bare", 1, 3, 2)
     assert [c for c in calls if c[0] == "trigger"] == [
         ("trigger", 2, 1), ("trigger", 4, 2), ("trigger", 6, 3)]
+
+
+def test_issue_case_final_epoch_hooks_run() -> None:
+    """3 epochs, ``PeriodicCallback(every_k_epochs=2)``: tensorpack runs the final epoch's
+    last-step and epoch-end hooks (its last-step clause); so does schedtrain."""
+    expected = _tensorpack(Both, "PeriodicCallback(every_k_epochs)", 2, 3, 2)
+    final = [c for c in expected if c[2] == 3]
+    assert {hook for hook, _, _ in final} >= {"trigger_step", "after_epoch", "trigger_epoch",
+                                              "trigger"}  # the reference has the clause
+    assert _schedtrain(Both, "PeriodicCallback(every_k_epochs)", 2, 3, 2) == expected
+
+
+@settings(max_examples=30, deadline=None)
+@given(epochs=st.integers(1, 6), steps=st.integers(1, 4), k=st.integers(1, 4))
+def test_simulation_plans_what_tensorpack_triggers(epochs: int, steps: int, k: int) -> None:
+    """``simulate()`` (and so ``plan``) fires a bare callback under
+    ``PeriodicCallback(every_k_epochs=k)`` at the epochs where tensorpack calls its
+    ``trigger()``, the final one included."""
+    from schedtrain import Schedule
+    from schedtrain.testing import fired_at, simulate
+
+    expected = [e for hook, _, e in _tensorpack(Plain, "PeriodicCallback(every_k_epochs)", k,
+                                                epochs, steps) if hook == "trigger"]
+
+    class Bare(Plain, Callback):
+        pass
+
+    log = simulate(Schedule([PeriodicCallback(Bare(), every_k_epochs=k)]), epochs=epochs,
+                   steps_per_epoch=steps)
+    assert fired_at(log, "Bare", "epochs") == expected

@@ -75,7 +75,8 @@ class Point:
 
     ``metrics`` or ``predicates`` set to ``None`` means unknown (planning):
     conditions that need them evaluate to ``None``. ``deadline_ns`` is the run's
-    deadline on the clock's ``time_ns`` axis (``None``: the run has none).
+    deadline on the clock's ``time_ns`` axis (``None``: the run has none);
+    ``final_epoch`` the number of epochs it is to train (``None``: not known).
     """
 
     event: str
@@ -84,6 +85,7 @@ class Point:
     metrics: MetricsView | None = None
     predicates: Mapping[str, Predicate] | None = None
     deadline_ns: int | None = None
+    final_epoch: int | None = None
 
 
 @attrs.frozen
