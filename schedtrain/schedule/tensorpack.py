@@ -163,7 +163,7 @@ class Divisible(Trigger):
             return True
         # tensorpack's last-step clause: with epochs, also once the final epoch has ended
         # (its hooks inside the epoch go by the gate, which knows the epoch's length)
-        return (self.epochs is not None and not inside and pt.final_epoch is not None
+        return (self.epochs is not None and not inside and bool(pt.final_epoch)
                 and now.epoch == pt.final_epoch)
 
     def __repr__(self) -> str:
