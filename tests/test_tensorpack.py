@@ -63,7 +63,9 @@ class TestPeriodicCallback:
 
     def test_epochs_count_from_one_inside_an_epoch(self) -> None:
         """At step ends the epoch part counts tensorpack's ``epoch_num`` (1 in the first
-        epoch): a per-step trigger gated by every_k_epochs=2 fires in the second epoch only."""
+        epoch): a per-step trigger gated by every_k_epochs=2 fires in the second epoch, and
+        at the final epoch's last step (tensorpack's last-step clause)."""
         sc = PeriodicCallback(PeriodicTrigger(Saver(), every_k_steps=1), every_k_epochs=2)
         log = simulate(Schedule([sc]), epochs=3, steps_per_epoch=2)
-        assert [(f.event, f.step) for f in log] == [("step_end", 3), ("step_end", 4)]
+        assert [(f.event, f.step) for f in log] == [("step_end", 3), ("step_end", 4),
+                                                    ("step_end", 6)]

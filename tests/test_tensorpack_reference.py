@@ -268,6 +268,9 @@ _WRAPS: dict[str, Callable[[Any, Any, int], Any]] = {
         cb, every_k_steps=k),
     "PeriodicCallback(every_k_epochs)": lambda lib, cb, k: lib.PeriodicCallback(
         cb, every_k_epochs=k),
+    "PeriodicCallback(PeriodicTrigger(every_k_steps=1), every_k_epochs)":
+        lambda lib, cb, k: lib.PeriodicCallback(lib.PeriodicTrigger(cb, every_k_steps=1),
+                                                every_k_epochs=k),
     "EnableCallbackIf(epoch_num % k)": lambda lib, cb, k: lib.EnableCallbackIf(
         cb, lambda c: c.epoch_num % k != 0),
 }

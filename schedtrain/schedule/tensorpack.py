@@ -161,10 +161,18 @@ class Divisible(Trigger):
         inside = pt.event in _INSIDE_EPOCH
         if self.holds(now.step, now.epoch + inside):
             return True
-        # tensorpack's last-step clause: with epochs, also once the final epoch has ended
-        # (its hooks inside the epoch go by the gate, which knows the epoch's length)
-        return (self.epochs is not None and not inside and bool(pt.final_epoch)
-                and now.epoch == pt.final_epoch)
+        final = pt.final_epoch
+        if self.epochs is None or not final:
+            return False
+        # tensorpack's last-step clause (local_step == steps_per_epoch - 1 in the final
+        # epoch): at the final epoch's last step and after it; at its start, tensorpack's
+        # local_step is still the previous epoch's last
+        if not inside:
+            return now.epoch == final
+        if pt.event == "epoch_start":
+            return now.epoch + 1 == final > 1
+        last = pt.final_step
+        return last is not None and now.step == (last if pt.event == "step_end" else last - 1)
 
     def __repr__(self) -> str:
         return f"Divisible(steps={self.steps!r}, epochs={self.epochs!r})"

@@ -76,6 +76,7 @@ class Simulation:
             self.table.deadline_ns = left.base
         self.shape = shape
         self.table.final_epoch = shape.epochs
+        self.table.final_step = None if shape.cut_short else shape.total_steps
         #: ``sanity_eval`` fires once, first (the run's ``sanity_eval_batches`` > 0)
         self.sanity_eval = sanity_eval
         self.clock = SimClock(shape)
