@@ -145,16 +145,47 @@ class TestEvery:
         sink.scalars([Record("a", 1.0, 2, 0, 0.0), Record("v", 1.0, 2, 1, 0.0)])
         assert [r.name for r in keep.got] == ["a"]
 
-    def test_epoch_period_passes_the_epoch_end_values(self) -> None:
-        """With "1 epoch", the values put at epoch_end (validation) are the epoch's report,
-        not the last step's."""
+    def test_epoch_period_passes_every_name_since_the_last_report(self) -> None:
+        """With "1 epoch", the epoch's report holds the per-step values (``train/loss_ema``)
+        beside the epoch_end's (validation), each at its newest value, stamped as the
+        epoch_end's report: tensorpack's ``ScalarPrinter`` prints every name put since
+        its last print."""
         keep = Keep()
         sink = Every(keep, "1 epoch")
-        sink.scalars([Record("train/loss", 1.0, 4, 0, 0.0), Record("val/loss", 2.0, 4, 1, 0.0),
-                      Record("val/acc", 0.5, 4, 1, 0.0)])
+        sink.scalars([Record("train/loss_ema", 1.0, 3, 0, 0.0),
+                      Record("train/loss_ema", 0.9, 4, 0, 0.0),
+                      Record("val/loss", 2.0, 4, 1, 0.0), Record("val/acc", 0.5, 4, 1, 0.0)])
         assert keep.got == []  # held until the epoch ends
         sink.epoch_end(Timestamp(step=4, epoch=1))
-        assert [r.name for r in keep.got] == ["val/loss", "val/acc"]
+        assert [(r.name, r.value, r.step, r.epoch) for r in keep.got] == [
+            ("train/loss_ema", 0.9, 4, 1), ("val/loss", 2.0, 4, 1), ("val/acc", 0.5, 4, 1)]
+
+    @settings(max_examples=150, deadline=None)
+    @given(epochs_st, st.integers(1, 4), st.lists(st.booleans(), min_size=1, max_size=6),
+           st.none() | st.integers(0, 30))
+    def test_epoch_report_is_what_scalar_printer_prints(
+            self, epochs: list[tuple[list[int], int]], k: int, flushes: list[bool],
+            cut: int | None) -> None:
+        """Against tensorpack's ``ScalarPrinter`` (a dict of name -> newest value, printed
+        and emptied at each k-th epoch end), however the store flushes, resumed anywhere."""
+        expected: list[tuple[tuple[int, int], list[tuple[str, float]]]] = []
+        printer: dict[str, float] = {}
+        step, stamp = 0, (0, 0)
+        for e, (puts, at_end) in enumerate(epochs):
+            for n in puts:
+                step += 1
+                for j in range(n):
+                    printer[f"m{j}"], stamp = float(step), (step, e)
+            for j in range(at_end):
+                printer[f"v{j}"], stamp = float(step), (step, e + 1)
+            if (e + 1) % k == 0 and printer:
+                expected.append((stamp, sorted(printer.items())))
+                printer = {}
+        got = _Run(f"{k} epochs").play(epochs, flushes, cut)
+        reports: dict[tuple[int, int], list[tuple[str, float]]] = {}
+        for r in got:
+            reports.setdefault((r.step, r.epoch), []).append((r.name, r.value))
+        assert [(s, sorted(v)) for s, v in reports.items()] == expected
 
 
 TASK = '''

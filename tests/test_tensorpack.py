@@ -54,15 +54,18 @@ class TestPeriodicCallback:
     """Only less frequent: ``step % k == 0 or epoch % k == 0`` at the moment of the call."""
 
     def test_epoch_gate(self) -> None:
-        """The default per-epoch trigger runs only at even epochs."""
+        """The default per-epoch trigger runs only at even epochs, and at the final
+        epoch's end (tensorpack's last-step clause)."""
         sc = PeriodicCallback(Saver(), every_k_epochs=2)
         log = simulate(Schedule([sc]), epochs=5, steps_per_epoch=3)
-        assert log.epochs("Saver") == [2, 4]
+        assert log.epochs("Saver") == [2, 4, 5]
         assert sc.gate is not None and sc.gate(Timestamp(epoch=3)) is False
 
     def test_epochs_count_from_one_inside_an_epoch(self) -> None:
         """At step ends the epoch part counts tensorpack's ``epoch_num`` (1 in the first
-        epoch): a per-step trigger gated by every_k_epochs=2 fires in the second epoch only."""
+        epoch): a per-step trigger gated by every_k_epochs=2 fires in the second epoch, and
+        at the final epoch's last step (tensorpack's last-step clause)."""
         sc = PeriodicCallback(PeriodicTrigger(Saver(), every_k_steps=1), every_k_epochs=2)
         log = simulate(Schedule([sc]), epochs=3, steps_per_epoch=2)
-        assert [(f.event, f.step) for f in log] == [("step_end", 3), ("step_end", 4)]
+        assert [(f.event, f.step) for f in log] == [("step_end", 3), ("step_end", 4),
+                                                    ("step_end", 6)]

@@ -5,7 +5,9 @@ The reference is tensorpack's documented loop: ``for epoch_num in range(1, max_e
 (``starting_epoch = 1``), ``global_step`` counting finished steps, and
 ``PeriodicCallback(cb, every_k_steps=k, every_k_epochs=j)`` enabling ``cb``'s
 ``{before,after}_epoch``, per-step hooks and ``trigger_{epoch,step}`` when
-``global_step % k == 0 or epoch_num % j == 0``.
+``global_step % k == 0 or epoch_num % j == 0``, or, with j, when ``local_step ==
+steps_per_epoch - 1 and epoch_num == max_epoch`` (``local_step``: the running step's index
+in its epoch, -1 before the first, never reset between epochs).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from training_helpers import UnevenData, tiny_model
+from training_helpers import tiny_model
 
 from schedtrain.callbacks import Callback
 from schedtrain.schedule import EnableCallbackIf, PeriodicCallback
@@ -61,31 +63,33 @@ class Counters(Callback):
 
 def _fit(callback: Any, epochs: int, steps: int) -> None:
     model, opt = tiny_model()
-    Trainer(model, opt, UnevenData([steps] * epochs), torch.nn.functional.mse_loss,
-            callbacks=[callback], max_epochs=epochs).fit()
+    # data with a length: tensorpack always knows its steps_per_epoch
+    data = [(x, x.sum(1, keepdim=True)) for x in torch.randn(steps, 2, 3).unbind()]
+    Trainer(model, opt, data, torch.nn.functional.mse_loss, callbacks=[callback],
+            max_epochs=epochs).fit()
 
 
 def tensorpack_loop(epochs: int, steps: int, enabled: Any = None) -> list[Call]:
     """The calls tensorpack makes, from its documented loop; ``enabled(global_step,
-    epoch_num)`` gates what ``EnableCallbackIf`` gates (``None``: everything)."""
+    epoch_num, local_step)`` gates what ``EnableCallbackIf`` gates (``None``: everything)."""
     calls: list[Call] = []
-    gate = enabled or (lambda _s, _e: True)
-    global_step = 0
+    gate = enabled or (lambda *_: True)
+    global_step, local_step = 0, -1
     calls.append(("before_train", global_step, 0))
     for epoch_num in range(1, epochs + 1):
-        if gate(global_step, epoch_num):
+        if gate(global_step, epoch_num, local_step):
             calls.append(("before_epoch", global_step, epoch_num))
-        for _ in range(steps):
-            ran = gate(global_step, epoch_num)
+        for local_step in range(steps):  # as tensorpack: still the last index after it
+            ran = gate(global_step, epoch_num, local_step)
             if ran:
                 calls.append(("before_step", global_step, epoch_num))
             global_step += 1
             if ran:  # after_run goes with its before_run
                 calls.append(("after_step", global_step, epoch_num))
-            if gate(global_step, epoch_num):
+            if gate(global_step, epoch_num, local_step):
                 calls.append(("trigger_step", global_step, epoch_num))
         for hook in ("after_epoch", "trigger_epoch"):
-            if gate(global_step, epoch_num):
+            if gate(global_step, epoch_num, local_step):
                 calls.append((hook, global_step, epoch_num))
     calls.append(("after_train", global_step, epochs))
     return calls
@@ -129,7 +133,7 @@ class TestCounters:
         trig = Triggered()
         _fit(EnableCallbackIf(rec, lambda self: self.global_step >= 4), epochs=3, steps=3)
         _fit(EnableCallbackIf(trig, lambda self: self.global_step >= 4), epochs=3, steps=3)
-        expected = tensorpack_loop(3, 3, lambda gs, _e: gs >= 4)
+        expected = tensorpack_loop(3, 3, lambda gs, *_: gs >= 4)
         assert [c for c in rec.calls if c[0] not in ("before_train", "after_train")] == \
             [c for c in expected if c[0] not in ("before_train", "after_train")]
         assert fired == [2, 3]  # trigger_epoch -> trigger() at epoch ends with global_step >= 4
@@ -155,12 +159,14 @@ class TestPeriodicCallbackEpochs:
     def test_matches_tensorpack(self, k: int | None, j: int | None, epochs: int,
                                 steps: int) -> None:
         """For any k, j and epoch length, the hooks run exactly where tensorpack's predicate
-        ``global_step % k == 0 or epoch_num % j == 0`` enables them."""
+        ``global_step % k == 0 or epoch_num % j == 0``, or its last-step clause, enables
+        them."""
         if k is None and j is None:
             j = 1
 
-        def pred(gs: int, e: int) -> bool:
-            return (k is not None and gs % k == 0) or (j is not None and e % j == 0)
+        def pred(gs: int, e: int, local: int) -> bool:
+            return ((k is not None and gs % k == 0) or (j is not None and e % j == 0)
+                    or (j is not None and local == steps - 1 and e == epochs))
 
         rec = Counters()
         _fit(PeriodicCallback(rec, every_k_steps=k, every_k_epochs=j), epochs, steps)

@@ -128,12 +128,13 @@ class TestPeriodicCallback:
     """``PeriodicCallback`` / ``EnableCallbackIf`` gate the epoch call, whichever it is."""
 
     @pytest.mark.parametrize(("cls", "expected"), [
-        (Both, [(TE, 2), ("trigger", 4)]),
-        (OnlyTriggerEpoch, [(TE, 2)]),
-        (OnlyTrigger, [("trigger", 4)]),
+        (Both, [(TE, 2), ("trigger", 4), (TE, 3), ("trigger", 6)]),
+        (OnlyTriggerEpoch, [(TE, 2), (TE, 3)]),
+        (OnlyTrigger, [("trigger", 4), ("trigger", 6)]),
     ])
     def test_every_k_epochs(self, cls: type[Any], expected: list[tuple[str, int]]) -> None:
-        """every_k_epochs=2: the epoch call runs in the second epoch only, once."""
+        """every_k_epochs=2: the epoch call runs, once, in the second epoch and in the
+        final one (tensorpack's last-step clause: its last step ends the run)."""
         assert _run(lambda cb: PeriodicCallback(cb, every_k_epochs=2), cls) == expected
 
     def test_enable_callback_if(self) -> None:

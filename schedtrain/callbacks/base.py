@@ -157,7 +157,8 @@ class Callback:
         self._trigger_step()
 
     def trigger_epoch(self) -> None:
-        """After every epoch, after ``after_epoch``."""
+        """After every epoch, after ``after_epoch``; by default (``_trigger_epoch`` not
+        overridden) it calls ``trigger()``, as tensorpack's does."""
         self._trigger_epoch()
 
     def trigger(self) -> None:
@@ -211,10 +212,13 @@ class Callback:
         return None
 
     def _trigger_step(self) -> None:
-        return None
+        return None  # tensorpack's default too: nothing
 
     def _trigger_epoch(self) -> None:
-        return None
+        # tensorpack's default: the per-epoch call is trigger(), so a ported override
+        # ending in ``super()._trigger_epoch()`` runs ``_trigger`` as it did there. The
+        # trainer calls this hook only on classes that override it.
+        self.trigger()
 
     def _trigger(self) -> None:
         return None

@@ -23,9 +23,11 @@ class Every:
       semantics, as ``every``): the ``step_end`` report of step 100 for ``"100 steps"``,
       never also the ``epoch_end`` report made at that same step.
     * ``"k epochs"``: at each ``epoch_end`` that completes a multiple of ``k`` epochs, the
-      last report made at or before it: that ``epoch_end``'s values (validation) when it
-      has any, else the epoch's last step's. A run cut inside an epoch (``max_steps``)
-      passes nothing for that partial epoch, as it fires no ``epoch_end``.
+      newest value of every name put since the last report passed (tensorpack's
+      ``ScalarPrinter``: a per-step ``train/loss_ema`` beside the ``epoch_end``'s
+      validation), stamped as the newest report (that ``epoch_end``'s, or the epoch's
+      last step's): one report, as of the epoch's end. A run cut inside an epoch
+      (``max_steps``) passes nothing for that partial epoch, as it fires no ``epoch_end``.
 
     A report's values all go, also when they reach the sink in several flushes. Firings
     and media (images, histograms, text) pass through unthinned.
@@ -43,15 +45,15 @@ class Every:
         self.sink, self.period = sink, t
         self._last = 0  # steps: the step of the last report passed on
         self._accepted: tuple[int, int] | None = None  # steps: that report's (step, epoch)
-        self._held: list[Record] = []  # epochs: the newest report, until its epoch ends
+        #: epochs: each name's newest record since the last report passed (oldest first)
+        self._held: dict[str, Record] = {}
 
     def scalars(self, records: Sequence[Record]) -> None:
         if self.period.unit is Unit.EPOCH:
+            held = self._held
             for r in records:
-                if not self._held or (self._held[0].step, self._held[0].epoch) != (
-                        r.step, r.epoch):
-                    self._held = []
-                self._held.append(r)
+                held.pop(r.name, None)
+                held[r.name] = r
             return
         k, last, accepted = self.period.base, self._last, self._accepted
         keep: list[Record] = []
@@ -69,8 +71,11 @@ class Every:
         """An epoch ended (after its ``epoch_end`` values were flushed): an epoch period
         passes its held report when ``ts.epoch`` completes a period."""
         if self.period.unit is Unit.EPOCH and self._held and ts.epoch % self.period.base == 0:
-            held, self._held = self._held, []
-            self.sink.scalars(held)
+            held, self._held = list(self._held.values()), {}
+            step, epoch = held[-1].step, held[-1].epoch
+            # new records: the store's own go to the other sinks as they were put
+            self.sink.scalars([r if (r.step, r.epoch) == (step, epoch)
+                               else Record(r.name, r.value, step, epoch, r.wall) for r in held])
         ended = getattr(self.sink, "epoch_end", None)
         if ended is not None:
             ended(ts)
@@ -99,15 +104,16 @@ class Every:
         """Where the period stands: the last report passed, the report held."""
         return {"last": self._last,
                 "accepted": list(self._accepted) if self._accepted is not None else None,
-                "held": [[r.name, r.step, r.epoch, r.value, r.wall] for r in self._held]}
+                "held": [[r.name, r.step, r.epoch, r.value, r.wall]
+                         for r in self._held.values()]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict``."""
         self._last = int(state["last"])
         acc = state["accepted"]
         self._accepted = None if acc is None else (int(acc[0]), int(acc[1]))
-        self._held = [Record(str(n), float(v), int(s), int(e), float(w))
-                      for n, s, e, v, w in state["held"]]
+        self._held = {str(n): Record(str(n), float(v), int(s), int(e), float(w))
+                      for n, s, e, v, w in state["held"]}
 
 
 def build_sinks(names: Sequence[str], every: Mapping[str, str],

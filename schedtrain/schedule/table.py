@@ -116,6 +116,10 @@ class TriggerTable:
         #: The run's deadline on the clock's ``time_ns`` axis (``None``: none); set
         #: before ``attach`` by the trainer (or the simulator).
         self.deadline_ns: int | None = None
+        #: The run's number of epochs (``max_epochs``; ``None``: not known), set likewise.
+        self.final_epoch: int | None = None
+        #: The step ending that epoch (``None``: not known), set likewise.
+        self.final_step: int | None = None
         self._clock: Clock | None = None
         self._books: dict[str, DueBook] = {}
         #: Call ``step_end()`` only once ``clock.step >= step_due``: the loop's whole
@@ -258,7 +262,7 @@ class TriggerTable:
         assert clock is not None
         now = clock.now()
         pt = Point(event, now, clock.previous(event), self._metrics, self.predicates,
-                   self.deadline_ns)
+                   self.deadline_ns, self.final_epoch, self.final_step)
         out: list[tuple[int, bool | None]] = []
         nodes, shared, names = self.nodes, self._shared, self.names
         values: dict[int, bool | None] = {}
@@ -310,7 +314,7 @@ class TriggerTable:
             prev = (step_back(now, event) if event != "step_end"
                     else attrs.evolve(now, step=max(now.step - 1, 0)))
         pt = Point(event, now, prev, metrics if metrics is not None else self._metrics,
-                   self.predicates, self.deadline_ns)
+                   self.predicates, self.deadline_ns, self.final_epoch, self.final_step)
         listening = set(self.listeners(event))
         out: dict[str, Explanation] = {}
         for i, (name, node) in enumerate(zip(self.names, self.nodes, strict=True)):

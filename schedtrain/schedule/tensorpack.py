@@ -11,7 +11,11 @@ Each returns a ``Scheduled`` (callback + trigger + hook gate) for a trainer:
 * ``PeriodicCallback(cb, every_k_steps=, every_k_epochs=)``: ``EnableCallbackIf``
   with the predicate ``global_step % k == 0 or epoch_num % k == 0`` (tensorpack's
   counters: ``epoch_num`` is 1-based, 1 during the first epoch): it can only make a
-  callback *less* frequent.
+  callback *less* frequent. With ``every_k_epochs``, as tensorpack's since 2018, it is
+  also enabled once the final epoch's last step runs (``local_step == steps_per_epoch - 1
+  and epoch_num == max_epoch``): that step's hooks, the epoch's end, and, as tensorpack's
+  step counter still points at the previous epoch's last step there, the final epoch's
+  ``before_epoch`` (unless it is the first).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from schedtrain.schedule.schedule import Scheduled
+from schedtrain.schedule.schedule import HookGate, Scheduled
 from schedtrain.time import Timestamp, Unit
 from schedtrain.triggers.base import Trigger, all_of, any_of
 from schedtrain.triggers.conditions import when
@@ -29,7 +33,7 @@ from schedtrain.triggers.lifecycle import on
 from schedtrain.triggers.periodic import every
 from schedtrain.triggers.protocol import Point
 
-__all__ = ["Divisible", "EnableCallbackIf", "PeriodicCallback", "PeriodicTrigger"]
+__all__ = ["Divisible", "EnableCallbackIf", "PeriodicCallback", "PeriodicTrigger", "gate_at"]
 
 _DEFAULT = every("1 epoch")
 
@@ -94,11 +98,29 @@ class _CallbackPredicate:
         return bool(self.pred(self.callback))
 
 
-def _both(first: Callable[[Timestamp], bool] | None,
-          second: Callable[[Timestamp], bool]) -> Callable[[Timestamp], bool]:
-    if first is None:
-        return second
-    return lambda ts: first(ts) and second(ts)
+@attrs.frozen
+class _Both:
+    """Two hook gates, both open; each told which hook it gates where it asks (``at``)."""
+
+    first: HookGate
+    second: HookGate
+
+    def __call__(self, ts: Timestamp) -> bool:
+        return self.first(ts) and self.second(ts)
+
+    def at(self, hook: str, table: Any) -> HookGate:
+        return _Both(gate_at(self.first, hook, table), gate_at(self.second, hook, table))
+
+
+def gate_at(gate: HookGate, hook: str, table: Any) -> HookGate:
+    """``gate`` as it gates ``hook`` of a run on ``table`` (the trigger table; it knows the
+    run's ``final_epoch``): the gate itself unless it asks (``at``)."""
+    at = getattr(gate, "at", None)
+    return at(hook, table) if at is not None else gate
+
+
+def _both(first: HookGate | None, second: HookGate) -> HookGate:
+    return second if first is None else _Both(first, second)
 
 
 def EnableCallbackIf(callback: Any, pred: Callable[[Any], bool]) -> Scheduled:
@@ -136,26 +158,68 @@ class Divisible(Trigger):
 
     def evaluate(self, pt: Point) -> bool:
         now = pt.now
-        return self.holds(now.step, now.epoch + (pt.event in _INSIDE_EPOCH))
+        inside = pt.event in _INSIDE_EPOCH
+        if self.holds(now.step, now.epoch + inside):
+            return True
+        final = pt.final_epoch
+        if self.epochs is None or not final:
+            return False
+        # tensorpack's last-step clause (local_step == steps_per_epoch - 1 in the final
+        # epoch): at the final epoch's last step and after it; at its start, tensorpack's
+        # local_step is still the previous epoch's last
+        if not inside:
+            return now.epoch == final
+        if pt.event == "epoch_start":
+            return now.epoch + 1 == final > 1
+        last = pt.final_step
+        return last is not None and now.step == (last if pt.event == "step_end" else last - 1)
 
     def __repr__(self) -> str:
         return f"Divisible(steps={self.steps!r}, epochs={self.epochs!r})"
 
 
+#: Hooks run while a step runs (tensorpack's local_step is that step's index); after it
+#: (``_after_step``, ``_trigger_step``) the clock counts it already.
+_IN_STEP = frozenset({"_before_step", "_before_batch", "_before_backward", "_after_batch",
+                      "_after_backward", "_before_optimizer_step"})
+
+
 @attrs.frozen
 class _PeriodicGate:
     """``PeriodicCallback``'s hook gate: the predicate at the callback's own ``global_step``
-    and ``epoch_num`` (tensorpack's counters, which know whether an epoch is open)."""
+    and ``epoch_num`` (tensorpack's counters, which know whether an epoch is open); told
+    its hook and table (``at``), also tensorpack's last-step clause."""
 
     divisible: Divisible
     callback: Any
+    hook: str = ""
+    table: Any = None
+
+    def at(self, hook: str, table: Any) -> _PeriodicGate:
+        return attrs.evolve(self, hook=hook, table=table)
 
     def __call__(self, ts: Timestamp) -> bool:
         epoch_num = getattr(self.callback, "epoch_num", None)
         # Hooks run only on trainer-bound callbacks, which have epoch_num; an object
         # without it (a stand-in in a test) is judged on the completed epochs.
-        return self.divisible.holds(ts.step, epoch_num if isinstance(epoch_num, int)
-                                    else ts.epoch)
+        num = epoch_num if isinstance(epoch_num, int) else ts.epoch
+        return self.divisible.holds(ts.step, num) or self._last_step(ts, num)
+
+    def _last_step(self, ts: Timestamp, epoch_num: int) -> bool:
+        """tensorpack's ``local_step == steps_per_epoch - 1 and epoch_num == max_epoch``."""
+        final = getattr(self.table, "final_epoch", None)
+        if self.divisible.epochs is None or final is None or epoch_num != final:
+            return False
+        hook = self.hook
+        if hook in ("_after_epoch", "_trigger_epoch"):
+            return True
+        if hook == "_before_epoch":  # tensorpack's local_step: the last epoch's last step
+            return epoch_num > 1
+        trainer = getattr(self.callback, "trainer", None)
+        length = getattr(trainer, "steps_in_epoch", None)
+        if not isinstance(length, int):  # data of unknown length: the last step is unknown
+            return False
+        return ts.step_in_epoch == (length - 1 if hook in _IN_STEP else length)
 
 
 def PeriodicCallback(

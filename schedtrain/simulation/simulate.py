@@ -75,6 +75,8 @@ class Simulation:
                 raise ValueError(f"deadline must be a duration such as '23 h', got {left}")
             self.table.deadline_ns = left.base
         self.shape = shape
+        self.table.final_epoch = shape.epochs
+        self.table.final_step = None if shape.cut_short else shape.total_steps
         #: ``sanity_eval`` fires once, first (the run's ``sanity_eval_batches`` > 0)
         self.sanity_eval = sanity_eval
         self.clock = SimClock(shape)

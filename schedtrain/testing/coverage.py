@@ -18,6 +18,7 @@ never fired, the parts that were never true (the window never entered), not the
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 
@@ -31,6 +32,8 @@ __all__ = ["FALSE", "TRUE", "UNKNOWN", "UNSEEN", "CallbackCoverage", "Gap", "Par
 #: A part's value at one evaluation (``UNSEEN``: it was not evaluated there).
 UNSEEN, FALSE, TRUE, UNKNOWN = -1, 0, 1, 2
 _LABEL_WIDTH = 60
+#: What a record has seen of each part (``CallbackCoverage``'s lists, one flag a part).
+_SEEN = ("evaluated", "true", "fired", "blocked")
 
 
 @attrs.frozen
@@ -117,6 +120,31 @@ class CallbackCoverage:
         self.true = [False] * n
         self.fired = [False] * n
         self.blocked = [False] * n
+
+    def to_data(self) -> dict[str, Any]:
+        """The record as plain data (JSON-able): what crosses from a pytest-xdist worker."""
+        return {"name": self.name, "where": self.where, "pure": self.pure,
+                "parts": [{**attrs.asdict(p), "children": list(p.children)} for p in self.parts],
+                **{k: list(getattr(self, k)) for k in _SEEN}}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> CallbackCoverage:
+        """The record ``to_data`` gave (no trigger needed: its parts are in the data)."""
+        self = cls.__new__(cls)
+        self.name, self.where, self.pure = data["name"], data["where"], bool(data["pure"])
+        self.parts = tuple(Part(**{**p, "children": tuple(p["children"])})
+                           for p in data["parts"])
+        for k in _SEEN:
+            setattr(self, k, [bool(v) for v in data[k]])
+        return self
+
+    def merge(self, other: CallbackCoverage) -> None:
+        """Add what ``other`` (the same callback, simulated elsewhere) saw to this record."""
+        if other.parts != self.parts:
+            raise ValueError(f"cannot merge the coverage of {other.name!r}: its parts differ")
+        for k in _SEEN:
+            mine: list[bool] = getattr(self, k)
+            mine[:] = [a or b for a, b in zip(mine, getattr(other, k), strict=True)]
 
     def blocks(self, i: int) -> bool:
         """Whether part ``i`` is asked to have blocked a firing."""

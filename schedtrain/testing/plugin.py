@@ -6,15 +6,22 @@ the session simulates (``simulate()``, ``Simulation``, ``schedtrain plan``) and 
 at the end, each part of a trigger that never decided a firing (see
 ``schedtrain.testing.coverage``); ``--schedule-coverage-fail`` also fails the session
 when it lists any.
+
+Under pytest-xdist (``-n``) each worker records its own share: at its session's end it
+puts its records, as plain data, in xdist's ``workeroutput``; the controller collects
+them as each worker goes down (``pytest_testnodedown``, a hook registered only where
+xdist is loaded), merges them (``testing.workers``) and reports once, as one process
+would have.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from schedtrain.testing.coverage import CallbackCoverage, Gap
     from schedtrain.testing.recorder import Recorder
 
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_runtest_logfinish",
@@ -22,6 +29,9 @@ __all__ = ["pytest_addoption", "pytest_configure", "pytest_runtest_logfinish",
            "pytest_sessionfinish", "pytest_terminal_summary", "pytest_unconfigure"]
 
 _RECORDER: pytest.StashKey[Recorder] = pytest.StashKey()
+_WORKERS: pytest.StashKey[_Workers] = pytest.StashKey()
+#: The key of a worker's records in xdist's ``workeroutput``.
+_OUTPUT = "schedtrain_schedule_coverage"
 #: The recorders of the sessions running in this process, innermost last (a session
 #: inside a test, as pytester runs one, has its own).
 _ACTIVE: list[Recorder] = []
@@ -45,6 +55,47 @@ def pytest_configure(config: pytest.Config) -> None:
     recorder.start()
     config.stash[_RECORDER] = recorder
     _ACTIVE.append(recorder)
+    if config.pluginmanager.hasplugin("xdist") and not _is_worker(config):
+        workers = config.stash[_WORKERS] = _Workers()
+        config.pluginmanager.register(workers, "schedtrain-coverage-workers")
+
+
+class _Workers:
+    """The controller's collection of its xdist workers' records."""
+
+    def __init__(self) -> None:
+        self.exports: list[list[dict[str, Any]]] = []
+        self.silent: list[str] = []  # workers that went down without sending any
+
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        if _OUTPUT in output:
+            self.exports.append(output[_OUTPUT])
+        else:
+            self.silent.append(str(getattr(getattr(node, "gateway", None), "id", node)))
+
+    def records(self, recorder: Recorder) -> list[CallbackCoverage] | None:
+        """The merged records, with this process's own; ``None`` when no worker ran."""
+        if not self.exports and not self.silent:
+            return None
+        from schedtrain.testing.workers import export, merge
+
+        return merge([export(recorder, ()), *self.exports])
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _records(config: pytest.Config, recorder: Recorder) -> list[CallbackCoverage]:
+    workers = config.stash.get(_WORKERS, None)
+    merged = workers.records(recorder) if workers is not None else None
+    return list(recorder.callbacks.values()) if merged is None else merged
+
+
+def _silent(config: pytest.Config) -> list[str]:
+    workers = config.stash.get(_WORKERS, None)
+    return workers.silent if workers is not None else []
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -67,9 +118,18 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    recorder = session.config.stash.get(_RECORDER, None)
-    if (recorder is not None and session.config.getoption("schedule_coverage_fail")
-            and recorder.gaps() and session.exitstatus == pytest.ExitCode.OK):
+    config = session.config
+    recorder = config.stash.get(_RECORDER, None)
+    if recorder is None:
+        return
+    if _is_worker(config):  # the controller reports and decides
+        from schedtrain.testing.workers import export
+
+        output: dict[str, Any] = config.workeroutput  # type: ignore[attr-defined]
+        output[_OUTPUT] = export(recorder, [item.nodeid for item in session.items])
+        return
+    if (config.getoption("schedule_coverage_fail") and session.exitstatus == pytest.ExitCode.OK
+            and (_silent(config) or _gaps(_records(config, recorder)))):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -78,22 +138,32 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _gaps(records: list[CallbackCoverage]) -> list[Gap]:
+    return [g for cov in records for g in cov.gaps()]
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
                             config: pytest.Config) -> None:
     recorder = config.stash.get(_RECORDER, None)
-    if recorder is None:
+    if recorder is None or _is_worker(config):
         return
-    gaps = recorder.gaps()
+    records = _records(config, recorder)
+    gaps = _gaps(records)
     tr = terminalreporter
     tr.write_sep("=", "schedule coverage")
-    shown = len(recorder.callbacks)
+    silent = _silent(config)
+    if silent:
+        tr.write_line(f"incomplete: xdist worker(s) {', '.join(silent)} went down without "
+                      "sending their schedule coverage")
+    shown = len(records)
+    failing = config.getoption("schedule_coverage_fail") and (gaps or silent)
     if not gaps:
         tr.write_line(f"every part of the {count(shown, 'simulated callback trigger')} "
                       "decided a firing")
-        return
-    names = {g.callback for g in gaps}
-    tr.write_line(f"{count(len(gaps), 'part')} of {count(len(names), 'callback')} "
-                  f"(of {shown} simulated) never decided a firing:")
+    else:
+        names = {g.callback for g in gaps}
+        tr.write_line(f"{count(len(gaps), 'part')} of {count(len(names), 'callback')} "
+                      f"(of {shown} simulated) never decided a firing:")
     last = None
     for g in gaps:
         if (g.callback, g.where) != last:
@@ -101,5 +171,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
             tr.write_line(f"  {g.callback} (first simulated {place})")
             last = (g.callback, g.where)
         tr.write_line(f"    {g}")
-    if config.getoption("schedule_coverage_fail"):
+    if failing:
         tr.write_line("failing the session: --schedule-coverage-fail")

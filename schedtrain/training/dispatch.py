@@ -27,6 +27,7 @@ from schedtrain.monitors.store import MetricStore
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import HookGate
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.schedule.tensorpack import gate_at
 from schedtrain.time import Timestamp
 
 __all__ = ["DEFAULT_KEEP_FIRINGS", "Dispatcher"]
@@ -75,8 +76,8 @@ class Dispatcher:
             maxlen=keep_firings)
         modes = trigger_epoch or {}
         self.hooks: dict[str, list[tuple[Callback, HookGate | None]]] = {
-            h: [(cb, gates.get(n)) for n, cb in callbacks.items() if overrides(cb, h)
-                and (h != "_trigger_epoch" or modes.get(n, "hook") == "hook")]
+            h: [(cb, _gate(gates.get(n), h, table)) for n, cb in callbacks.items()
+                if overrides(cb, h) and (h != "_trigger_epoch" or modes.get(n, "hook") == "hook")]
             for h in PER_EVENT_HOOKS}
         #: what a firing runs: the callback (its ``trigger()``), or its ``trigger_epoch()``
         self._fired: dict[str, Callback | _EpochCall] = {
@@ -258,6 +259,12 @@ def _direct_call(fired: Callback | _EpochCall) -> Callable[[], None]:
     if isinstance(fired, Callback) and type(fired).trigger is Callback.trigger:
         return fired._trigger
     return fired.trigger
+
+
+def _gate(gate: HookGate | None, hook: str, table: TriggerTable) -> HookGate | None:
+    """The gate as it gates ``hook``: told once, here, which hook (``PeriodicCallback``'s
+    last-step clause depends on it), so a call costs what it did."""
+    return None if gate is None else gate_at(gate, hook, table)
 
 
 def _place_hook(exc: Exception, cb: Callback, hook: str, now: Timestamp) -> None:

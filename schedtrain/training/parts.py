@@ -144,6 +144,13 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     check_order(bound, cbs)
     produced = set(TRAINER_METRICS).union(*(cb.produces for cb in cbs))
     table = bound.compile(predicates=known, produced_metrics=produced)
+    # The run's last epoch, as a simulation of it sees it (PeriodicCallback's last step).
+    try:
+        shape = _shape(options, ready.train_data)
+    except ValueError:  # longer than the library counts: the loop says so in its turn
+        shape = None
+    table.final_epoch = shape.epochs if shape is not None else options.max_epochs
+    table.final_step = shape.total_steps if shape is not None and not shape.cut_short else None
     _warn_sanity(options.sanity_eval_batches, table)
     by_name = dict(zip(bound.names, cbs, strict=True))
     chief = comm is None or comm.is_chief

@@ -75,7 +75,9 @@ class Point:
 
     ``metrics`` or ``predicates`` set to ``None`` means unknown (planning):
     conditions that need them evaluate to ``None``. ``deadline_ns`` is the run's
-    deadline on the clock's ``time_ns`` axis (``None``: the run has none).
+    deadline on the clock's ``time_ns`` axis (``None``: the run has none);
+    ``final_epoch`` the number of epochs it is to train and ``final_step`` the step that
+    ends the last of them (``None``: not known).
     """
 
     event: str
@@ -84,6 +86,8 @@ class Point:
     metrics: MetricsView | None = None
     predicates: Mapping[str, Predicate] | None = None
     deadline_ns: int | None = None
+    final_epoch: int | None = None
+    final_step: int | None = None
 
 
 @attrs.frozen
