@@ -43,16 +43,13 @@ _SUFFIX: Final = ".manifest.json"
 ATTEMPTS: Final = 5
 #: Seconds before the second attempt; doubled before each next one (0.5, 1, 2, 4).
 BACKOFF: Final = 0.5
-#: Seconds one try of an operation may take before it counts as a timeout (a transient
-#: failure, tried again); a checkpoint's own bytes get ``1 s per MIN_RATE`` more.
+#: Seconds one try may take (then a transient failure); bytes moved get 1 s per MIN_RATE more.
 TIMEOUT: Final = 10.0
 MIN_RATE: Final = 1 << 20
-#: Seconds the one try of a tidying request may take (removing what a failed write left,
-#: giving up a lease at the end): it adds at most this to a failure's wait.
+#: Seconds the one try of a tidying request (a failed write's leftover, a lease) may take.
 QUICK: Final = 2.0
-#: What s3fs's botocore client is given unless ``storage_options`` says otherwise: each
-#: request's connect and read deadlines, and no retries of its own (``FsspecStorage``
-#: retries, so the bound is ours).
+#: s3fs's botocore client's connect and read deadlines, and no retries of its own (ours
+#: make the bound), unless ``storage_options`` ``config_kwargs`` say otherwise.
 S3_CONFIG: Final = {"connect_timeout": 5, "read_timeout": 8, "retries": {"max_attempts": 1}}
 #: The largest manifest read: one is a few hundred bytes; a bigger one is damage.
 MANIFEST_LIMIT: Final = 1 << 16
@@ -265,16 +262,20 @@ class FsspecStorage:
         with contextlib.suppress(FileNotFoundError):
             self._call("rm_file", self._path(name), deadline=QUICK if quick else None)
 
-    def get(self, name: str, limit: int) -> bytes | None:
-        """The first ``limit`` + 1 bytes of object ``name`` (``None``: there is none)."""
+    def get(self, name: str, limit: int, *, quick: bool = False) -> bytes | None:
+        """The first ``limit`` + 1 bytes of object ``name`` (``None``: there is none);
+        ``quick``: one short try, its failure raised as it is."""
+        def cat() -> bytes:
+            return bytes(self._call("cat_file", self._path(name), start=0, end=limit + 1,
+                                    deadline=QUICK if quick else None))
         try:
-            data: bytes = self._retry("read", name, lambda: self._call(
-                "cat_file", self._path(name), start=0, end=limit + 1))
+            return cat() if quick else self._retry("read", name, cat)
+        except FileNotFoundError:
+            return None
         except StorageError as exc:
             if exc.reason.endswith("not found"):
                 return None
             raise
-        return data
 
     def put(self, name: str, data: bytes) -> None:
         """Write object ``name`` (not a checkpoint: no manifest)."""
@@ -283,9 +284,12 @@ class FsspecStorage:
                                                                     exist_ok=True))
         self._retry("write", name, lambda: self._call("pipe_file", self._path(name), data))
 
-    def remove(self, name: str) -> None:
-        """Delete object ``name`` (a missing one is no error)."""
-        self._retry("delete", name, lambda: self._rm(name))
+    def remove(self, name: str, *, quick: bool = False) -> None:
+        """Delete object ``name`` (a missing one is no error); ``quick``: one short try."""
+        if quick:
+            self._rm(name, quick=True)
+        else:
+            self._retry("delete", name, lambda: self._rm(name))
 
     def _manifest(self, name: str) -> dict[str, Any]:
         raw = self._retry("read the manifest", name, lambda: self._call(

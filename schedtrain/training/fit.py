@@ -142,15 +142,16 @@ class Lifecycle:
             raise failed
 
     def _open_storage(self, directory: RunDirectory) -> None:
-        """A ``checkpoint_dir`` elsewhere is opened with the run directory: emptied by
-        ``--overwrite``, cleaned of its interrupted writes, refused to a fresh run when
-        it holds checkpoints."""
+        """A ``checkpoint_dir`` elsewhere is claimed (its lease), emptied by ``--overwrite``,
+        cleaned of its interrupted writes, refused to a fresh run holding checkpoints."""
         checkpoints, fresh = self.parts.checkpoints, self.stage is Stage.NEW
         try:
+            checkpoints.mount.claim()  # before anything there is cleaned or emptied
             if fresh and self.options.overwrite:
                 checkpoints.mount.clear()
             checkpoints.mount.open(fresh=fresh and not self.options.overwrite)
-        except RunDirError:
+        except BaseException:
+            checkpoints.mount.close()
             directory.release()
             raise
 
@@ -394,5 +395,6 @@ class Lifecycle:
             finally:
                 parts.metrics.close()
                 self._record(outcome)
+                parts.checkpoints.mount.close()
                 if parts.directory is not None:
                     parts.directory.release()
