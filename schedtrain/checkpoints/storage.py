@@ -28,8 +28,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, Final, Protocol, TypeVar
 
-from schedtrain.checkpoints.files import NAME_RE, remove, remove_leftovers, write_atomic
+from schedtrain.checkpoints.files import NAME_RE
 from schedtrain.checkpoints.format import CheckpointError
+from schedtrain.checkpoints.local import LocalStorage
 from schedtrain.checkpoints.pacing import update_in_pieces
 from schedtrain.urls import is_url, missing_package, redact, redact_text
 
@@ -50,7 +51,7 @@ MIN_RATE: Final = 1 << 20
 QUICK: Final = 2.0
 #: s3fs's botocore client's connect and read deadlines, and no retries of its own (ours
 #: make the bound), unless ``storage_options`` ``config_kwargs`` say otherwise.
-S3_CONFIG: Final = {"connect_timeout": 5, "read_timeout": 8, "retries": {"max_attempts": 1}}
+S3_CONFIG: Final = {"connect_timeout": 3, "read_timeout": 7, "retries": {"max_attempts": 1}}
 #: The largest manifest read: one is a few hundred bytes; a bigger one is damage.
 MANIFEST_LIMIT: Final = 1 << 16
 _T = TypeVar("_T")
@@ -93,39 +94,6 @@ class Storage(Protocol):
         """Remove what interrupted writes left; returns what was removed."""
 
 
-class LocalStorage:
-    """A folder on the local disk: files committed by an atomic rename."""
-
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-
-    def url(self, name: str) -> str:
-        return str(self.folder / name)
-
-    def write(self, name: str, save: Callable[[IO[bytes]], None]) -> None:
-        path = self.folder / name
-        if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
-            remove(path)
-        write_atomic(path, save)
-
-    def read(self, name: str) -> bytes:
-        try:
-            return (self.folder / name).read_bytes()
-        except OSError as exc:
-            raise CheckpointError(self.folder / name, exc.strerror or "cannot be read") from None
-
-    def committed(self) -> list[str]:
-        if not self.folder.is_dir():
-            return []
-        return [p.name for p in self.folder.iterdir() if NAME_RE.fullmatch(p.name)]
-
-    def delete(self, name: str) -> None:
-        remove(self.folder / name)
-
-    def clean_leftovers(self) -> list[str]:
-        return [p.name for p in remove_leftovers(self.folder)]
-
-
 def _transient(exc: BaseException) -> bool:
     """Worth another attempt: a dropped connection, a timeout, a server's 5xx or throttle
     (s3fs raises those as ``OSError``); a missing object or a refusal is not."""
@@ -151,26 +119,30 @@ class FsspecStorage:
             ``client_kwargs = {endpoint_url = ...}``...).
         fs: the filesystem to use instead of the one ``url`` names (tests wrap one).
         attempts: tries of each operation before it is reported (``ATTEMPTS``).
-        backoff: seconds before the second try, doubled for each next one.
-        timeout: seconds one try may take (``TIMEOUT``; of an asynchronous filesystem,
-            s3fs's and gcsfs's, whose requests could otherwise wait for ever).
+        backoff: seconds before the second try, doubled for each next one (``BACKOFF``).
+        timeout: seconds one try may take, of an asynchronous filesystem (s3fs's and
+            gcsfs's, whose requests could otherwise wait for ever): by default s3's
+            ``config_kwargs`` connect + read timeouts, gcs's ``requests_timeout``, else
+            ``TIMEOUT``.
     """
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None, *,
-                 fs: Any = None, attempts: int = ATTEMPTS, backoff: float = BACKOFF,
-                 timeout: float = TIMEOUT,
+                 fs: Any = None, attempts: int | None = None, backoff: float | None = None,
+                 timeout: float | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         # "s3://" keeps its slashes: stripped, it would be a local path named "s3:".
         self.base = url.rstrip("/") if not url.rstrip("/").endswith(":") else url
         #: How the folder is shown: never with the URL's credentials.
         self.shown = redact(self.base)
+        per_try = TIMEOUT
         if fs is None:
-            fs, root = _filesystem(self.base, dict(options or {}))
+            fs, root, per_try = _filesystem(self.base, dict(options or {}))
         else:
             root = fs._strip_protocol(self.base)
         self.fs, self.root = fs, root.rstrip("/")
-        self.attempts, self.backoff, self._sleep = attempts, backoff, sleep
-        self.timeout = timeout
+        self.attempts = ATTEMPTS if attempts is None else attempts
+        self.backoff = BACKOFF if backoff is None else backoff
+        self.timeout, self._sleep = per_try if timeout is None else timeout, sleep
         self._deadlined = _asynchronous(fs)
         #: An operation failed for good on transient errors: the store does not answer,
         #: so what is only tidying (an uncommitted file's removal) is not tried.
@@ -353,20 +325,23 @@ def _needs_folders(fs: Any) -> bool:
     return bool({"file", "local"} & set(protocol))
 
 
-def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str]:
-    """The fsspec filesystem of ``url`` and the path inside it; a missing package is
-    named with the extra that installs it."""
+def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str, float]:
+    """The fsspec filesystem of ``url``, the path inside it and the seconds one try may
+    take; a missing package is named with the extra that installs it."""
     shown = redact(url)
     missing = missing_package(url)
     if missing is not None:
         raise StorageError(shown, missing)
     import fsspec
 
-    protocol = url.split("://", 1)[0].lower()
+    protocol, per_try = url.split("://", 1)[0].lower(), TIMEOUT
     if protocol in ("s3", "s3a"):  # bounded requests unless the user's options say else
         given = options.get("config_kwargs")
-        options["config_kwargs"] = {**S3_CONFIG, **(given if isinstance(given, Mapping)
-                                                    else {})}
+        config = {**S3_CONFIG, **(given if isinstance(given, Mapping) else {})}
+        options["config_kwargs"] = config
+        per_try = _seconds(config.get("connect_timeout")) + _seconds(config.get("read_timeout"))
+    elif protocol in ("gs", "gcs") and options.get("requests_timeout") is not None:
+        per_try = _seconds(options["requests_timeout"])
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:  # a protocol schedtrain has no extra for
@@ -375,7 +350,14 @@ def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str]:
     except (ValueError, TypeError) as exc:
         raise StorageError(shown, f"not a storage URL fsspec knows, or options it does not "
                                   f"take ({_cause(exc)})") from None
-    return fs, str(root)
+    return fs, str(root), per_try
+
+
+def _seconds(value: object) -> float:
+    """A client's timeout option as seconds (half of ``TIMEOUT`` for one that is not one)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return TIMEOUT / 2
 
 
 def _asynchronous(fs: Any) -> bool:
