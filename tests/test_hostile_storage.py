@@ -149,9 +149,11 @@ class TestUrls:
         (f"http://user:{SECRET}@host/ck", "credentials"),
     ])
     def test_check_refuses_by_key_path(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       url: str, why: str) -> None:
+                                       monkeypatch: pytest.MonkeyPatch, url: str, why: str
+                                       ) -> None:
         """check and train exit 2 with one line at run.checkpoint_dir saying why; no
         secret is printed, nothing is written (no folder named 's3:' either)."""
+        monkeypatch.chdir(tmp_path)
         spec = _spec(tmp_path / "spec", url, {})
         before = _tree(tmp_path)
         assert main(["check", str(spec)]) == 2
@@ -165,7 +167,7 @@ class TestUrls:
         assert code == 2 and "run.checkpoint_dir" in err and "SeCrEt" not in err
         assert "Traceback" not in err
         assert _tree(tmp_path) == before
-        assert not (Path.cwd() / "s3:").exists()
+        assert not (tmp_path / "s3:").exists()
 
     @pytest.mark.parametrize("url", ["/abs/ck", "ck", "file:///abs/ck", "s3://bucket/ck",
                                      "gs://bucket/a/b", "s3://bucket/v@1"])
