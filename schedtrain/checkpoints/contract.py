@@ -62,7 +62,7 @@ class RunParts(Protocol):
     def capture(self) -> dict[str, Any]:
         """The run's state (the checkpoint's ``run`` key) now."""
 
-    def check(self, path: Path, run: dict[str, Any]) -> None:
+    def check(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse a checkpoint this run cannot continue (``ValueError``)."""
 
     def restore(self, run: dict[str, Any], rng: Any, data: Any) -> None:

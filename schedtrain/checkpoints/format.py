@@ -16,6 +16,7 @@ from typing import Any, Final
 import torch
 
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
+from schedtrain.urls import redact_text
 
 __all__ = ["FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
            "file_digests", "is_finite"]
@@ -31,7 +32,7 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be written or used; ``path`` and ``reason`` say which and why."""
 
     def __init__(self, path: Path | str, reason: str) -> None:
-        super().__init__(f"checkpoint {str(path)!r}: {reason}")
+        super().__init__(redact_text(f"checkpoint {str(path)!r}: {reason}"))
         self.path = Path(path)
         self.reason = reason
 

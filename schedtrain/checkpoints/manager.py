@@ -337,8 +337,9 @@ class Checkpoints:
         # On the host: tensors are copied into the model's and optimizer's own devices.
         state = self.mount.read(path)
         run = state["run"]
-        parts.check(path, run)
-        rng, data = self._own_part(path, run)
+        shown = self.mount.shown(path)  # its URL in object storage, not the stand-in path
+        parts.check(shown, run)
+        rng, data = self._own_part(shown, run)
         self._load_model(path, state)
         if parts.scaler is not None and state["scaler"] is not None:
             parts.scaler.load_state_dict(state["scaler"])
@@ -370,7 +371,7 @@ class Checkpoints:
             parts.model.load_state_dict(state["model"])
             parts.optimizer.load_state_dict(state["optimizer"])
 
-    def _own_part(self, path: Path, run: dict[str, Any]) -> tuple[Any, Any]:
+    def _own_part(self, path: Path | str, run: dict[str, Any]) -> tuple[Any, Any]:
         """This rank's generators and data position in ``run``."""
         ranks = run.get("ranks")
         if ranks is None:

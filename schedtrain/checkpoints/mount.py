@@ -1,6 +1,7 @@
 """``Mount``: where ``RUN_DIR/checkpoints`` really is — that folder, or another folder or an
 fsspec URL (``[run] checkpoint_dir``). Paths callbacks give under ``RUN_DIR/checkpoints``
-stand for the storage's files; any other path is a plain file."""
+stand for the storage's files; any other path is a plain file. A URL's folder is held by a
+lease while the run uses it (``lease.Lease``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 import torch
 
 from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.lease import Lease
 from schedtrain.checkpoints.pacing import paced_file
-from schedtrain.checkpoints.storage import Storage
+from schedtrain.checkpoints.storage import FsspecStorage, Storage
 from schedtrain.checkpoints.store import (
     checkpoint_body,
     newest_valid,
@@ -37,6 +39,8 @@ class Mount:
 
     def __init__(self, storage: Storage | None, run_dir: Path | None, chief: bool) -> None:
         self.storage, self.run_dir, self.chief = storage, run_dir, chief
+        #: This run's claim on an object-store folder, from ``claim`` to ``close``.
+        self.lease: Lease | None = None
 
     def stored(self, path: Path) -> str | None:
         """The name in ``storage`` that ``path`` stands for (``None``: a plain path)."""
@@ -72,6 +76,8 @@ class Mount:
         if name is None or self.storage is None:
             return write_checkpoint(body, path)
         full = checkpoint_body(body, self.storage.url(name))
+        if self.lease is not None:
+            self.lease.check()
         self.storage.write(name, lambda f: torch.save(full, paced_file(f)))
         return path
 
@@ -90,6 +96,8 @@ class Mount:
         if name is None or self.storage is None:
             remove(path)
         else:
+            if self.lease is not None:
+                self.lease.check()
             self.storage.delete(name)
 
     def newest_to_resume(self, folder: Path,
@@ -99,6 +107,27 @@ class Mount:
         if self.storage is not None and self.stored(folder / "x") is not None:
             return stored_newest_valid(self.storage, folder, skipped)
         return newest_valid(folder, skipped)
+
+    def claim(self) -> None:
+        """Take an object-store folder for this run (its lease), before anything there is
+        cleaned, emptied or written; on the chief.
+
+        Raises:
+            RunDirError: another live run holds it.
+        """
+        storage = self.storage
+        if (not isinstance(storage, FsspecStorage) or not self.chief or self.run_dir is None
+                or self.lease is not None):
+            return
+        lease = Lease(storage, self.run_dir)
+        lease.acquire()
+        self.lease = lease
+
+    def close(self) -> None:
+        """The run ended: give the folder up (its lease deleted)."""
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.release()
 
     def open(self, *, fresh: bool) -> None:
         """The run opened its directory: remove what its interrupted writes left in

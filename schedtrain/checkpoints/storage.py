@@ -9,7 +9,10 @@ committed by its manifest, ``<stem>.manifest.json`` (its file's name, size and b
 digest), written after the file: a checkpoint without its manifest does not exist.
 
 fsspec and the protocol's package (s3fs, gcsfs) are imported only when a URL is opened;
-a missing one is named with the extra that installs it.
+a missing one is named with the extra that installs it. Every request has a deadline: an
+endpoint that accepts connections and never answers fails an operation within
+``bound()`` seconds (``ATTEMPTS`` tries of ``TIMEOUT`` s each, with the backoff between),
+saying so once when the retrying starts. URLs are shown redacted (``urls.redact``).
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ import hashlib
 import io
 import json
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, Final, Protocol, TypeVar
 
-from schedtrain.checkpoints.files import NAME_RE, remove, remove_leftovers, write_atomic
+from schedtrain.checkpoints.files import NAME_RE
 from schedtrain.checkpoints.format import CheckpointError
+from schedtrain.checkpoints.local import LocalStorage
 from schedtrain.checkpoints.pacing import update_in_pieces
-from schedtrain.urls import is_url, missing_package
+from schedtrain.urls import is_url, missing_package, redact, redact_text
 
-__all__ = ["ATTEMPTS", "MANIFEST", "FsspecStorage", "LocalStorage", "Storage",
-           "StorageError", "is_url", "manifest_name", "open_storage"]
+__all__ = ["ATTEMPTS", "MANIFEST", "TIMEOUT", "FsspecStorage", "LocalStorage", "Storage",
+           "StorageError", "StorageWarning", "is_url", "manifest_name", "open_storage"]
 
 #: The manifest's format tag.
 MANIFEST: Final = "schedtrain-manifest-1"
@@ -39,7 +44,21 @@ _SUFFIX: Final = ".manifest.json"
 ATTEMPTS: Final = 5
 #: Seconds before the second attempt; doubled before each next one (0.5, 1, 2, 4).
 BACKOFF: Final = 0.5
+#: Seconds one try may take (then a transient failure); bytes moved get 1 s per MIN_RATE more.
+TIMEOUT: Final = 10.0
+MIN_RATE: Final = 1 << 20
+#: Seconds the one try of a tidying request (a failed write's leftover, a lease) may take.
+QUICK: Final = 2.0
+#: s3fs's botocore client's connect and read deadlines, and no retries of its own (ours
+#: make the bound), unless ``storage_options`` ``config_kwargs`` say otherwise.
+S3_CONFIG: Final = {"connect_timeout": 3, "read_timeout": 7, "retries": {"max_attempts": 1}}
+#: The largest manifest read: one is a few hundred bytes; a bigger one is damage.
+MANIFEST_LIMIT: Final = 1 << 16
 _T = TypeVar("_T")
+
+
+class StorageWarning(UserWarning):
+    """A storage operation failed and is being tried again (said once per operation)."""
 
 
 class StorageError(CheckpointError):
@@ -75,39 +94,6 @@ class Storage(Protocol):
         """Remove what interrupted writes left; returns what was removed."""
 
 
-class LocalStorage:
-    """A folder on the local disk: files committed by an atomic rename."""
-
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-
-    def url(self, name: str) -> str:
-        return str(self.folder / name)
-
-    def write(self, name: str, save: Callable[[IO[bytes]], None]) -> None:
-        path = self.folder / name
-        if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
-            remove(path)
-        write_atomic(path, save)
-
-    def read(self, name: str) -> bytes:
-        try:
-            return (self.folder / name).read_bytes()
-        except OSError as exc:
-            raise CheckpointError(self.folder / name, exc.strerror or "cannot be read") from None
-
-    def committed(self) -> list[str]:
-        if not self.folder.is_dir():
-            return []
-        return [p.name for p in self.folder.iterdir() if NAME_RE.fullmatch(p.name)]
-
-    def delete(self, name: str) -> None:
-        remove(self.folder / name)
-
-    def clean_leftovers(self) -> list[str]:
-        return [p.name for p in remove_leftovers(self.folder)]
-
-
 def _transient(exc: BaseException) -> bool:
     """Worth another attempt: a dropped connection, a timeout, a server's 5xx or throttle
     (s3fs raises those as ``OSError``); a missing object or a refusal is not."""
@@ -117,8 +103,10 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, OSError | ConnectionError | TimeoutError)
 
 
-def _cause(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [""])[0][:200]
+def _cause(exc: BaseException, timeout: float | None = None) -> str:
+    text = redact_text((str(exc).strip().splitlines() or [""])[0][:200])
+    if not text and timeout is not None and isinstance(exc, TimeoutError):
+        text = f"no answer within {timeout:g} s"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -131,28 +119,62 @@ class FsspecStorage:
             ``client_kwargs = {endpoint_url = ...}``...).
         fs: the filesystem to use instead of the one ``url`` names (tests wrap one).
         attempts: tries of each operation before it is reported (``ATTEMPTS``).
-        backoff: seconds before the second try, doubled for each next one.
+        backoff: seconds before the second try, doubled for each next one (``BACKOFF``).
+        timeout: seconds one try may take, of an asynchronous filesystem (s3fs's and
+            gcsfs's, whose requests could otherwise wait for ever): by default s3's
+            ``config_kwargs`` connect + read timeouts, gcs's ``requests_timeout``, else
+            ``TIMEOUT``.
     """
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None, *,
-                 fs: Any = None, attempts: int = ATTEMPTS, backoff: float = BACKOFF,
+                 fs: Any = None, attempts: int | None = None, backoff: float | None = None,
+                 timeout: float | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.base = url.rstrip("/")
+        # "s3://" keeps its slashes: stripped, it would be a local path named "s3:".
+        self.base = url.rstrip("/") if not url.rstrip("/").endswith(":") else url
+        #: How the folder is shown: never with the URL's credentials.
+        self.shown = redact(self.base)
+        per_try = TIMEOUT
         if fs is None:
-            fs, root = _filesystem(self.base, dict(options or {}))
+            fs, root, per_try = _filesystem(self.base, dict(options or {}))
         else:
             root = fs._strip_protocol(self.base)
         self.fs, self.root = fs, root.rstrip("/")
-        self.attempts, self.backoff, self._sleep = attempts, backoff, sleep
+        self.attempts = ATTEMPTS if attempts is None else attempts
+        self.backoff = BACKOFF if backoff is None else backoff
+        self.timeout, self._sleep = per_try if timeout is None else timeout, sleep
+        self._deadlined = _asynchronous(fs)
+        #: An operation failed for good on transient errors: the store does not answer,
+        #: so what is only tidying (an uncommitted file's removal) is not tried.
+        self.unreachable = False
+        #: Told once per operation that retrying starts (a ``StorageWarning`` by default).
+        self.on_retry: Callable[[str], None] = _warn
 
     def url(self, name: str) -> str:
-        return f"{self.base}/{name}"
+        return f"{self.shown}/{name}"
+
+    def bound(self) -> float:
+        """The longest an operation on a small object waits for an endpoint that never
+        answers before it fails: every try's timeout and the backoff between them."""
+        waits = sum(self.backoff * 2.0 ** i for i in range(self.attempts - 1))
+        return float(self.attempts * self.timeout + waits)
+
+    def _call(self, method: str, *args: Any, size: int = 0, deadline: float | None = None,
+              **kwargs: Any) -> Any:
+        """``fs.method(*args)`` within this storage's deadline (``size`` bytes moved
+        earn ``1 s per MIN_RATE`` more; ``deadline`` replaces it)."""
+        fn = getattr(self.fs, method)
+        if self._deadlined:  # fsspec's sync() takes the deadline
+            seconds = deadline if deadline is not None else self.timeout + size / MIN_RATE
+            return fn(*args, timeout=seconds, **kwargs)
+        return fn(*args, **kwargs)
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
     def _retry(self, operation: str, name: str, call: Callable[[], _T]) -> _T:
         delay = self.backoff
+        self.unreachable = False
         for attempt in range(1, self.attempts + 1):
             try:
                 return call()
@@ -162,12 +184,18 @@ class FsspecStorage:
                                                        "committed") from None
                 raise StorageError(self.url(name), f"{operation} failed: not found") from None
             except Exception as exc:
+                cause = _cause(exc, self.timeout)
                 if not _transient(exc):
-                    raise StorageError(self.url(name), f"{operation} failed ({_cause(exc)})"
+                    raise StorageError(self.url(name), f"{operation} failed ({cause})"
                                        ) from None
                 if attempt == self.attempts:
+                    self.unreachable = True
                     raise StorageError(self.url(name), f"{operation} failed after "
-                                       f"{attempt} attempts ({_cause(exc)})") from None
+                                       f"{attempt} attempts ({cause})") from None
+                if attempt == 1:
+                    self.on_retry(f"{self.url(name)}: {operation} failed ({cause}); trying "
+                                  f"{self.attempts - 1} more times, for at most "
+                                  f"{self.bound():.0f} s in all")
             self._sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
@@ -185,39 +213,81 @@ class FsspecStorage:
         }, indent=1).encode()
         if _needs_folders(self.fs):  # a local folder, unlike an object store's prefix
             self._retry("create the folder", "",
-                        lambda: self.fs.makedirs(self.root, exist_ok=True))
+                        lambda: self._call("makedirs", self.root, exist_ok=True))
         # Uncommit a checkpoint of this name first: its file is about to change.
         self._retry("delete the old manifest", name,
                     lambda: self._rm(manifest_name(name)))
         try:
-            self._retry("write", name, lambda: self.fs.pipe_file(self._path(name), data))
+            self._retry("write", name, lambda: self._call("pipe_file", self._path(name), data,
+                                                          size=len(data)))
             self._retry("commit (write the manifest)", name,
-                        lambda: self.fs.pipe_file(self._path(manifest_name(name)), manifest))
+                        lambda: self._call("pipe_file", self._path(manifest_name(name)),
+                                           manifest))
         except StorageError:
-            with contextlib.suppress(Exception):  # the run cleans up what it failed to write
-                self._rm(name)
+            # The run cleans up what it failed to write, once and briefly: of a store that
+            # does not answer, the next run to open the folder removes the leftover.
+            with contextlib.suppress(Exception):
+                self._rm(name, quick=True)
             raise
 
-    def _rm(self, name: str) -> None:
+    def _rm(self, name: str, *, quick: bool = False) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(self._path(name))
+            self._call("rm_file", self._path(name), deadline=QUICK if quick else None)
+
+    def get(self, name: str, limit: int, *, quick: bool = False) -> bytes | None:
+        """The first ``limit`` + 1 bytes of object ``name`` (``None``: there is none);
+        ``quick``: one short try, its failure raised as it is."""
+        def cat() -> bytes:
+            return bytes(self._call("cat_file", self._path(name), start=0, end=limit + 1,
+                                    deadline=QUICK if quick else None))
+        try:
+            return cat() if quick else self._retry("read", name, cat)
+        except FileNotFoundError:
+            return None
+        except StorageError as exc:
+            if exc.reason.endswith("not found"):
+                return None
+            raise
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write object ``name`` (not a checkpoint: no manifest)."""
+        if _needs_folders(self.fs):
+            self._retry("create the folder", "", lambda: self._call("makedirs", self.root,
+                                                                    exist_ok=True))
+        self._retry("write", name, lambda: self._call("pipe_file", self._path(name), data))
+
+    def remove(self, name: str, *, quick: bool = False) -> None:
+        """Delete object ``name`` (a missing one is no error); ``quick``: one short try."""
+        if quick:
+            self._rm(name, quick=True)
+        else:
+            self._retry("delete", name, lambda: self._rm(name))
 
     def _manifest(self, name: str) -> dict[str, Any]:
-        raw = self._retry("read the manifest", name,
-                          lambda: self.fs.cat_file(self._path(manifest_name(name))))
+        raw = self._retry("read the manifest", name, lambda: self._call(
+            "cat_file", self._path(manifest_name(name)), start=0, end=MANIFEST_LIMIT + 1))
         try:
+            if len(raw) > MANIFEST_LIMIT:
+                raise ValueError("too long")
             manifest = json.loads(raw)
             entry = manifest["files"][name]
             if manifest.get("format") != MANIFEST:
                 raise ValueError(manifest.get("format"))
-            return {"size": int(entry["size"]), "blake2b": str(entry["blake2b"])}
-        except (ValueError, KeyError, TypeError):
+            size, blake2b = entry["size"], entry["blake2b"]
+            if (not isinstance(size, int) or isinstance(size, bool) or size < 0
+                    or not isinstance(blake2b, str)):
+                raise TypeError(entry)
+            return {"size": size, "blake2b": blake2b}
+        # Any way a crafted manifest fails to parse (a 100,000-deep nesting raises
+        # RecursionError, a 5,000-digit size ValueError) is damage, not a crash.
+        except Exception:
             raise StorageError(self.url(name), f"its manifest is not a {MANIFEST} naming it"
                                ) from None
 
     def read(self, name: str) -> bytes:
         expected = self._manifest(name)
-        data: bytes = self._retry("read", name, lambda: self.fs.cat_file(self._path(name)))
+        data: bytes = self._retry("read", name, lambda: self._call(
+            "cat_file", self._path(name), size=expected["size"]))
         if (len(data) != expected["size"]
                 or hashlib.blake2b(data, digest_size=32).hexdigest() != expected["blake2b"]):
             raise StorageError(self.url(name), "its content does not match its manifest: "
@@ -226,7 +296,7 @@ class FsspecStorage:
 
     def _names(self) -> list[str]:
         try:
-            entries = self._retry("list", "", lambda: self.fs.ls(self.root, detail=False))
+            entries = self._retry("list", "", lambda: self._call("ls", self.root, detail=False))
         except StorageError as exc:
             if exc.reason.endswith("not found"):
                 return []
@@ -255,22 +325,53 @@ def _needs_folders(fs: Any) -> bool:
     return bool({"file", "local"} & set(protocol))
 
 
-def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str]:
-    """The fsspec filesystem of ``url`` and the path inside it; a missing package is
-    named with the extra that installs it."""
+def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str, float]:
+    """The fsspec filesystem of ``url``, the path inside it and the seconds one try may
+    take; a missing package is named with the extra that installs it."""
+    shown = redact(url)
     missing = missing_package(url)
     if missing is not None:
-        raise StorageError(url, missing)
+        raise StorageError(shown, missing)
     import fsspec
 
+    protocol, per_try = url.split("://", 1)[0].lower(), TIMEOUT
+    if protocol in ("s3", "s3a"):  # bounded requests unless the user's options say else
+        given = options.get("config_kwargs")
+        config = {**S3_CONFIG, **(given if isinstance(given, Mapping) else {})}
+        options["config_kwargs"] = config
+        per_try = _seconds(config.get("connect_timeout")) + _seconds(config.get("read_timeout"))
+    elif protocol in ("gs", "gcs") and options.get("requests_timeout") is not None:
+        per_try = _seconds(options["requests_timeout"])
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:  # a protocol schedtrain has no extra for
-        raise StorageError(url, f"its protocol's package is missing ({_cause(exc)})"
+        raise StorageError(shown, f"its protocol's package is missing ({_cause(exc)})"
                            ) from None
-    except ValueError as exc:
-        raise StorageError(url, f"not a storage URL fsspec knows ({_cause(exc)})") from None
-    return fs, str(root)
+    except (ValueError, TypeError) as exc:
+        raise StorageError(shown, f"not a storage URL fsspec knows, or options it does not "
+                                  f"take ({_cause(exc)})") from None
+    return fs, str(root), per_try
+
+
+def _seconds(value: object) -> float:
+    """A client's timeout option as seconds (half of ``TIMEOUT`` for one that is not one)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return TIMEOUT / 2
+
+
+def _asynchronous(fs: Any) -> bool:
+    """Whether ``fs`` is an fsspec asynchronous filesystem (s3fs, gcsfs), whose blocking
+    calls take a ``timeout``."""
+    try:
+        from fsspec.asyn import AsyncFileSystem
+    except ImportError:  # pragma: no cover - a filesystem given without fsspec
+        return False
+    return isinstance(fs, AsyncFileSystem)
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, StorageWarning, stacklevel=4)
 
 
 def open_storage(location: str | Path,

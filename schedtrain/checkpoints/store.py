@@ -106,7 +106,14 @@ def load_checked(source: Path | IO[bytes], map_location: Any, *,
         raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")
     checksum = state.get("checksum")
     saved = checksum.get("digest") if isinstance(checksum, dict) else None
-    if saved != digest(state):
+    try:
+        found = digest(state)
+    # A crafted file loads into what hashing cannot walk (a 100,000-deep nesting raises
+    # RecursionError, a 5,000-digit int ValueError): damage, skipped like any other.
+    except Exception as exc:
+        raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}); it is corrupt "
+                                     "or not a checkpoint") from None
+    if saved != found:
         raise CheckpointError(shown, "its content does not match its checksum: it is corrupt")
     return state
 

@@ -36,6 +36,7 @@ from schedtrain.files import write_atomic
 from schedtrain.planning.plan import PlanError
 from schedtrain.simulation.metric_stream import MetricStreamError
 from schedtrain.spec import load_spec
+from schedtrain.urls import redact_text
 
 __all__ = ["main"]
 
@@ -316,7 +317,7 @@ def _failure_line(exc: BaseException, rank: str | None, shown: bool) -> str:
                                                                       else "")
     place = failure_place(exc)
     saved = traceback_file(exc)
-    line = f"error{where}: " + (f"{place} raised {what}" if place else what)
+    line = f"error{where}: " + redact_text(f"{place} raised {what}" if place else what)
     if saved is not None:
         line += f"; traceback in {saved}"
     elif not shown:

@@ -9,7 +9,7 @@ from schedtrain.errors import did_you_mean
 from schedtrain.spec.model import RunSpec
 from schedtrain.spec.problems import Problems
 from schedtrain.time import Time, Unit
-from schedtrain.urls import is_url, missing_package
+from schedtrain.urls import is_url, missing_package, redact, url_problem
 
 __all__ = ["EXPORT_FORMATS", "SINKS", "check_outputs", "sink_period_problem"]
 
@@ -33,10 +33,15 @@ def _check_storage(run: RunSpec, problems: Problems) -> None:
         problems.expect(where, "a folder or a URL such as 's3://bucket/run/checkpoints'",
                         run.checkpoint_dir)
     elif is_url(run.checkpoint_dir):
+        shown = redact(run.checkpoint_dir)
+        problem = url_problem(run.checkpoint_dir)
         missing = missing_package(run.checkpoint_dir)
-        if missing is not None:
-            problems.add(where, missing, expected="its package installed",
-                         found=run.checkpoint_dir)
+        if problem is not None:
+            problems.add(where, problem, expected="a folder, or an object store URL "
+                         "without credentials such as 's3://bucket/run/checkpoints'",
+                         found=shown)
+        elif missing is not None:
+            problems.add(where, missing, expected="its package installed", found=shown)
     elif run.storage_options:
         problems.add(("run", "storage_options"), "storage_options apply to a URL "
                      f"checkpoint_dir, not the folder {run.checkpoint_dir!r}",

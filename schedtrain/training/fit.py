@@ -1,10 +1,9 @@
 """A run's lifecycle: one explicit stage, and ``fit`` from opening the run directory to
 recording how the run ended.
 
-``fit`` opens the run directory, sets callbacks up, fires ``sanity_eval`` (a fresh run
-with ``sanity_eval_batches``) and ``train_start``, runs the loop,
-and ends as the run ended (finished, stopped, preempted, failed), recording it in
-``run.json``. The stages::
+``fit`` opens the run directory, sets callbacks up, fires ``sanity_eval`` (a fresh run with
+``sanity_eval_batches``) and ``train_start``, runs the loop, and ends as the run ended
+(finished, stopped, preempted, failed), recording it in ``run.json``. The stages::
 
     NEW ──┬─ resume() ─→ RESUMED ─┐
           └─ start_over() ─→ STARTING_OVER ─┤
@@ -89,15 +88,16 @@ class Lifecycle:
     def resume(self, path: Path) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
 
-        The run directory is locked first: a directory another process uses is refused
-        (``RunDirError``) before anything is read or changed.
-        """
-        directory = self.parts.directory
+        The run directory is locked first, and an object-store folder claimed: one another
+        run uses is refused (``RunDirError``) before anything is read or changed."""
+        directory, mount = self.parts.directory, self.parts.checkpoints.mount
         if directory is not None:
             directory.acquire()
         try:
+            mount.claim()
             state = self.parts.checkpoints.read(path)
-        except ValueError:  # another schedule or callbacks: the directory stays as it was
+        except (ValueError, RunDirError):  # another run, schedule or callbacks: all stays
+            mount.close()
             if directory is not None:
                 directory.release()
             raise
@@ -142,15 +142,16 @@ class Lifecycle:
             raise failed
 
     def _open_storage(self, directory: RunDirectory) -> None:
-        """A ``checkpoint_dir`` elsewhere is opened with the run directory: emptied by
-        ``--overwrite``, cleaned of its interrupted writes, refused to a fresh run when
-        it holds checkpoints."""
+        """A ``checkpoint_dir`` elsewhere is claimed (its lease), emptied by ``--overwrite``,
+        cleaned of its interrupted writes, refused to a fresh run holding checkpoints."""
         checkpoints, fresh = self.parts.checkpoints, self.stage is Stage.NEW
         try:
+            checkpoints.mount.claim()  # before anything there is cleaned or emptied
             if fresh and self.options.overwrite:
                 checkpoints.mount.clear()
             checkpoints.mount.open(fresh=fresh and not self.options.overwrite)
-        except RunDirError:
+        except BaseException:
+            checkpoints.mount.close()
             directory.release()
             raise
 
@@ -394,5 +395,6 @@ class Lifecycle:
             finally:
                 parts.metrics.close()
                 self._record(outcome)
+                parts.checkpoints.mount.close()
                 if parts.directory is not None:
                     parts.directory.release()

@@ -374,8 +374,9 @@ def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None
             trainer.resume(found)
             ended = trainer.rank == 0 and RunDirectory(out_dir).ended(
                 trainer.max_epochs, trainer.max_steps, trainer.clock.step)  # fit says so
-            if trainer.rank == 0 and not ended:
-                _log.warning("resumed", checkpoint=shown(found), step=trainer.clock.step)
+            if trainer.rank == 0 and not ended:  # a plain line, as the CLI's others are
+                print(f"resumed from {shown(found)} at step {trainer.clock.step}",
+                      file=sys.stderr)
         else:
             trainer.start_over()  # nothing valid to resume from: the run starts again
             status = RunDirectory(out_dir).status() if trainer.rank == 0 else None

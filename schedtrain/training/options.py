@@ -18,7 +18,7 @@ from schedtrain.checkpoints.background import BUSY_RULES, MODES
 from schedtrain.checkpoints.staging import STAGING
 from schedtrain.distributed.comm import check_reduce
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS, check_deadline, check_signals
-from schedtrain.urls import is_url
+from schedtrain.urls import is_url, url_problem
 
 __all__ = ["PRECISIONS", "Options", "StepFn"]
 
@@ -168,6 +168,10 @@ def _check_storage(checkpoint_dir: object, options: object, run_dir: object) -> 
     if run_dir is None:
         raise ValueError("`checkpoint_dir` needs a `run_dir` (which holds run.json and the "
                          "log); give Trainer(run_dir=...)")
+    problem = url_problem(checkpoint_dir) if isinstance(checkpoint_dir, str) else None
+    # memory:// serves a Python process that resumes itself (a test); a spec refuses it.
+    if problem is not None and not str(checkpoint_dir).lower().startswith("memory://"):
+        raise ValueError(f"`checkpoint_dir`: {problem}")
     if options and not is_url(checkpoint_dir):
         raise ValueError(f"`storage_options` apply to a URL `checkpoint_dir`, not the path "
                          f"{str(checkpoint_dir)!r}")

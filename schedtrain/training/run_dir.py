@@ -25,6 +25,7 @@ from typing import IO, Any, Final
 from schedtrain.checkpoints.files import clear_folders, list_checkpoints, remove_leftovers
 from schedtrain.errors import RunDirError, RunEnded, traceback_file
 from schedtrain.files import UnsafeFile, inside, open_in_place, read_regular, write_atomic
+from schedtrain.urls import redact_text
 
 __all__ = ["RunDirError", "RunDirectory"]
 
@@ -187,7 +188,7 @@ class RunDirectory:
     def save_traceback(self, exc: BaseException) -> None:
         """Keep a failed run's traceback in ``RUN_DIR/traceback.txt`` (replaced whole)."""
         path = self.path / "traceback.txt"
-        text = "".join(traceback.format_exception(exc)).encode()
+        text = redact_text("".join(traceback.format_exception(exc))).encode()
         with contextlib.suppress(OSError):
             write_atomic(path, lambda f: f.write(text))
             traceback_file(exc, path)

@@ -96,7 +96,7 @@ class RunState:
             "schedule": self.change.text,
         }
 
-    def check(self, path: Path, run: dict[str, Any]) -> None:
+    def check(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse a checkpoint saved with another schedule (``ScheduleChanged``) unless
         told to apply it, or, its schedule unknown, with other callbacks (``ValueError``)."""
         self.change.check(path, run)

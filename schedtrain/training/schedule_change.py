@@ -54,7 +54,7 @@ class ScheduleChange:
     #: lines to show once (the chief shows them)
     notes: list[str] = attrs.field(factory=list)
 
-    def check(self, path: Path, run: Mapping[str, Any]) -> None:
+    def check(self, path: Path | str, run: Mapping[str, Any]) -> None:
         """Compare the checkpoint's schedule with this run's; raise ``ScheduleChanged``
         when it differs and the rule is ``"refuse"``."""
         self.carried, self.record = None, None
