@@ -15,4 +15,6 @@ else:
     print(f"CUDA: not available (torch {torch.__version__}): the gpu tests are skipped, "
           "nothing on a GPU is checked")
 PY
-SCHEDTRAIN_NO_SKIPS=1 exec python -m pytest -m gpu -rs -q "$@"
+# Only the files that mark a test gpu: collecting the whole suite takes longer than the checks.
+mapfile -t files < <(grep -l "mark\.gpu" tests/test_*.py)
+SCHEDTRAIN_NO_SKIPS=1 exec python -m pytest -m gpu -rs -q "${files[@]}" "$@"
