@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from strategies import Shape, evaluated_at, evaluation_points, holds, schedules, shapes
 
 from schedtrain import Schedule, ScheduleError, simulate
@@ -207,7 +207,7 @@ class TestRecorder:
         try:
             plain = list(simulate(schedule, **shape.kwargs()))
         except ScheduleError:
-            return
+            reject()
         recorder = Recorder()
         recorder.start()
         try:
@@ -228,7 +228,7 @@ class TestRecorder:
         try:
             simulate(schedule, **shape.kwargs())
         except ScheduleError:
-            return
+            reject()
         finally:
             recorder.stop()
         expected = _decisive(schedule, shape)
