@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import given
+from hypothesis import given, reject
 from hypothesis import strategies as st
+from oracle import RunSpec, firings
 
-from schedtrain import Schedule, simulate
-from schedtrain.triggers import Trigger, every, improved, plateau
+from schedtrain import Schedule, ScheduleError, simulate
+from schedtrain.triggers import Trigger, all_of, any_of, every, improved, not_, on, plateau
 from schedtrain.triggers.metric import early_stop
 
 MODES = pytest.mark.parametrize("mode", ["min", "max"])
@@ -151,3 +152,44 @@ def test_streams_landing_in_the_band(values: list[float], mode: str, delta: floa
                                                                                 delta)
     assert fired(plateau("m", patience, mode, delta), values) == _plateau_by_definition(
         values, mode, delta, patience)
+
+
+# -- property: simulate() against the reference, on schedules made of metric triggers --------
+
+_MODE = st.sampled_from(["min", "max"])
+_DELTA = st.sampled_from([0.0, 0.25, 0.5])
+_metric = st.one_of(st.builds(improved, st.just("m"), _MODE, _DELTA),
+                    st.builds(plateau, st.just("m"), st.integers(1, 3), _MODE, _DELTA))
+_clock = st.one_of(st.integers(1, 3).map(lambda k: every(f"{k} steps")),
+                   st.just(every("1 epoch")), st.just(on("train_end")))
+_tree = st.one_of(_metric, _metric,
+                  st.tuples(_clock, _metric).map(lambda ts: all_of(*ts)),
+                  st.lists(_metric, min_size=2, max_size=3).map(lambda ts: any_of(*ts)),
+                  _metric.map(not_))
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> RunSpec:
+    """Short runs with a dense stream of eighths for ``m``, put at steps and epochs."""
+    lengths = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    total = sum(lengths)
+    when = st.one_of(st.tuples(st.just("step"), st.integers(0, total)),
+                     st.tuples(st.just("epoch"), st.integers(0, len(lengths))))
+    records = draw(st.lists(st.tuples(when, st.just("m"), EIGHTHS), min_size=2, max_size=10))
+    return RunSpec(lengths, max_steps=draw(st.none() | st.integers(1, total)),
+                   metrics=tuple(records))
+
+
+@given(st.lists(_tree, min_size=1, max_size=3), _runs())
+def test_metric_schedules_fire_as_the_reference(trees: list[Trigger], run: RunSpec) -> None:
+    """Metric triggers alone, under a clock part, in an ``any`` and negated, on dense
+    streams: ``simulate()`` fires exactly where tests/oracle.py (its own reading of
+    min_delta and patience) says."""
+    schedule = Schedule({f"cb{i}": t for i, t in enumerate(trees)})
+    stream = [(f"{k} {unit}s", name, value) for (unit, k), name, value in run.metrics]
+    try:
+        log = simulate(schedule, epoch_lengths=list(run.epoch_lengths),
+                       max_steps=run.max_steps, metrics=stream)
+    except ScheduleError:
+        reject()
+    assert [(f.callback, f.event, f.timestamp) for f in log] == firings(schedule, run)
