@@ -6,8 +6,9 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
-#: s3_endpoint / s3_bucket: a moto S3 server on loopback (tests/s3_server.py)
-pytest_plugins = ("s3_server",)
+#: s3_endpoint / s3_bucket: a moto S3 server on loopback (tests/s3_server.py); the gpu
+#: marker and CI's rule that nothing else skips (tests/no_skips.py)
+pytest_plugins = ("s3_server", "no_skips")
 
 
 @pytest.fixture(autouse=True)

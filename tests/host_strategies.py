@@ -32,7 +32,10 @@ def _leaves(units: Sequence[Unit], metric: str | None) -> st.SearchStrategy[Trig
     if metric is not None:
         cmp = st.builds(lambda op, x: when(f"{metric} {op} {x}"), st.sampled_from(["<", ">"]),
                         st.sampled_from([0.5, 1.0, 2.0, 3.5]))
-        out += [st.builds(lambda t, c: t & c, periodic, cmp), st.just(improved(metric))]
+        # bands of 0, 1 and 1.5 against values that move by whole numbers (quarters, as
+        # two ranks' means): gains inside the band, at its edge and beyond it
+        best = st.sampled_from([0.0, 1.0, 1.5]).map(lambda d: improved(metric, min_delta=d))
+        out += [st.builds(lambda t, c: t & c, periodic, cmp), best]
     return st.one_of(*out)
 
 

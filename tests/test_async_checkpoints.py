@@ -238,7 +238,7 @@ class TestSnapshot:
         assert len(ptrs) == len({t.untyped_storage().data_ptr() for t in base})
 
 
-    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    @pytest.mark.gpu
     def test_device_tensors_are_copied_to_pinned_host_memory(self) -> None:
         """A GPU state's snapshot is on the host, pinned, equal, and stays as it was."""
         live = {"w": torch.arange(6.0, device="cuda"), "b": torch.ones(2, device="cuda")}

@@ -12,6 +12,7 @@ from training_helpers import Noop, UnevenData, tiny_model
 from schedtrain import Scheduled, ScheduleError, every
 from schedtrain.callbacks import Callback
 from schedtrain.callbacks.saver import MinSaver
+from schedtrain.checkpoints import read_checkpoint
 from schedtrain.training import Trainer
 
 
@@ -53,8 +54,21 @@ def test_unnamed_stateless_callbacks_of_one_class_are_accepted(tmp_path: Path) -
 
 
 def test_one_unnamed_stateful_callback_per_class_is_accepted(tmp_path: Path) -> None:
-    """A single unnamed callback of a class is named by its class: nothing is ambiguous."""
-    _trainer([Counter(), Noop(), Noop()], tmp_path).fit()
+    """A single unnamed callback of a class is named by its class: nothing is ambiguous;
+    its state is saved under that name and comes back by it."""
+    counter = Counter()
+    first = _trainer([counter, Noop(), Noop()], tmp_path / "run", max_steps=8)
+    first.fit()
+    assert {f.callback for f in first.firings} == {"Counter", "Noop", "Noop#2"}
+    assert counter.count == 2  # its default trigger: every epoch of 4 steps
+    ckpt = tmp_path / "mid.pt"
+    first.save_checkpoint(ckpt)
+    assert read_checkpoint(ckpt)["run"]["callbacks"]["Counter"] == {"count": 2}
+    again = Counter()
+    resumed = _trainer([again, Noop(), Noop()], tmp_path / "run2")
+    resumed.resume(ckpt)
+    resumed.fit()
+    assert again.count == 4
 
 
 def test_named_state_follows_the_name_when_the_order_changes(tmp_path: Path) -> None:

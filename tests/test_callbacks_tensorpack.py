@@ -254,7 +254,7 @@ class TestGPUUtilizationTracker:
             ("util", 42.0), ("mem_used_gb", 3.0), ("mem_total_gb", 80.0),
             ("allocated_gb", i + 1.0), ("reserved_gb", 2.0), ("max_allocated_gb", 4.0)]}
 
-    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    @pytest.mark.gpu
     def test_gpu_metrics_recorded(self) -> None:
         """On a GPU machine each device's memory figures (and NVML's when present) appear."""
         tracker = GPUUtilizationTracker()

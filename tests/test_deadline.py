@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedtrain import LoopClock, Schedule
+from schedtrain import LoopClock, Schedule, SpecError
 from schedtrain.simulation import Simulation, simulate
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import loads_spec
@@ -86,18 +86,32 @@ def test_before_deadline_is_the_first_step_time_left_drops_below(
 
 
 def test_toml_before_deadline_and_time_left() -> None:
+    """The TOML keys load as the Python triggers and fire as they do: at 30 s a step and a
+    deadline 1 h away, 10 min are left after step 100 and 30 min after step 60."""
     spec = loads_spec('[callbacks.save]\ntype = "ModelSaver"\n'
                       'trigger = { before_deadline = "10 min" }\n'
                       '[callbacks.late]\ntype = "ModelSaver"\n'
                       'trigger = { every = "100 steps", if = "time_left < 30 min" }\n')
-    assert spec is not None
+    assert spec.callbacks["save"].trigger == before_deadline("10 min")
+    assert spec.callbacks["late"].trigger == every("100 steps") & when("time_left < 30 min")
+    log = simulate(spec.schedule(), steps_per_epoch=250, epochs=1, seconds_per_step=30.0,
+                   deadline="1 h")
+    assert steps_of(log, "save") == [101]
+    assert steps_of(log, "late") == [100, 200]
 
 
-@pytest.mark.parametrize("value", ['"10 steps"', "10", '"soon"'])
-def test_toml_before_deadline_bad_value(value: str) -> None:
-    with pytest.raises(Exception, match=r"callbacks\.save\.trigger\.before_deadline"):
+@pytest.mark.parametrize(("value", "says"), [
+    ('"10 steps"', "`before_deadline` needs a duration such as '10 min', got 10 steps"),
+    ("10", "found integer 10"),
+    ('"soon"', "invalid time 'soon'"),
+])
+def test_toml_before_deadline_bad_value(value: str, says: str) -> None:
+    with pytest.raises(SpecError) as info:
         loads_spec('[callbacks.save]\ntype = "ModelSaver"\n'
                    f'trigger = {{ before_deadline = {value} }}\n')
+    message = str(info.value)
+    assert message.startswith("<string>: callbacks.save.trigger.before_deadline: ")
+    assert says in message and "\n" not in message
 
 
 def test_resolve_deadline_the_earlier_wins() -> None:
@@ -121,10 +135,12 @@ def test_resolve_deadline_the_earlier_wins() -> None:
     ("preempt_signals", "[]", "non-empty list"),
 ])
 def test_run_deadline_and_signals_bad_values(key: str, value: str, says: str) -> None:
-    with pytest.raises(Exception, match=rf"run\.{key}") as info:
+    with pytest.raises(SpecError) as info:
         loads_spec(f'[run]\ntask = "m:f"\nmax_steps = 5\n{key} = {value}\n'
                    '[callbacks.c]\ntype = "ModelSaver"\ntrigger = { every = "1 step" }\n')
-    assert says in str(info.value)
+    message = str(info.value)
+    assert message.startswith(f"<string>: run.{key}: ")
+    assert says in message and "\n" not in message
 
 
 def test_plan_shows_where_the_run_deadline_fires() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from strategies import Shape, evaluated_at, evaluation_points, holds, schedules, shapes
 
@@ -224,7 +224,7 @@ class TestRecorder:
         try:
             plain = list(simulate(schedule, **shape.kwargs()))
         except ScheduleError:
-            return
+            reject()
         recorder = Recorder()
         recorder.start()
         try:
@@ -245,7 +245,7 @@ class TestRecorder:
         try:
             simulate(schedule, **shape.kwargs())
         except ScheduleError:
-            return
+            reject()
         finally:
             recorder.stop()
         expected = _decisive(schedule, shape)

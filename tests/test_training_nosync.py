@@ -1,4 +1,4 @@
-"""No host-device sync on steps where nothing fires (needs CUDA; skipped without it)."""
+"""No host-device sync on steps where nothing fires (marked gpu: skipped without CUDA)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, TerminateOnNaN
 from schedtrain.training import Trainer
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.gpu
 
 
 class _SyncErrorsBetweenFirings(Callback):
@@ -29,7 +29,6 @@ class _SyncErrorsBetweenFirings(Callback):
         torch.cuda.set_sync_debug_mode("default")
 
 
-@cuda
 def test_steps_without_firings_never_sync() -> None:
     """100 steps, a callback every 50: any sync outside a firing raises."""
     torch.manual_seed(0)
@@ -61,7 +60,6 @@ class _NaNWatchSyncingOnlyWhenFired(TerminateOnNaN):
         torch.cuda.set_sync_debug_mode("default")
 
 
-@cuda
 def test_watching_every_step_for_a_nan_never_syncs_between_firings() -> None:
     """200 steps with TerminateOnNaN every 100 and a NaN loss at step 70: the folds (every
     64 steps) note it on the device without a sync; the firing at 100 names step 70."""

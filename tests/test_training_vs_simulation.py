@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from strategies import lifecycle, windows
 from training_helpers import Noop, UnevenData, comparable, tiny_model
@@ -59,7 +59,7 @@ class TestRealLoopEqualsSimulation:
             expected = simulate(schedule, epoch_lengths=lengths, batches_per_step=accum,
                                 samples_per_batch=2)
         except ScheduleError:
-            return
+            reject()
         model, opt = tiny_model()
         data = UnevenData([n * accum for n in lengths], batch_size=2)
         trainer = Trainer(model, opt, data, torch.nn.functional.mse_loss,
@@ -78,7 +78,7 @@ class TestRealLoopEqualsSimulation:
             expected = simulate(schedule, epoch_lengths=lengths, samples_per_batch=2,
                                 max_steps=cut)
         except ScheduleError:
-            return
+            reject()
         model, opt = tiny_model()
         trainer = Trainer(model, opt, UnevenData(lengths, batch_size=2),
                           torch.nn.functional.mse_loss, schedule=schedule,
@@ -126,7 +126,7 @@ class TestNewEventsAgree:
             expected = simulate(schedule, epoch_lengths=lengths, batches_per_step=accum,
                                 samples_per_batch=2, sanity_eval=sanity)
         except ScheduleError:
-            return
+            reject()
         model, opt = tiny_model()
         data = UnevenData([n * accum for n in lengths], batch_size=2)
         trainer = Trainer(model, opt, data, torch.nn.functional.mse_loss,

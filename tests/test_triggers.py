@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from schedtrain import Timestamp
+from schedtrain import Schedule, Timestamp, simulate
 from schedtrain.triggers import (
     AllOf,
     AnyOf,
@@ -92,8 +92,12 @@ class TestAtOnWindow:
             at("0 steps")
 
     def test_at_mixed_units_split(self) -> None:
-        """Points in two units become an ``any_of`` of one ``at`` per unit."""
-        assert isinstance(at("5 steps", "1 epoch"), AnyOf)
+        """Points in two units become an ``any_of`` of one ``at`` per unit, each firing at
+        its own event: the first epoch's end (3 steps an epoch) and step 5's end."""
+        t = at("5 steps", "1 epoch")
+        assert t == any_of(at("5 steps"), at("1 epoch"))
+        log = simulate(Schedule({"a": t}), steps_per_epoch=3, epochs=3)
+        assert [(f.event, f.timestamp.step) for f in log] == [("epoch_end", 3), ("step_end", 5)]
 
     def test_on_and_bad_event_name(self) -> None:
         """``on`` matches its event; an invalid name is refused."""
@@ -113,8 +117,13 @@ class TestAtOnWindow:
             window(start="5 steps", stop="2 steps")
 
     def test_window_across_units_is_two_windows(self) -> None:
-        """A start and stop in different units bound two counters."""
-        assert isinstance(window(start="10 steps", stop="2 epochs"), AllOf)
+        """A start and stop in different units bound two counters: open from step 10 until
+        the second epoch ends (8 steps an epoch), at every default event in between."""
+        t = window(start="10 steps", stop="2 epochs")
+        assert t == all_of(window(start="10 steps"), window(stop="2 epochs"))
+        log = simulate(Schedule({"w": t}), steps_per_epoch=8, epochs=3)
+        assert [(f.event, f.timestamp.step) for f in log] == [("step_end", s)
+                                                               for s in range(10, 17)]
 
 
 class TestConditions:
