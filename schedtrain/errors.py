@@ -31,6 +31,7 @@ __all__ = [
     "describe",
     "did_you_mean",
     "failure_place",
+    "int_text",
     "locate_failure",
     "one_line",
     "shorten",
@@ -232,6 +233,15 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def int_text(value: int, limit: int = 30) -> str:
+    """An integer's digits, shortened past ``limit``; one too long for Python to print
+    (over 4,300 digits) is said by its size."""
+    if value.bit_length() > 14_000:  # about 4,214 digits: str() may refuse it
+        digits = int(value.bit_length() * 0.30103) + 1
+        return f"{'-' if value < 0 else ''}(about {digits:,} digits)"
+    return shorten(str(value), limit)
+
+
 def describe(value: object) -> str:
     """How a TOML value reads in an error message: ``integer 5``, ``a table``; a long
     string or number is shortened, and a missing value (``None``) is ``nothing``."""
@@ -240,7 +250,7 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, int):
-        return f"integer {shorten(str(value), 30)}"
+        return f"integer {int_text(value)}"
     if isinstance(value, float):
         return f"float {value!r}"
     if isinstance(value, str):
