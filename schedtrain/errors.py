@@ -35,6 +35,7 @@ __all__ = [
     "locate_failure",
     "one_line",
     "shorten",
+    "summarized",
     "traceback_file",
 ]
 
@@ -72,6 +73,16 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
         tail = limit // 4
         text = f"{text[:limit - tail - 5]} ... {text[-tail:]}"
     return text
+
+
+def summarized(lines: Sequence[str], limit: int = SHOWN_PROBLEMS,
+               more: str = "more") -> list[str]:
+    """The first ``limit`` of ``lines``, each ``one_line``, then ``... and N more``: a
+    report of thousands of items stays a screen of readable lines."""
+    shown = [one_line(line) for line in lines[:limit]]
+    if len(lines) > limit:
+        shown.append(f"... and {len(lines) - limit:,} {more}")
+    return shown
 
 
 @attrs.frozen

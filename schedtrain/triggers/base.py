@@ -14,11 +14,7 @@ child, so a metric trigger's state never depends on the order of its siblings.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any, Final
 
 import attrs
@@ -28,6 +24,7 @@ from schedtrain.events import DEFAULT_EVENTS, EventSet
 from schedtrain.time import Timestamp
 from schedtrain.triggers.nodes import AllNode, AnyNode, NotNode
 from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
+from schedtrain.triggers.search import SEARCH_BUDGET, Search, first_possible_memo, remembered
 
 __all__ = ["MAX_DEPTH", "SEARCH_BUDGET", "AllOf", "AnyOf", "Not", "Trigger", "all_of", "any_of",
            "first_possible_memo", "not_"]
@@ -37,91 +34,6 @@ __all__ = ["MAX_DEPTH", "SEARCH_BUDGET", "AllOf", "AnyOf", "Not", "Trigger", "al
 MAX_DEPTH: Final = 64
 #: How many rounds the static "can it ever fire" check spends on one counter.
 _FIXPOINT_ROUNDS: Final = 64
-#: How many child answers composites' ``first_possible`` may ask for in one question or
-#: ``first_possible_memo`` scope (a whole ``check``); past it a composite claims
-#: nothing, which is always safe, so the static checks end in bounded time.
-SEARCH_BUDGET: Final = 40_000
-
-
-class _Search:
-    """Remembered answers of composites' ``first_possible`` while a question (or a
-    ``first_possible_memo`` scope) lasts.
-
-    An exact answer ``r`` to ``value`` is remembered as the span ``[value, r]``: nothing
-    in between can be true, so every value in it has the answer ``r``; an answer that
-    gave up climbing is remembered for its own value only. Without this an ``all`` asks
-    its children again at each value it climbs to, and alternating ``any``/``all`` cost
-    grows exponentially with depth. Answers are the plain recursion's unless the budget
-    runs out (what that cuts short is not remembered). Entries hold the node, so no ``id`` is reused
-    while the scope lives.
-    """
-
-    __slots__ = ("asked", "gave_up", "over", "points", "spans")
-
-    def __init__(self) -> None:
-        #: (node id, counter) -> (node, sorted span starts, start -> end)
-        self.spans: dict[tuple[int, str], tuple[Trigger, list[float], dict[float, float]]] = {}
-        self.points: dict[tuple[int, str, float], tuple[Trigger, float]] = {}
-        self.asked = 0  # child answers asked for in this scope
-        self.gave_up = 0  # climbs stopped by the round limit
-        self.over = 0  # answers cut short by the budget
-
-    def charge(self, calls: int) -> bool:
-        """Count ``calls`` child answers; ``False`` once the scope's budget is spent."""
-        self.asked += calls
-        if self.asked > SEARCH_BUDGET:
-            self.over += 1
-            return False
-        return True
-
-
-_SEARCH: ContextVar[_Search | None] = ContextVar("schedtrain_first_possible", default=None)
-
-
-@contextmanager
-def first_possible_memo() -> Iterator[None]:
-    """Share remembered ``first_possible`` answers across the questions asked inside
-    (the triggers must not change meanwhile: they are immutable values)."""
-    if _SEARCH.get() is not None:
-        yield
-        return
-    token = _SEARCH.set(_Search())
-    try:
-        yield
-    finally:
-        _SEARCH.reset(token)
-
-
-def _remembered(node: Trigger, counter: str, value: float,
-                compute: Callable[[_Search, str, float], float]) -> float:
-    """``compute(search, counter, value)`` for ``node``, remembered (see ``_Search``)."""
-    search = _SEARCH.get()
-    if search is None:
-        with first_possible_memo():
-            return _remembered(node, counter, value, compute)
-    entry = search.spans.get((id(node), counter))
-    if entry is not None:
-        _, starts, ends = entry
-        i = bisect.bisect_right(starts, value) - 1
-        if i >= 0 and value <= ends[starts[i]]:
-            return ends[starts[i]]
-    point = search.points.get((id(node), counter, value))
-    if point is not None:
-        return point[1]
-    gave_up, over = search.gave_up, search.over
-    answer = compute(search, counter, value)
-    if search.over != over:
-        return answer
-    if search.gave_up != gave_up:
-        search.points[(id(node), counter, value)] = (node, answer)
-        return answer
-    if entry is None:
-        entry = search.spans.setdefault((id(node), counter), (node, [], {}))
-    bisect.insort(entry[1], value)
-    entry[2][value] = answer
-    return answer
-
-
 class Trigger:
     """Base of every trigger value. Compose with ``&``, ``|`` and ``~``.
 
@@ -287,9 +199,9 @@ class AllOf(_Composite):
         return f".all[{index}]"
 
     def first_possible(self, counter: str, value: float) -> float:
-        return _remembered(self, counter, value, self._climb)
+        return remembered(self, counter, value, self._climb)
 
-    def _climb(self, search: _Search, counter: str, value: float) -> float:
+    def _climb(self, search: Search, counter: str, value: float) -> float:
         # Each child's answer is monotone in `value`, so the rounds climb to the least
         # value all children allow; giving up after a few rounds claims nothing. A
         # child's exact answer `a` holds for every value up to `a`, so it is asked
@@ -333,9 +245,9 @@ class AnyOf(_Composite):
         return f".any[{index}]"
 
     def first_possible(self, counter: str, value: float) -> float:
-        return _remembered(self, counter, value, self._lowest)
+        return remembered(self, counter, value, self._lowest)
 
-    def _lowest(self, search: _Search, counter: str, value: float) -> float:
+    def _lowest(self, search: Search, counter: str, value: float) -> float:
         if not search.charge(len(self.triggers)):
             return value
         return min(t.first_possible(counter, value) for t in self.triggers)
