@@ -390,3 +390,96 @@ def test_a_stored_schedule_of_2000_callbacks_is_summarised(trained: Path,
     assert code == 2, err[:2000]
     assert len(err) < 8_000 and "more" in err
     assert _files(run) == before
+
+
+# -- huge numbers, long messages, keep policies ---------------------------------------
+
+_SAVER = '[callbacks.s]\ntype = "ModelSaver"\ntrigger = { every = "1 step" }\n'
+_HUGE_PLACES = {
+    "callbacks.s.keep": _SAVER + "keep = {n}\n",
+    "clock.epochs": "[clock]\nepochs = {n}\nsteps_per_epoch = 3\n" + _SAVER,
+    "callbacks.s.keep.any[0]": _SAVER.replace(
+        "[callbacks.s]", "[callbacks.s]\nkeep = { any = [{ latest = {n} }] }"),
+}
+
+
+@settings(max_examples=12, deadline=None)
+@given(place=st.sampled_from(sorted(_HUGE_PLACES)), digits=st.integers(4301, 20_000),
+       sep=st.sampled_from(["", "_"]))
+def test_an_integer_past_pythons_digit_limit_is_one_line_with_its_key(
+        tmp_path_factory: pytest.TempPathFactory, place: str, digits: int, sep: str) -> None:
+    """Any integer of more than 4,300 digits in a spec: exit 2, one line naming the key
+    path (its table and key) and the number's size, not Python's own words."""
+    number = ("1" + "0" * (digits - 1)) if not sep else "1" + "_000" * ((digits - 1) // 3)
+    path = tmp_path_factory.mktemp("huge") / "s.toml"
+    path.write_text(_HUGE_PLACES[place].replace("{n}", number), encoding="utf-8")
+    code, _, err = _run(["check", str(path)])
+    assert code == 2
+    (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
+    key = place.split(".any")[0]  # inside an inline table: the key the line starts with
+    assert f": {key}: an integer of " in line and " digits" in line, line
+    assert "4300" not in err and "set_int_max_str_digits" not in err and len(line) < 300
+
+
+@pytest.mark.parametrize(("keep", "where", "says"), [
+    ("{ best = 2 }", "callbacks.s.keep", "needs the metric it ranks by"),
+    ('{ any = [{ every = "2 steps" }, { best = 1, mode = "max" }] }', "callbacks.s.keep.any[1]",
+     "needs the metric it ranks by"),
+    ("{ any = [1, 2] }", "callbacks.s.keep.any[0]", "a bare number in `any` is ambiguous"),
+    ("{ any = [{ latest = 2 }, 3] }", "callbacks.s.keep.any[1]", "rule table"),
+])
+def test_an_ambiguous_keep_is_refused_at_its_key(tmp_path: Path, keep: str, where: str,
+                                                 says: str) -> None:
+    """``keep = { best = N }`` without the metric, and bare numbers in ``any``: exit 2 with
+    the key path and what is expected."""
+    path = tmp_path / "s.toml"
+    path.write_text(_SAVER + f"keep = {keep}\n", encoding="utf-8")
+    code, _, err = _run(["check", str(path)])
+    assert code == 2, err
+    assert f"error: {path}: {where}: " in err and says in err and "expected" in err
+
+
+def test_a_best_rule_with_its_monitor_is_accepted(tmp_path: Path) -> None:
+    """The same rules written out are accepted (so the refusal is of the gap alone)."""
+    path = tmp_path / "s.toml"
+    path.write_text(_SAVER + 'keep = { any = [{ latest = 1 }, { best = 2, monitor = '
+                             '"val/loss" }] }\n', encoding="utf-8")
+    assert _run(["check", str(path)])[0] == 0
+
+
+def _deep_all() -> str:
+    inner = '{ any = [{ all = [{ at = "5 steps" }, { start = "10 steps" }] }, ' \
+            '{ every = "3 steps" }] }'
+    for i in range(MAX_DEPTH - 3):
+        inner = (f'{{ all = [{inner}, {{ every = "{i % 3 + 1} steps" }}] }}' if i % 2
+                 else f'{{ any = [{inner}, {{ on = "train_end" }}] }}')
+    return inner
+
+
+def test_plan_of_a_63_deep_trigger_prints_readable_lines(tmp_path: Path) -> None:
+    """A trigger nested to the limit, with a dead branch at the bottom: every line ``plan``
+    prints is at most about 1,000 characters; its warning is a ``warning:`` line."""
+    path = tmp_path / "s.toml"
+    path.write_text(f"[clock]\nepochs = 1\nsteps_per_epoch = 10\n[callbacks.x]\n"
+                    f"trigger = {_deep_all()}\n", encoding="utf-8")
+    code, out, err = _run(["plan", str(path)])
+    assert code == 0, err
+    assert max(len(x) for x in (out + err).splitlines()) <= 1100
+    assert err.startswith(f"warning: {path}: callbacks.x.trigger.") and "is dead" in err
+    assert "ScheduleWarning" not in err
+
+
+def test_diff_of_2000_callbacks_is_a_summary(tmp_path: Path) -> None:
+    """Two specs of 2,000 callbacks each, every trigger changed: a summary of a screen,
+    not a line per callback."""
+    def spec(every: int) -> str:
+        return "[clock]\nepochs = 1\nsteps_per_epoch = 4\n" + "".join(
+            f'[callbacks.c{i}]\ntrigger = {{ every = "{every} steps" }}\n' for i in range(2000))
+    old, new = tmp_path / "old.toml", tmp_path / "new.toml"
+    old.write_text(spec(2), encoding="utf-8")
+    new.write_text(spec(3), encoding="utf-8")
+    code, out, _ = _run(["diff", str(old), str(new)])
+    assert code == 1
+    lines = out.splitlines()
+    assert len(lines) < 200 and max(len(x) for x in lines) <= 1100
+    assert "... and 1,980 more spec changes" in out and "... and 1,980 more callbacks" in out
