@@ -487,3 +487,15 @@ def test_diff_of_2000_callbacks_is_a_summary(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert len(lines) < 200 and max(len(x) for x in lines) <= 1100
     assert "... and 1,980 more spec changes" in out and "... and 1,980 more callbacks" in out
+
+
+def test_a_dead_trigger_after_thousands_of_others_is_still_found(tmp_path: Path) -> None:
+    """The search budget grows with the schedule: a trigger that can never fire, declared
+    after 6,000 small compositions, is still refused."""
+    ok = '{ all = [{ every = "2 steps" }, { start = "1 step" }] }'
+    dead = '{ all = [{ at = "5 steps" }, { start = "10 steps" }] }'
+    path = tmp_path / "many.toml"
+    path.write_text("".join(f"[callbacks.c{i}]\ntrigger = {ok}\n" for i in range(6000))
+                    + f"[callbacks.last]\ntrigger = {dead}\n", encoding="utf-8")
+    code, _, err = _run(["check", str(path)])
+    assert code == 2 and "callbacks.last.trigger: " in err and "can never fire" in err

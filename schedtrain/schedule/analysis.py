@@ -19,7 +19,7 @@ import attrs
 
 from schedtrain.errors import Problem, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
-from schedtrain.triggers.base import AllOf, AnyOf, Not, Trigger, first_possible_memo
+from schedtrain.triggers.base import SEARCH_BUDGET, AllOf, AnyOf, Not, Trigger, first_possible_memo
 
 __all__ = ["Analysis", "Located", "analyze", "locate", "never_reason"]
 
@@ -128,7 +128,10 @@ def analyze(
     notes: list[str] = []
     known = set(BUILTIN_EVENTS) | set(events)
     produced = None if produced_metrics is None else set(produced_metrics)
-    with first_possible_memo():  # one node's answers serve every question about it
+    # One node's answers serve every question about it; the budget grows with the
+    # schedule, so thousands of small triggers are each checked in full.
+    nodes = sum(1 for _, root in entries for _ in root.walk())
+    with first_possible_memo(SEARCH_BUDGET + 100 * nodes):
         for _name, root in entries:
             for node in root.walk():
                 t = node.trigger

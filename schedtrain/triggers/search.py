@@ -17,8 +17,9 @@ from typing import Final
 __all__ = ["SEARCH_BUDGET", "Search", "first_possible_memo", "remembered"]
 
 #: How many child answers composites' ``first_possible`` may ask for in one question or
-#: ``first_possible_memo`` scope (a whole ``check``); past it a composite claims
-#: nothing, which is always safe, so the static checks end in bounded time.
+#: ``first_possible_memo`` scope (``check`` adds 100 per trigger node it checks); past it
+#: a composite claims nothing, which is always safe, so the static checks end in bounded
+#: time.
 SEARCH_BUDGET: Final = 40_000
 
 
@@ -35,9 +36,10 @@ class Search:
     while the scope lives.
     """
 
-    __slots__ = ("asked", "gave_up", "over", "points", "spans")
+    __slots__ = ("asked", "budget", "gave_up", "over", "points", "spans")
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = SEARCH_BUDGET) -> None:
+        self.budget = budget
         #: (node id, counter) -> (node, sorted span starts, start -> end)
         self.spans: dict[tuple[int, str], tuple[object, list[float], dict[float, float]]] = {}
         self.points: dict[tuple[int, str, float], tuple[object, float]] = {}
@@ -48,7 +50,7 @@ class Search:
     def charge(self, calls: int) -> bool:
         """Count ``calls`` child answers; ``False`` once the scope's budget is spent."""
         self.asked += calls
-        if self.asked > SEARCH_BUDGET:
+        if self.asked > self.budget:
             self.over += 1
             return False
         return True
@@ -58,13 +60,13 @@ _SEARCH: ContextVar[Search | None] = ContextVar("schedtrain_first_possible", def
 
 
 @contextmanager
-def first_possible_memo() -> Iterator[None]:
+def first_possible_memo(budget: int = SEARCH_BUDGET) -> Iterator[None]:
     """Share remembered ``first_possible`` answers across the questions asked inside
     (the triggers must not change meanwhile: they are immutable values)."""
     if _SEARCH.get() is not None:
         yield
         return
-    token = _SEARCH.set(Search())
+    token = _SEARCH.set(Search(budget))
     try:
         yield
     finally:
