@@ -31,9 +31,11 @@ __all__ = [
     "describe",
     "did_you_mean",
     "failure_place",
+    "int_text",
     "locate_failure",
     "one_line",
     "shorten",
+    "summarized",
     "traceback_file",
 ]
 
@@ -71,6 +73,16 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
         tail = limit // 4
         text = f"{text[:limit - tail - 5]} ... {text[-tail:]}"
     return text
+
+
+def summarized(lines: Sequence[str], limit: int = SHOWN_PROBLEMS,
+               more: str = "more") -> list[str]:
+    """The first ``limit`` of ``lines``, each ``one_line``, then ``... and N more``: a
+    report of thousands of items stays a screen of readable lines."""
+    shown = [one_line(line) for line in lines[:limit]]
+    if len(lines) > limit:
+        shown.append(f"... and {len(lines) - limit:,} {more}")
+    return shown
 
 
 @attrs.frozen
@@ -232,6 +244,15 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def int_text(value: int, limit: int = 30) -> str:
+    """An integer's digits, shortened past ``limit``; one too long for Python to print
+    (over 4,300 digits) is said by its size."""
+    if value.bit_length() > 14_000:  # about 4,214 digits: str() may refuse it
+        digits = int(value.bit_length() * 0.30103) + 1
+        return f"{'-' if value < 0 else ''}(about {digits:,} digits)"
+    return shorten(str(value), limit)
+
+
 def describe(value: object) -> str:
     """How a TOML value reads in an error message: ``integer 5``, ``a table``; a long
     string or number is shortened, and a missing value (``None``) is ``nothing``."""
@@ -240,7 +261,7 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, int):
-        return f"integer {shorten(str(value), 30)}"
+        return f"integer {int_text(value)}"
     if isinstance(value, float):
         return f"float {value!r}"
     if isinstance(value, str):

@@ -208,6 +208,13 @@ def _rule(table: object, where: Where, problems: list[tuple[Where, str]]) -> Pol
             problems.append(((*where, "any"), f"expected a non-empty list of rules such as "
                                               f"[{example}], found {describe(rules)}"))
             return None
+        for i, r in enumerate(rules):
+            # `keep = N` is `latest`; in a list beside other rules a bare N reads as either.
+            if isinstance(r, int) and not isinstance(r, bool):
+                problems.append(((*where, "any", i), f"expected a rule table such as "
+                                 f"{{ latest = {r} }} or {{ every = '{r} epochs' }} (a "
+                                 f"bare number in `any` is ambiguous), found {describe(r)}"))
+                return None
         parts = [_rule(r, (*where, "any", i), problems) for i, r in enumerate(rules)]
         flat: list[Rule] = []
         for p in parts:
@@ -236,7 +243,12 @@ def _rule(table: object, where: Where, problems: list[tuple[Where, str]]) -> Pol
             return Latest(table["latest"])
         if kind == "every":
             return Every(table["every"])
-        monitor = table.get("monitor", "val/loss")
+        if "monitor" not in table:
+            problems.append((where, f"a best rule needs the metric it ranks by: expected "
+                                    f"{{ best = {count}, monitor = 'val/loss' }} (and mode = "
+                                    f"'max' where higher is better), found no monitor"))
+            return None
+        monitor = table["monitor"]
         if not isinstance(monitor, str) or not monitor.strip():
             problems.append(((*where, "monitor"), f"expected a metric name such as "
                                                   f"'val/loss', found {describe(monitor)}"))
@@ -298,7 +310,7 @@ def saver_keep_problems(kind: SaverKind, value: object, monitor: str = "val/loss
                         mode: str = "min", where: Where = ("keep",)) -> list[tuple[Where, str]]:
     """Each problem of a saver's TOML ``keep``: those of any policy, and the rules that
     make no sense for ``kind`` (``monitor``/``mode``: the saver's own)."""
-    if kind == "TopKSaver":
+    if kind != "ModelSaver":  # its best rules rank by the saver's monitor (or are refused)
         value = _with_ranking(value, monitor, mode)
     problems = policy_problems(value, where)
     if problems or kind == "ModelSaver":

@@ -108,7 +108,7 @@ class TestParsing:
         ({"latest": 0}, ("keep", "latest"), "whole number >= 1"),
         ({"every": "0 steps"}, ("keep", "every"), "> 0"),
         ({"every": "3 stps"}, ("keep", "every"), "did you mean 'steps'"),
-        ({"best": 1, "mode": "up"}, ("keep", "mode"), "'min' or 'max'"),
+        ({"best": 1, "monitor": "m", "mode": "up"}, ("keep", "mode"), "'min' or 'max'"),
         ({"any": [{"latest": 2}, {"lates": 2}]}, ("keep", "any", 1), "exactly one of"),
         ({"latest": 2, "monitor": "x"}, ("keep", "monitor"), "unknown key"),
         ({"any": []}, ("keep", "any"), "non-empty list"),
@@ -182,7 +182,7 @@ _policies = st.one_of(
     st.integers(1, 3),
     st.builds(lambda n: {"latest": n}, st.integers(1, 3)),
     st.builds(lambda k: {"every": f"{k} steps"}, st.integers(1, 4)),
-    st.builds(lambda n, m: {"best": n, "mode": m}, st.integers(1, 2),
+    st.builds(lambda n, m: {"best": n, "monitor": "val/loss", "mode": m}, st.integers(1, 2),
               st.sampled_from(["min", "max"])),
 )
 _any = st.lists(_policies.filter(lambda p: not isinstance(p, int)), min_size=1,
@@ -224,7 +224,7 @@ class TestModelSaver:
     def test_async_saves_leave_the_planned_files(self, tmp_path: Path) -> None:
         """With background saves (each pruned once it lands), the run ends with the
         planned files."""
-        keep = {"any": [{"latest": 2}, {"every": "3 steps"}, {"best": 1}]}
+        keep = {"any": [{"latest": 2}, {"every": "3 steps"}, {"best": 1, "monitor": "val/loss"}]}
         values = [0.5, 0.1, 0.9, 0.8, 0.7, 0.6, 0.4, 0.3]
         _run(tmp_path, keep, values, 8, mode="async")
         log = simulate(Schedule({"save": every("1 step")}), epochs=1, steps_per_epoch=8)
@@ -237,7 +237,7 @@ class TestModelSaver:
 
     def test_resume_keeps_the_same_files(self, tmp_path: Path) -> None:
         """Stopped at step 3 and resumed, the run keeps the files of an unbroken one."""
-        keep = {"any": [{"latest": 1}, {"best": 1}, {"every": "4 steps"}]}
+        keep = {"any": [{"latest": 1}, {"best": 1, "monitor": "val/loss"}, {"every": "4 steps"}]}
         values = [0.5, 0.1, 0.9, 0.8, 0.7, 0.6]
         whole = tmp_path / "whole"
         _run(whole, keep, values, 6)
@@ -254,7 +254,8 @@ class TestPlanCommand:
 
     SPEC = ('[clock]\nepochs = 3\nsteps_per_epoch = 100\n[callbacks.save]\n'
             'type = "ModelSaver"\ntrigger = { every = "25 steps" }\n'
-            'keep = { any = [{ latest = 2 }, { every = "100 steps" }, { best = 1 }] }\n')
+            'keep = { any = [{ latest = 2 }, { every = "100 steps" }, '
+            '{ best = 1, monitor = "val/loss" }] }\n')
 
     def _plan(self, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
         spec = tmp_path / "s.toml"

@@ -160,15 +160,24 @@ _VALUES: list[Any] = [
 ]  # fmt: skip
 
 
+def _alternate(inner: Any, level: int, rng: random.Random) -> dict[str, Any]:
+    """One level of ``any``/``all`` alternating, with a clock leaf beside (issue 34: the
+    static checks were exponential in such depth)."""
+    leaf = {"every": f"{rng.randint(1, 9)} steps", "start": f"{rng.randint(0, 60)} steps"}
+    return {("any", "all")[level % 2]: [inner, leaf]}
+
+
 def _hostile_value(rng: random.Random) -> Any:
     pick = rng.random()
     if pick < 0.15:
         depth = rng.choice([MAX_DEPTH - 1, MAX_DEPTH + 1, 90])
         value: Any = {"on": "train_end"}
-        key = rng.choice(["any", "all", "not", "list", "table"])
-        for _ in range(depth):
+        key = rng.choice(["any", "all", "not", "list", "table", "alternating"])
+        for level in range(depth):
             value = ({"not": value} if key == "not" else [value] if key == "list"
-                     else {"x": value} if key == "table" else {key: [value]})
+                     else {"x": value} if key == "table"
+                     else _alternate(value, level, rng) if key == "alternating"
+                     else {key: [value]})
         return value
     return copy.deepcopy(rng.choice(_VALUES))  # never share one value between specs
 

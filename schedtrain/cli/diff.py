@@ -1,23 +1,28 @@
-"""``schedtrain diff OLD NEW``: read each side (a spec, a run directory, a checkpoint)
-and print ``planning.changes.diff_texts``' report. Exit 0 equal, 1 different, 2 bad input.
+"""``schedtrain diff OLD NEW``: read each side (a spec, a run directory, a checkpoint by
+path or URL) and print ``planning.changes.diff_texts``' report. Exit 0 equal, 1 different,
+2 bad input. A run directory or checkpoint compares from its checkpoint's step, as
+``--resume auto`` would resume; a checkpoint URL is read with the spec's
+``storage_options`` (or the environment's credentials).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 import tomllib
 
-from schedtrain.cli.preflight import UsageError
+from schedtrain.cli.preflight import UsageError, derived_clock
+from schedtrain.errors import describe
 from schedtrain.planning.changes import canonical, diff_texts
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import Spec, load_spec
-from schedtrain.spec.shape import derive_clock
 from schedtrain.spec.write import dump_spec
 
 __all__ = ["Side", "cmd_diff", "read_side"]
@@ -36,19 +41,26 @@ class Side:
     phase: str = "step_end"
 
 
-def read_side(path: str) -> Side:
-    """Read a spec file, a run directory (its newest valid checkpoint, else ``run.json``)
-    or a checkpoint (a ``.pt`` file or a sharded ``.dcp`` directory).
+def read_side(path: str, options: Mapping[str, Any] | None = None, *,
+              do_import: bool = False) -> Side:
+    """Read a spec file, a run directory (its newest valid checkpoint, else the one
+    ``run.json`` names, else ``run.json``'s schedule) or a checkpoint (a ``.pt`` file, a
+    sharded ``.dcp`` directory, or a URL of either or of a checkpoint folder, read with
+    ``options``).
 
     Raises:
         UsageError: nothing there holds a schedule.
         SpecError: a spec file with problems.
     """
+    from schedtrain.urls import is_url
+
+    if is_url(path):
+        return _url(path, options)
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{path}: no such spec, run directory or checkpoint")
     if p.is_file() and p.suffix == ".toml":
-        spec = load_spec(p)
+        spec = load_spec(p, imports=do_import)
         schedule = canonical(spec.schedule())
         assert schedule is not None  # a spec's triggers all have a TOML form
         raw = tomllib.loads(p.read_text(encoding="utf-8")).get("run", {})
@@ -57,12 +69,14 @@ def read_side(path: str) -> Side:
             shown = attrs.evolve(spec, run=attrs.evolve(spec.run, run_dir=None))  # name
         return Side(path, schedule, dump_spec(shown), spec)
     if p.is_dir() and not (p / "run.pt").exists():
-        return _run_dir(path, p)
+        return _run_dir(path, p, options)
     return _checkpoint(path, p)
 
 
-def _run_dir(path: str, p: Path) -> Side:
+def _run_dir(path: str, p: Path, options: Mapping[str, Any] | None) -> Side:
+    from schedtrain.checkpoints.files import NAME_RE
     from schedtrain.checkpoints.store import newest_valid
+    from schedtrain.urls import is_url
 
     found = newest_valid(p / "checkpoints") if (p / "checkpoints").is_dir() else None
     if found is not None:
@@ -72,11 +86,42 @@ def _run_dir(path: str, p: Path) -> Side:
         status = json.loads((p / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         status = {}
-    text = status.get("schedule") if isinstance(status, dict) else None
+    if not isinstance(status, dict):
+        status = {}
+    named = status.get("checkpoint")
+    if isinstance(named, str) and is_url(named):  # the checkpoints are in a bucket
+        with contextlib.suppress(UsageError):  # unreadable: run.json's copy, below
+            return attrs.evolve(_url(named, options), name=f"{path} ({named})")
+    text = status.get("schedule")
     if not isinstance(text, str):
         raise UsageError(f"{path}: a run directory without a stored schedule (no valid "
                          "checkpoint, and run.json has none: written by an earlier version?)")
-    return Side(path, text)
+    # Where --resume auto would resume: the checkpoint run.json names, by its name.
+    m = NAME_RE.fullmatch(named.rsplit("/", 1)[-1]) if isinstance(named, str) else None
+    return Side(path, text, step=int(m[1]) if m is not None else None)
+
+
+def _url(url: str, options: Mapping[str, Any] | None) -> Side:
+    """A checkpoint (or the newest valid one of a checkpoint folder) in object storage."""
+    from schedtrain.checkpoints.files import NAME_RE
+    from schedtrain.checkpoints.format import CheckpointError
+    from schedtrain.checkpoints.storage import open_storage
+    from schedtrain.checkpoints.store import read_stored, stored_newest_valid
+
+    folder, _, name = url.rstrip("/").rpartition("/")
+    try:
+        if NAME_RE.fullmatch(name) is None:  # a folder of checkpoints
+            storage = open_storage(url.rstrip("/"), options)
+            found = stored_newest_valid(storage, Path("checkpoints"))
+            if found is None:
+                raise UsageError(f"{url}: no valid checkpoint there")
+            name = found.name
+        else:
+            storage = open_storage(folder, options)
+        state = read_stored(storage, name)
+    except CheckpointError as exc:
+        raise UsageError(f"{url}: {exc.reason}") from None
+    return _side_of(storage.url(name), state)
 
 
 def _checkpoint(path: str, p: Path) -> Side:
@@ -87,11 +132,16 @@ def _checkpoint(path: str, p: Path) -> Side:
         state = read_checkpoint(p)
     except CheckpointError as exc:
         raise UsageError(f"{path}: {exc.reason}") from None
+    return _side_of(path, state)
+
+
+def _side_of(path: str, state: Mapping[str, Any]) -> Side:
     run = state.get("run", {})
     text = run.get("schedule")
     if not isinstance(text, str):
         why = ("a Python trigger (when(fn)) has no stored form" if "schedule" in run
-               else "written by an earlier version")
+               and run["schedule"] is None else "written by an earlier version"
+               if "schedule" not in run else f"found {describe(run['schedule'])}")
         raise UsageError(f"{path}: the checkpoint holds no schedule ({why})")
     phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
     return Side(path, text, step=int(state["step"]), phase=phase)
@@ -99,11 +149,11 @@ def _checkpoint(path: str, p: Path) -> Side:
 
 def _shape(args: argparse.Namespace, old: Side, new: Side) -> RunShape | None:
     """The run to simulate: the options, over NEW's ``[clock]`` (or OLD's), completed
-    from its ``[run]``."""
+    from its ``[run]`` (with ``--import``, its steps per epoch counted as ``plan``'s)."""
     for side in (new, old):
         if side.spec is None:
             continue
-        spec, _ = derive_clock(side.spec)
+        spec, _ = derived_clock(side.spec, getattr(args, "do_import", False))
         try:
             shape = spec.clock.shape(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
         except ValueError as exc:
@@ -117,7 +167,12 @@ def _shape(args: argparse.Namespace, old: Side, new: Side) -> RunShape | None:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """The ``diff`` command; its exit code."""
-    old, new = read_side(args.old), read_side(args.new)
+    do_import = getattr(args, "do_import", False)
+    new = read_side(args.new, do_import=do_import)
+    # A checkpoint URL is read with the storage options of the spec beside it.
+    options = new.spec.run.storage_options if new.spec is not None and \
+        new.spec.run is not None else None
+    old = read_side(args.old, options, do_import=do_import)
     both_specs = old.full is not None and new.full is not None
     a = old.full if both_specs and old.full is not None else old.schedule
     b = new.full if both_specs and new.full is not None else new.schedule

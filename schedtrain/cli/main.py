@@ -130,7 +130,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         size = estimate_checkpoint_bytes(task.model, task.optimizer)
     metrics = read_metrics(args.metrics) if args.metrics else None
-    plan = plan_spec(spec, metrics, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
+    with warnings.catch_warnings():  # a schedule's warnings as one line each, not Python's
+        warnings.showwarning = _warning_printer(args.spec)
+        plan = plan_spec(spec, metrics, epochs=args.epochs,
+                         steps_per_epoch=args.steps_per_epoch)
     if plan.truncated:
         print(f"warning: stopped after {len(plan.log):,} firings; plan a shorter run with "
               "--epochs/--steps-per-epoch", file=sys.stderr)

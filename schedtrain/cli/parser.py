@@ -113,15 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
                                       "directory or a checkpoint): the spec's changes by key "
                                       "path, and over a simulated run the firings each "
                                       "callback gains, loses or moves.")
-    diff.add_argument("old", metavar="OLD", help="a spec, a run directory or a checkpoint")
+    diff.add_argument("old", metavar="OLD", help="a spec, a run directory or a checkpoint "
+                                                 "(a path or a URL such as s3://...)")
     diff.add_argument("new", metavar="NEW", help="a spec, a run directory or a checkpoint")
     diff.add_argument("--epochs", type=_positive_int, metavar="N", help="override clock.epochs")
     diff.add_argument("--steps-per-epoch", type=_positive_int, metavar="S",
                       help="override clock.steps_per_epoch")
     diff.add_argument("--from", dest="from_step", type=_whole, metavar="STEP",
                       help="compare the firings after STEP, NEW taking over from OLD there "
-                           "as a resume with --schedule-change apply would (default: a "
-                           "checkpoint's step, else the whole run)")
+                           "as a resume with --schedule-change apply would (default: the "
+                           "step of a checkpoint or of a run directory's checkpoint, else "
+                           "the whole run)")
+    diff.add_argument("--import", dest="do_import", action="store_true",
+                      help="build a spec's [run] task to count its steps per epoch, as "
+                           "plan --import does (a spec with [run] and no [clock])")
     diff.add_argument("--format", choices=("table", "json"), default="table",
                       help="table (default) or json")
     diff.add_argument("--first", type=_positive_int, default=5, metavar="N",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.vocabulary import REDUCE_OPS
+from schedtrain.integrations.driver_state import check_driver_state
 from schedtrain.integrations.values import HOST, number
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
@@ -314,18 +315,20 @@ class ScheduleDriver:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``state_dict`` (before ``train_start`` of the resumed loop)."""
-        missing = sorted({"clock", "pending", "table", "metrics", "started", "in_epoch"}
-                         - set(state))
-        if missing:
-            raise ValueError(f"not a ScheduleDriver state: missing {missing}")
+        """Restore ``state_dict`` (before ``train_start`` of the resumed loop); a damaged
+        state raises ``DriverStateError`` (a ``ValueError``) naming its key path."""
+        check_driver_state(state)  # a damaged or crafted one is refused in one line
         clock = self.clock
         clock.load_state_dict(dict(state["clock"]))
         step_end = clock.now()  # the last step end, evaluated before the state was saved
         self._at_step = (clock.batch, clock.sample, clock.token)
-        batches, samples, tokens = (int(n) for n in state["pending"])
-        for i in range(batches):  # the micro-batches of the step under way (none fire)
-            clock.end_batch(samples if i == 0 else 0, tokens if i == 0 else 0)
+        # The micro-batches of the step under way: counted at once (none fires), not
+        # replayed one by one.
+        batches, samples, tokens = state["pending"]
+        if batches:
+            clock.batch += batches
+            clock.sample += samples
+            clock.token += tokens
         self.metrics.load_state_dict(state["metrics"])
         self._started = bool(state["started"])
         self._in_epoch = bool(state["in_epoch"])

@@ -24,6 +24,7 @@ from typing import Any, Final
 import attrs
 import tomllib
 
+from schedtrain.errors import SHOWN_PROBLEMS, shorten, summarized
 from schedtrain.planning.nearest import nearest_pairs
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
@@ -304,25 +305,30 @@ class ScheduleDiff:
     def table(self, first: int = 5) -> str:
         """A readable report: the spec's changes, then each callback's firing changes
         (the ``first`` of each kind)."""
+        # Thousands of callbacks make a summary, each line cut to a readable length.
         lines = [f"spec: {len(self.spec)} change{'' if len(self.spec) == 1 else 's'}"]
-        lines += [f"  {c}" for c in self.spec]
+        lines += [f"  {c}" for c in summarized([str(c) for c in self.spec],
+                                               more="more spec changes")]
         if self.firings is not None:
             since = "" if self.from_step is None else f" after step {self.from_step}"
             lines.append(f"firings{since}: {len(self.firings)} changed")
             by: dict[str, list[FiringChange]] = defaultdict(list)
             for c in self.firings:
                 by[c.callback].append(c)
-            for name, changes in by.items():
+            for name, changes in list(by.items())[:SHOWN_PROBLEMS]:
                 counts = ", ".join(f"{sum(c.kind == k for c in changes)} {k}"
                                    for k in ("added", "removed", "moved"))
-                lines.append(f"  {name}: {counts}")
+                lines.append(f"  {shorten(name, 100)}: {counts}")
                 for kind in ("added", "removed", "moved"):
                     shown = [c for c in changes if c.kind == kind]
                     lines += [f"    {kind:<7} {_text(c)}" for c in shown[:first]]
                     if len(shown) > first:
                         lines.append(f"    ... and {len(shown) - first} more {kind}")
+            if len(by) > SHOWN_PROBLEMS:
+                lines.append(f"  ... and {len(by) - SHOWN_PROBLEMS:,} more callbacks")
         if self.rules is not None:
-            lines += [f"  {line}" for line in self.rules.lines()]
+            lines += [f"  {line}" for line in summarized(self.rules.lines(),
+                                                         more="more callbacks")]
         return "\n".join(lines) + "\n"
 
 

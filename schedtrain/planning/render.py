@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Final
 
+from schedtrain.errors import one_line
 from schedtrain.files import write_atomic
 from schedtrain.planning.disk import files_json, files_lines, peak
 from schedtrain.planning.plan import Plan
@@ -108,7 +109,8 @@ def render_table(plan: Plan, first: int, checkpoint_size: int | None = None) -> 
         shown = ", ".join(_when(f) for f in mine[:first])
         if len(mine) > first:
             shown += ", ..."
-        rows.append((name, repr(trig), count, shown or "never"))
+        # a 63-deep trigger is thousands of characters: cut to a readable column
+        rows.append((name, one_line(repr(trig), 120), count, shown or "never"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))

@@ -19,7 +19,7 @@ import attrs
 
 from schedtrain.errors import Problem, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
-from schedtrain.triggers.base import AllOf, AnyOf, Not, Trigger
+from schedtrain.triggers.base import SEARCH_BUDGET, AllOf, AnyOf, Not, Trigger, first_possible_memo
 
 __all__ = ["Analysis", "Located", "analyze", "locate", "never_reason"]
 
@@ -128,29 +128,33 @@ def analyze(
     notes: list[str] = []
     known = set(BUILTIN_EVENTS) | set(events)
     produced = None if produced_metrics is None else set(produced_metrics)
-    for _name, root in entries:
-        for node in root.walk():
-            t = node.trigger
-            if not node.children:
-                for event in sorted(t.events().named - known):
-                    problems.append(Problem(node.path, (
-                        f"unknown event {event!r}{did_you_mean(event, known)}; declare custom "
-                        "events on the schedule (events = [...])"), file,
-                        expected="a built-in or declared event", found=repr(event)))
-            if predicates is not None:
-                for p in sorted(t.predicates() - set(predicates)):
-                    problems.append(Problem(node.path, (
-                        f"predicate {p!r} is not registered{did_you_mean(p, predicates)}; "
-                        "register it from Python or, for a metric, compare it "
-                        "('metric < 0.5')"), file, expected="a registered predicate",
-                        found=repr(p)))
-            if produced is not None:
-                for m in sorted(t.metrics() - produced):
-                    notes.append(f"{node.path}: {t!r} reads metric {m!r}, which no callback "
-                                 f"produces{did_you_mean(m, produced)}")
-        reason = never_reason(root.trigger)
-        if reason is not None:
-            problems.append(Problem(root.path, f"{root.trigger!r}: {reason}", file))
-        else:
-            notes.extend(_dead_branches(root))
+    # One node's answers serve every question about it; the budget grows with the
+    # schedule, so thousands of small triggers are each checked in full.
+    nodes = sum(1 for _, root in entries for _ in root.walk())
+    with first_possible_memo(SEARCH_BUDGET + 100 * nodes):
+        for _name, root in entries:
+            for node in root.walk():
+                t = node.trigger
+                if not node.children:
+                    for event in sorted(t.events().named - known):
+                        problems.append(Problem(node.path, (
+                            f"unknown event {event!r}{did_you_mean(event, known)}; declare custom "
+                            "events on the schedule (events = [...])"), file,
+                            expected="a built-in or declared event", found=repr(event)))
+                if predicates is not None:
+                    for p in sorted(t.predicates() - set(predicates)):
+                        problems.append(Problem(node.path, (
+                            f"predicate {p!r} is not registered{did_you_mean(p, predicates)}; "
+                            "register it from Python or, for a metric, compare it "
+                            "('metric < 0.5')"), file, expected="a registered predicate",
+                            found=repr(p)))
+                if produced is not None:
+                    for m in sorted(t.metrics() - produced):
+                        notes.append(f"{node.path}: {t!r} reads metric {m!r}, which no callback "
+                                     f"produces{did_you_mean(m, produced)}")
+            reason = never_reason(root.trigger)
+            if reason is not None:
+                problems.append(Problem(root.path, f"{root.trigger!r}: {reason}", file))
+            else:
+                notes.extend(_dead_branches(root))
     return Analysis(tuple(problems), tuple(notes))

@@ -158,12 +158,38 @@ def _too_deep_at(text: str, limit: int = 100) -> tuple[str, str]:
     return "", "somewhere"
 
 
+_QUOTED_RE: Final = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'[^']*'")
+_HUGE_INT_RE: Final = re.compile(r"[0-9][0-9_]{4299,}")
+
+
+def _huge_int_at(text: str) -> tuple[str, str, int]:
+    """Where the first integer too long for Python to read (over 4,300 digits) is: the
+    key path (table header and key), the line, and its digits."""
+    header, key = "", ""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if (m := _HEADER_RE.match(line.strip())) is not None:
+            header = m.group(1)
+            continue
+        if (m := _KEY_RE.match(line)) is not None:
+            key = m.group(1)
+        found = _HUGE_INT_RE.search(_QUOTED_RE.sub("", line.split("#", 1)[0]))
+        if found is not None:
+            digits = len(found[0].replace("_", ""))
+            return ".".join(p for p in (header, key) if p), f"line {lineno}", digits
+    return "", "somewhere", 4301
+
+
 def parse_toml(text: str, problems: Problems) -> dict[str, Any] | None:
     """TOML text -> a dict, or ``None`` with the syntax error (line and column) recorded."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         problems.add("", f"invalid TOML: {exc}")
+    except ValueError:  # Python refuses to read an integer of over 4,300 digits
+        path, where, digits = _huge_int_at(text)
+        problems.add(path, f"an integer of {digits:,} digits ({where}); counts and sizes are "
+                           f"at most {MAX_COUNT:,}", expected=f"at most {MAX_COUNT}",
+                     found=f"an integer of {digits:,} digits")
     except RecursionError:
         path, where = _too_deep_at(text)
         problems.add(path, f"tables and lists nest too deeply to read ({where}); trigger "

@@ -17,10 +17,12 @@ from typing import Any, Final
 
 import attrs
 
+from schedtrain.errors import SpecError, describe, one_line, shorten, summarized
 from schedtrain.planning.changes import Carry, ScheduleDiff, carry, diff_texts
 from schedtrain.simulation.simclock import RunShape
+from schedtrain.spec import loads_spec
 
-__all__ = ["RULES", "ScheduleChange", "ScheduleChanged"]
+__all__ = ["RULES", "ScheduleChange", "ScheduleChanged", "StoredScheduleError"]
 
 #: What a resume does with a changed schedule (``Trainer(schedule_change=...)``).
 RULES: Final = ("refuse", "apply")
@@ -29,9 +31,33 @@ RULES: Final = ("refuse", "apply")
 class ScheduleChanged(ValueError):
     """A resume refused: the checkpoint was saved with another schedule."""
 
-    def __init__(self, message: str, diff: ScheduleDiff) -> None:
+    def __init__(self, message: str, diff: ScheduleDiff | None) -> None:
         super().__init__(message)
         self.diff = diff
+
+
+class StoredScheduleError(ScheduleChanged):
+    """A resume refused: the checkpoint's stored schedule cannot be read (not text, or not
+    a valid schedule), so nothing can say what resuming with this run's would change."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(one_line(
+            f"checkpoint {path!r} holds a stored schedule that cannot be read ({why}); "
+            "it was not written by schedtrain as it is: nothing was resumed, changed or "
+            "deleted; resume from another checkpoint (--resume PATH)"), None)
+
+
+def _unreadable(saved: object) -> str | None:
+    """Why a stored schedule is not one (``None``: it reads as a valid schedule)."""
+    if not isinstance(saved, str):
+        return f"expected canonical TOML text, found {describe(saved)}"
+    try:
+        loads_spec(saved, "stored schedule")
+    except SpecError as exc:
+        first = exc.problems[0] if exc.problems else None
+        return (f"{len(exc.problems)} problem{'' if len(exc.problems) == 1 else 's'}, the "
+                f"first: {first}" if first is not None else str(exc))
+    return None
 
 
 @attrs.define
@@ -70,6 +96,9 @@ class ScheduleChange:
             return
         if saved == self.text:
             return
+        why = _unreadable(saved)
+        if why is not None:
+            raise StoredScheduleError(shown, why)
         step = int(run["clock"]["now"]["step"])
         # Taken inside an epoch: after a step_end; otherwise after the epoch's end.
         phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
@@ -83,7 +112,7 @@ class ScheduleChange:
                        "rule": "apply", **diff.to_dict()}
         self.notes.append(f"the schedule changed at step {step}: applying the new one "
                           "(schedule_change = \"apply\")")
-        self.notes += self.carried.lines()
+        self.notes += summarized(self.carried.lines(), more="more callbacks")
 
     def _diff(self, saved: str, step: int, phase: str) -> ScheduleDiff:
         assert self.text is not None
@@ -103,9 +132,16 @@ class ScheduleChange:
         return {n: s for n, s in states.items() if n in keep}
 
 
+def _names(names: list[str], limit: int = 10) -> str:
+    """A list of callback names, the first ``limit`` of thousands, each readable."""
+    shown = ", ".join(repr(shorten(n, 60)) for n in names[:limit])
+    more = f", ... and {len(names) - limit:,} more" if len(names) > limit else ""
+    return f"[{shown}{more}]"
+
+
 def _refusal(path: str, step: int, diff: ScheduleDiff, rules: Carry) -> str:
-    saved = sorted(rules.kept + rules.reset + rules.removed)
-    ours = sorted(rules.kept + rules.reset + rules.added)
+    saved = _names(sorted(rules.kept + rules.reset + rules.removed))
+    ours = _names(sorted(rules.kept + rules.reset + rules.added))
     also = (f" (saved with callbacks {saved}, this run has {ours})"
             if rules.added or rules.removed else "")
     return (f"checkpoint {path!r} was saved with another schedule{also}; resuming at step "

@@ -24,16 +24,16 @@ from schedtrain.events import DEFAULT_EVENTS, EventSet
 from schedtrain.time import Timestamp
 from schedtrain.triggers.nodes import AllNode, AnyNode, NotNode
 from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
+from schedtrain.triggers.search import SEARCH_BUDGET, Search, first_possible_memo, remembered
 
-__all__ = ["MAX_DEPTH", "AllOf", "AnyOf", "Not", "Trigger", "all_of", "any_of", "not_"]
+__all__ = ["MAX_DEPTH", "SEARCH_BUDGET", "AllOf", "AnyOf", "Not", "Trigger", "all_of", "any_of",
+           "first_possible_memo", "not_"]
 
 #: How deeply compositions may nest (``any`` inside ``all`` inside ...): deeper trees
 #: are refused when built, so nothing later recurses without bound.
 MAX_DEPTH: Final = 64
 #: How many rounds the static "can it ever fire" check spends on one counter.
 _FIXPOINT_ROUNDS: Final = 64
-
-
 class Trigger:
     """Base of every trigger value. Compose with ``&``, ``|`` and ``~``.
 
@@ -199,13 +199,32 @@ class AllOf(_Composite):
         return f".all[{index}]"
 
     def first_possible(self, counter: str, value: float) -> float:
+        return remembered(self, counter, value, self._climb)
+
+    def _climb(self, search: Search, counter: str, value: float) -> float:
         # Each child's answer is monotone in `value`, so the rounds climb to the least
-        # value all children allow; giving up after a few rounds claims nothing.
+        # value all children allow; giving up after a few rounds claims nothing. A
+        # child's exact answer `a` holds for every value up to `a`, so it is asked
+        # again only once the climb passes it.
+        kids = self.triggers
+        known = [-math.inf] * len(kids)  # each child's exact answer so far
         for _ in range(_FIXPOINT_ROUNDS):
-            nxt = max(t.first_possible(counter, value) for t in self.triggers)
-            if nxt in (value, math.inf):
+            nxt = value
+            for i, t in enumerate(kids):
+                answer = known[i]
+                if answer < value:
+                    if not search.charge(1):
+                        return value
+                    gave_up = search.gave_up
+                    answer = t.first_possible(counter, value)
+                    known[i] = answer if search.gave_up == gave_up else -math.inf
+                    if answer == math.inf:
+                        return answer
+                nxt = max(nxt, answer)
+            if nxt == value:
                 return nxt
             value = nxt
+        search.gave_up += 1
         return value
 
     def __repr__(self) -> str:
@@ -226,6 +245,11 @@ class AnyOf(_Composite):
         return f".any[{index}]"
 
     def first_possible(self, counter: str, value: float) -> float:
+        return remembered(self, counter, value, self._lowest)
+
+    def _lowest(self, search: Search, counter: str, value: float) -> float:
+        if not search.charge(len(self.triggers)):
+            return value
         return min(t.first_possible(counter, value) for t in self.triggers)
 
     def __repr__(self) -> str:

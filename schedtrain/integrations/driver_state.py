@@ -1,0 +1,103 @@
+"""Checks of a loaded ``ScheduleDriver`` state, before any of it is used.
+
+A state comes from a checkpoint file, which may be damaged or crafted: each value is
+checked for its type, its range and its agreement with the clock it travels with, and a
+bad one is refused with one line naming its key path (``driver state: pending[0]: ...``)
+instead of hanging, or crashing somewhere later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from schedtrain.errors import describe, one_line
+from schedtrain.time import MAX_COUNT
+
+__all__ = ["DriverStateError", "check_driver_state"]
+
+_FIELDS: Final = ("step", "batch", "epoch", "step_in_epoch", "sample", "token", "time_ns")
+_KEYS: Final = ("clock", "pending", "table", "metrics", "started", "in_epoch")
+
+
+class DriverStateError(ValueError):
+    """A loaded driver state that cannot be this driver's: one line, with its key path."""
+
+    def __init__(self, path: str, expected: str, found: object) -> None:
+        super().__init__(one_line(f"driver state: {path}: expected {expected}, found "
+                                  f"{found if isinstance(found, str) else describe(found)}"))
+        self.path = path
+
+
+def _count(value: object, path: str) -> int:
+    # bool is an int to Python, never a count to a checkpoint
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise DriverStateError(path, f"an integer from 0 to {MAX_COUNT}", value)
+    return value
+
+
+def _table(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise DriverStateError(path, "a table", value)
+    return value
+
+
+def _flag(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise DriverStateError(path, "true or false", value)
+    return value
+
+
+def _timestamp(value: object, path: str) -> dict[str, int]:
+    table = _table(value, path)
+    extra = sorted(str(k) for k in table if k not in _FIELDS)
+    if extra:
+        raise DriverStateError(f"{path}.{extra[0]}", f"only the keys {', '.join(_FIELDS)}",
+                               f"key {extra[0]!r}")
+    out = {}
+    for field in _FIELDS:
+        if field not in table:
+            raise DriverStateError(f"{path}.{field}", "an integer", "nothing")
+        out[field] = _count(table[field], f"{path}.{field}")
+    return out
+
+
+def check_driver_state(state: object) -> None:
+    """Refuse a driver state (``ScheduleDriver.state_dict``'s shape) that is damaged."""
+    top = _table(state, "(top)")
+    missing = [key for key in _KEYS if key not in top]
+    if missing:
+        raise DriverStateError("(top)", f"a ScheduleDriver state (keys {', '.join(_KEYS)})",
+                               f"missing {', '.join(missing)}")
+    clock = _table(top["clock"], "clock")
+    now = _timestamp(clock.get("now"), "clock.now")
+    if now["step_in_epoch"] > now["step"]:
+        raise DriverStateError("clock.now.step_in_epoch", f"at most clock.now.step "
+                               f"({now['step']})", str(now["step_in_epoch"]))
+    prev = _timestamp(clock.get("previous_step_end"), "clock.previous_step_end")
+    # (its batch and epoch counters are the clock's, not that step end's)
+    for field in ("step", "sample", "token", "time_ns"):
+        if prev[field] > now[field]:
+            raise DriverStateError(f"clock.previous_step_end.{field}",
+                                   f"at most clock.now.{field} ({now[field]})",
+                                   str(prev[field]))
+    pending = top["pending"]
+    if not isinstance(pending, list | tuple) or len(pending) != 3:
+        raise DriverStateError("pending", "a list of 3 counts (batches, samples, tokens)",
+                               pending)
+    for i, (field, n) in enumerate(zip(("batch", "sample", "token"), pending, strict=True)):
+        count = _count(n, f"pending[{i}]")
+        if now[field] + count > MAX_COUNT:
+            raise DriverStateError(f"pending[{i}]", f"at most {MAX_COUNT - now[field]} (the "
+                                   f"clock's {field} count is {now[field]})", str(count))
+    _table(top["metrics"], "metrics")  # its own load_state_dict reads it
+    _flag(top["started"], "started")
+    _flag(top["in_epoch"], "in_epoch")
+    triggers = _table(top["table"], "table").get("triggers", {})
+    _table(triggers, "table.triggers")
+    agreed = top.get("agreed")
+    if agreed is not None:
+        if not isinstance(agreed, list | tuple) or len(agreed) != 2:
+            raise DriverStateError("agreed", "a list of 2 counts (samples, tokens)", agreed)
+        for i, n in enumerate(agreed):
+            _count(n, f"agreed[{i}]")
