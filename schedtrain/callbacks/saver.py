@@ -20,7 +20,6 @@ from schedtrain.callbacks.retaining import Ranking, Records, save_folder
 from schedtrain.callbacks.topk import TopKSaver
 from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
 from schedtrain.retention import Policy, Saved, parse_keep, saver_keep
-from schedtrain.time import Timestamp
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
@@ -83,8 +82,10 @@ class ModelSaver(Callback):
                 mine.append((int(m[1]), m[2] is None, path))
         mine.sort(key=lambda x: (x[0], x[1]))
         records = self._records.by_name
-        saved = [records.get(p.name) or Saved(p.name, Timestamp(step=step), ok)
-                 for step, ok, p in mine]
+        # A file without a record (another saver's, or one written before 0.4) is not
+        # judged: a clock rebuilt from its step alone would misplace it on every other
+        # counter, and an "every 5 epochs" rule would delete a file it keeps for good.
+        saved = [records[p.name] for _, _, p in mine if p.name in records]
         self._records.prune(self.keep, saved,
                             lambda name: self.trainer.delete_checkpoint(folder / name))
 
@@ -92,7 +93,10 @@ class ModelSaver(Callback):
         return {"records": self._records.state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        # Absent from checkpoints of 0.3 and before: pruning then knows steps alone.
+        self.load_records(state)
+
+    def load_records(self, state: dict[str, Any]) -> None:
+        # Absent from checkpoints of 0.3 and before: their files are then left alone.
         self._records.load(state.get("records", []))
 
 
@@ -193,9 +197,12 @@ class _BestSaver(Ranking):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best = state["best"]
-        self._records.load(state.get("records", []), lambda n: plain_name(n, "a history file"))
+        self.load_records(state)
         step = state.get("best_step")  # absent from checkpoints of 0.2
         self.best_step = None if step is None else int(step)
+
+    def load_records(self, state: dict[str, Any]) -> None:
+        self._records.load(state.get("records", []), lambda n: plain_name(n, "a history file"))
 
 
 class MinSaver(_BestSaver):

@@ -138,6 +138,11 @@ class TopKSaver(Ranking):
                                     {self.monitor: float(v)}))
 
 
+    def load_records(self, state: dict[str, Any]) -> None:
+        # Its state is the record of its ranked files: all of it stays across a reset.
+        self.load_state_dict(state)
+
+
 def _bests(policy: Policy | None) -> tuple[Best, ...]:
     rules = policy.rules if isinstance(policy, AnyOf) else (policy,)
     return tuple(r for r in rules if isinstance(r, Best))

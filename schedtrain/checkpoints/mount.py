@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.owned import Identity, Tap, file_identity
 from schedtrain.checkpoints.pacing import paced_file
-from schedtrain.checkpoints.storage import Storage
+from schedtrain.checkpoints.storage import LocalStorage, Storage
 from schedtrain.checkpoints.store import (
     checkpoint_body,
     newest_valid,
@@ -37,6 +38,8 @@ class Mount:
 
     def __init__(self, storage: Storage | None, run_dir: Path | None, chief: bool) -> None:
         self.storage, self.run_dir, self.chief = storage, run_dir, chief
+        #: path -> identity of each checkpoint ``write`` wrote, until the owner takes it
+        self.landed: dict[Path, Identity] = {}
 
     def stored(self, path: Path) -> str | None:
         """The name in ``storage`` that ``path`` stands for (``None``: a plain path)."""
@@ -67,13 +70,37 @@ class Mount:
         return out
 
     def write(self, body: dict[str, Any], path: Path) -> Path:
-        """Write the checkpoint ``body`` at ``path`` (committed by a manifest in storage)."""
+        """Write the checkpoint ``body`` at ``path`` (committed by a manifest in storage);
+        its identity (size and digest of the bytes written) goes to ``landed``."""
+        name = self.stored(path)
+        taps: list[Tap] = []
+
+        def tap(f: IO[bytes]) -> IO[bytes]:
+            taps.append(Tap(f))
+            return taps[-1]  # type: ignore[return-value]
+
+        if name is None or self.storage is None:
+            written = write_checkpoint(body, path, tap)
+        else:
+            full = checkpoint_body(body, self.storage.url(name))
+            self.storage.write(name, lambda f: torch.save(full, tap(paced_file(f))))
+            written = path
+        if taps:  # the last attempt's bytes are the file's
+            self.landed[written] = taps[-1].identity
+        return written
+
+    def identity(self, path: Path) -> Identity | None:
+        """The size and digest of the checkpoint at ``path`` now (in ``storage``: what
+        its manifest says); ``None`` when it is not there."""
         name = self.stored(path)
         if name is None or self.storage is None:
-            return write_checkpoint(body, path)
-        full = checkpoint_body(body, self.storage.url(name))
-        self.storage.write(name, lambda f: torch.save(full, paced_file(f)))
-        return path
+            return file_identity(path)
+        return self.storage.identity(name)
+
+    def is_local(self, path: Path) -> bool:
+        """Whether ``path`` is a file on this machine's disk (not an object in a bucket)."""
+        name = self.stored(path)
+        return name is None or self.storage is None or isinstance(self.storage, LocalStorage)
 
     def read(self, path: Path) -> dict[str, Any]:
         """The checkpoint at ``path``, checked, on the host."""

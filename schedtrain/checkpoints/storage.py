@@ -26,6 +26,7 @@ from typing import IO, Any, Final, Protocol, TypeVar
 
 from schedtrain.checkpoints.files import NAME_RE, remove, remove_leftovers, write_atomic
 from schedtrain.checkpoints.format import CheckpointError
+from schedtrain.checkpoints.owned import file_identity
 from schedtrain.checkpoints.pacing import update_in_pieces
 from schedtrain.urls import is_url, missing_package
 
@@ -74,6 +75,9 @@ class Storage(Protocol):
     def clean_leftovers(self) -> list[str]:
         """Remove what interrupted writes left; returns what was removed."""
 
+    def identity(self, name: str) -> tuple[int, str] | None:
+        """Committed checkpoint ``name``'s size and blake2b-256 digest (``None``: none)."""
+
 
 class LocalStorage:
     """A folder on the local disk: files committed by an atomic rename."""
@@ -106,6 +110,9 @@ class LocalStorage:
 
     def clean_leftovers(self) -> list[str]:
         return [p.name for p in remove_leftovers(self.folder)]
+
+    def identity(self, name: str) -> tuple[int, str] | None:
+        return file_identity(self.folder / name)
 
 
 def _transient(exc: BaseException) -> bool:
@@ -240,6 +247,14 @@ class FsspecStorage:
     def delete(self, name: str) -> None:
         self._retry("delete the manifest", name, lambda: self._rm(manifest_name(name)))
         self._retry("delete", name, lambda: self._rm(name))
+
+    def identity(self, name: str) -> tuple[int, str] | None:
+        # Its manifest's word (a small read): another run's object has its own digest.
+        try:
+            entry = self._manifest(name)
+        except StorageError:
+            return None
+        return entry["size"], entry["blake2b"]
 
     def clean_leftovers(self) -> list[str]:
         names = set(self._names())

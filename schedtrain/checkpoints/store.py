@@ -18,6 +18,7 @@ import torch
 
 from schedtrain.checkpoints.files import NAME_RE, list_checkpoints, remove, write_atomic
 from schedtrain.checkpoints.format import (
+    ALGORITHM,
     FORMAT,
     STATE_FILE,
     CheckpointError,
@@ -32,8 +33,10 @@ __all__ = ["checkpoint_body", "load_checked", "newest_valid", "read_checkpoint",
            "read_stored", "stored_newest_valid", "write_checkpoint"]
 
 
-def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
-    """Write ``state`` (plain data and tensors) to ``path`` with its format and checksum.
+def write_checkpoint(state: dict[str, Any], path: str | Path,
+                     tap: Callable[[IO[bytes]], IO[bytes]] | None = None) -> Path:
+    """Write ``state`` (plain data and tensors) to ``path`` with its format and checksum
+    (``tap`` wraps the file the bytes go through: ``owned.Tap`` hashes them).
 
     Raises:
         CheckpointError: something in ``state`` could not be loaded back safely.
@@ -42,7 +45,8 @@ def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     body = checkpoint_body(state, path)
     if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
         remove(path)
-    return write_atomic(path, lambda f: torch.save(body, paced_file(f)))
+    wrap = tap or (lambda f: f)
+    return write_atomic(path, lambda f: torch.save(body, wrap(paced_file(f))))
 
 
 def checkpoint_body(state: dict[str, Any], shown: str | Path) -> dict[str, Any]:
@@ -56,7 +60,7 @@ def checkpoint_body(state: dict[str, Any], shown: str | Path) -> dict[str, Any]:
         check_plain(body, "checkpoint")
     except TypeError as exc:
         raise CheckpointError(shown, str(exc)) from None
-    body["checksum"] = {"algorithm": "blake2b-256", "digest": digest(body)}
+    body["checksum"] = {"algorithm": ALGORITHM, "digest": digest(body)}
     return body
 
 
@@ -104,11 +108,23 @@ def load_checked(source: Path | IO[bytes], map_location: Any, *,
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")
-    checksum = state.get("checksum")
-    saved = checksum.get("digest") if isinstance(checksum, dict) else None
-    if saved != digest(state):
-        raise CheckpointError(shown, "its content does not match its checksum: it is corrupt")
+    _check_sum(state, shown)
     return state
+
+
+def _check_sum(state: dict[str, Any], shown: str | Path) -> None:
+    """Refuse a checkpoint whose checksum is missing, malformed or does not match: one
+    without a checksum is as damaged as one that fails it (nothing vouches for it)."""
+    checksum = state.get("checksum")
+    if not isinstance(checksum, dict) or "digest" not in checksum:
+        found = "no checksum" if checksum is None else f"a malformed checksum {checksum!r:.80}"
+        raise CheckpointError(shown, f"it has {found} (expected {{'algorithm': "
+                                     f"'{ALGORITHM}', 'digest': ...}}): it is damaged")
+    if checksum.get("algorithm") != ALGORITHM or not isinstance(checksum["digest"], str):
+        raise CheckpointError(shown, f"its checksum is not a {ALGORITHM} digest "
+                                     f"(found {checksum!r:.80}): it is damaged")
+    if checksum["digest"] != digest(state):
+        raise CheckpointError(shown, "its content does not match its checksum: it is corrupt")
 
 
 def _check_shards(folder: Path, state: dict[str, Any]) -> None:

@@ -10,8 +10,10 @@ when its schedule changed (``schedule_change = "apply"``, docs/checkpoints.md):
   already passed never fires;
 - a callback whose name and trigger are unchanged keeps its trigger's state (a metric
   trigger's best value and wait) and its own state;
-- a callback whose trigger changed starts both afresh; a new callback starts fresh; a
-  removed callback's state is dropped (``Carry`` says which is which).
+- a callback whose trigger changed starts both afresh, except a saver's record of the
+  files it wrote (``Callback.load_records``), so its ``keep`` still knows when each was
+  saved; a new callback starts fresh; a removed callback's state is dropped (``Carry``
+  says which is which).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class Carry:
     def lines(self) -> list[str]:
         """One line per callback whose state is not simply kept."""
         return ([f"callbacks.{n}: its trigger changed; its trigger and callback state are "
-                 "reset" for n in self.reset]
+                 "reset (a saver keeps its record of the files it wrote)" for n in self.reset]
                 + [f"callbacks.{n}: new; it starts fresh" for n in self.added]
                 + [f"callbacks.{n}: removed; its saved state is dropped" for n in self.removed])
 

@@ -117,6 +117,9 @@ class RunState:
                                     "triggers": kept(run["table"].get("triggers", {}))})
         for name, cb_state in kept(run["callbacks"]).items():
             self.callbacks[name].load_state_dict(cb_state)
+        if self.change.carried is not None:  # a reset saver still knows its files
+            for name in self.change.carried.reset:
+                self.callbacks[name].load_records(run["callbacks"][name])
         set_rng_state(rng)
         self.data.load_state_dict(data)
         self.losses.load_state_dict(run["losses"])
