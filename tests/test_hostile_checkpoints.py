@@ -6,6 +6,7 @@ the run keeps is deleted."""
 from __future__ import annotations
 
 import errno
+import io
 import os
 import signal
 import subprocess
@@ -20,10 +21,11 @@ import torch
 from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
-from schedtrain.callbacks import ModelSaver
+from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.checkpoints import CheckpointError, newest_valid, read_checkpoint
 from schedtrain.checkpoints.format import digest
 from schedtrain.checkpoints.storage import FsspecStorage
+from schedtrain.cli import main
 from schedtrain.training import Trainer
 
 HERE = Path(__file__).resolve().parent
@@ -110,7 +112,7 @@ def test_a_crafted_written_list_in_a_bucket(tmp_path: Path,
     theirs = (other / "checkpoints" / "step-00000002.pt").read_bytes()
     store.write("step-00000002.pt", lambda f: f.write(theirs))
     manifest = store.fs.cat_file(f"{store.root}/step-00000002.manifest.json")
-    state = torch.load(__import__("io").BytesIO(store.read("step-00000004.pt")),
+    state = torch.load(io.BytesIO(store.read("step-00000004.pt")),
                        weights_only=True)
     state["run"]["written"] = ["checkpoints/step-00000002.pt", *state["run"]["written"]]
     crafted = _recrafted(state)
@@ -147,7 +149,7 @@ _CHECKSUMS: dict[str, Any] = {
     "a list": ["blake2b-256"],
     "no digest": {"algorithm": "blake2b-256"},
     "a number as digest": {"algorithm": "blake2b-256", "digest": 12},
-    "another algorithm": {"algorithm": "none", "digest": ""},
+    "another algorithm": {"algorithm": "md5", "digest": "REAL"},  # the true digest
 }
 
 
@@ -159,10 +161,10 @@ def test_a_checkpoint_without_a_checksum_is_damaged(tmp_path: Path, how: str) ->
     _trainer(tmp_path, 3, keep=None).fit()
     path = tmp_path / "checkpoints" / "step-00000003.pt"
     state = torch.load(path, weights_only=True)
-    if _CHECKSUMS[how] is None:
-        del state["checksum"]
-    else:
-        state["checksum"] = _CHECKSUMS[how]
+    true = state.pop("checksum")["digest"]
+    if _CHECKSUMS[how] is not None:
+        state["checksum"] = {k: true if v == "REAL" else v for k, v in _CHECKSUMS[how].items()
+                             } if isinstance(_CHECKSUMS[how], dict) else _CHECKSUMS[how]
     torch.save(state, path)
     with pytest.raises(CheckpointError, match="checksum") as caught:
         read_checkpoint(path)
@@ -203,19 +205,161 @@ def _train(spec: Path, run_dir: Path, *extra: str, **env: str
                           timeout=300, check=False)
 
 
-def test_resume_auto_skips_a_checksumless_checkpoint_by_name(tmp_path: Path) -> None:
+def test_resume_auto_skips_a_checksumless_checkpoint_by_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """`train --resume auto`: the newest checkpoint, its checksum removed, is named as
     skipped and the run resumes from the one before."""
-    spec = _spec(tmp_path, epochs=1)
+    spec = _spec(tmp_path, epochs=1, mode="sync")
+    monkeypatch.chdir(spec.parent.parent)
+    monkeypatch.setenv("CRASH_JOB_WORKERS", "0")
     run = tmp_path / "run"
-    assert _train(spec, run).returncode == 0
+    assert main(["train", str(spec), "--run-dir", str(run)]) == 0
     newest = run / "checkpoints" / "step-00000064.pt"
     state = torch.load(newest, weights_only=True)
     del state["checksum"]
     torch.save(state, newest)
     spec.write_text(spec.read_text().replace("max_epochs = 1", "max_epochs = 2"))
-    result = _train(spec, run, "--resume", "auto")
-    assert result.returncode == 0, result.stderr
-    skipped = [line for line in result.stderr.splitlines() if "step-00000064.pt" in line]
-    assert skipped and "no checksum" in skipped[0], result.stderr
+    capsys.readouterr()
+    assert main(["train", str(spec), "--run-dir", str(run), "--resume", "auto"]) == 0
+    err = capsys.readouterr().err
+    skipped = [line for line in err.splitlines() if "step-00000064.pt" in line]
+    assert skipped and "no checksum" in skipped[0], err
     assert read_checkpoint(run / "checkpoints" / "step-00000128.pt")["step"] == 128
+
+
+# -- a background write cut short ----------------------------------------------------------
+
+
+def _planned(spec: Path, epochs: int) -> list[str]:
+    """The files the spec's saver leaves after an unbroken run of ``epochs`` (64 steps each)."""
+    from schedtrain.retention import parse_keep
+    from schedtrain.simulation import planned_files, simulate
+    from schedtrain.spec import load_spec
+
+    log = simulate(load_spec(spec).schedule(), epochs=epochs, steps_per_epoch=64)
+    keep = parse_keep({"any": [{"latest": 2}, {"every": "1 epoch"}]})
+    return sorted(planned_files(log, {"checkpoint": keep})[-1].files)
+
+
+def test_kill_9_during_a_background_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A run killed (SIGKILL) while its third checkpoint is half written in the
+    background: the earlier checkpoints are valid, `--resume auto` resumes cleanly and
+    ends with the files an unbroken run keeps; nothing outside the run changed."""
+    spec = _spec(tmp_path, "jobs.stalled_write:make_task")
+    run, marker = tmp_path / "run", tmp_path / "stalled"
+    before = _snapshot(spec.parent.parent)
+    proc = subprocess.Popen([sys.executable, "-m", "schedtrain", "train", str(spec),
+                             "--run-dir", str(run)], cwd=spec.parent.parent,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**_env(), "STALL_WRITE": "3", "STALL_MARKER": str(marker)})
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    thread, name = marker.read_text().split()
+    assert thread == "schedtrain-checkpoint" and name == "step-00000048.pt"
+    assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == [
+        "step-00000016.pt", "step-00000032.pt"]
+    monkeypatch.chdir(spec.parent.parent)
+    assert main(["train", str(spec), "--run-dir", str(run), "--resume", "auto"]) == 0
+    assert "step-00000032.pt" in capsys.readouterr().err  # resumed from it
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == _planned(spec, 2)
+    assert _snapshot(spec.parent.parent) == before
+
+
+class Grow(Callback):
+    """Makes the model's checkpoint grow past a size limit."""
+
+    def _trigger(self) -> None:
+        self.trainer.model.register_buffer("pad", torch.zeros(200_000))
+
+
+_GROW_AND_LIMIT = """
+import resource, signal, sys, torch
+sys.path.insert(0, {tests!r})
+from training_helpers import UnevenData
+from schedtrain import Schedule, every
+from schedtrain.callbacks import ModelSaver
+from schedtrain.training import Trainer
+from test_hostile_checkpoints import Grow
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01), UnevenData([6]),
+            torch.nn.functional.mse_loss,
+            schedule=Schedule({{"save": every("1 step"), "grow": every("3 steps")}}),
+            bindings={{"save": ModelSaver(keep=2), "grow": Grow()}}, max_epochs=1,
+            run_dir={run!r}, handle_signals=False, checkpoint_mode="async")
+resource.setrlimit(resource.RLIMIT_FSIZE, (400_000, 400_000))
+try:
+    t.fit()
+except Exception as exc:
+    print(type(exc).__name__, "|", str(exc).replace(chr(10), " / "))
+"""
+
+
+def test_a_file_size_limit_during_a_background_write(tmp_path: Path) -> None:
+    """`ulimit -f` hit by a background write: one line names the checkpoint and the
+    cause, the checkpoints before it are valid and kept, and the run resumes cleanly
+    from the newest of them."""
+    run = tmp_path / "run"
+    code = _GROW_AND_LIMIT.format(tests=str(HERE), run=str(run))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, env=_env()).stdout.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("CheckpointError | "), out
+    assert "step-00000003.pt" in out[0] and "could not be written" in out[0]
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert kept == ["step-00000001.pt", "step-00000002.pt"]
+    for name in kept:
+        read_checkpoint(run / "checkpoints" / name)
+    model, opt = tiny_model()
+    t = Trainer(model, opt, UnevenData([6]), mse,
+                schedule=Schedule({"save": every("1 step"), "grow": every("3 steps")}),
+                bindings={"save": ModelSaver(keep=2), "grow": Grow()}, max_epochs=1,
+                run_dir=run, handle_signals=False)
+    found = newest_valid(run / "checkpoints")
+    assert found is not None and found.name == "step-00000002.pt"
+    t.resume(found)
+    t.fit()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "step-00000005.pt", "step-00000006.pt"]
+
+
+def test_a_read_only_folder_during_a_background_write(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint folder turns read-only (EROFS; tests run as root, where a chmod
+    would not stop a write) while the third save is written in the background: the
+    run fails with one line naming that checkpoint and the cause, the two before it
+    are kept and valid, and a resume from the newest finishes the run."""
+    from schedtrain.checkpoints import store
+
+    real, calls = store.write_atomic, [0]
+
+    def read_only(path: Path, write: Any) -> Path:
+        calls[0] += 1
+        if calls[0] >= 3:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real(path, write)
+
+    monkeypatch.setattr(store, "write_atomic", read_only)
+    run = tmp_path / "run"
+    with pytest.raises(CheckpointError) as caught:
+        _trainer(run, 6, checkpoint_mode="async").fit()
+    line = str(caught.value)
+    assert "\n" not in line and "step-00000003.pt" in line
+    assert "Read-only file system" in line
+    monkeypatch.setattr(store, "write_atomic", real)
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert kept == ["step-00000001.pt", "step-00000002.pt"]
+    t = _trainer(run, 6)
+    t.resume(run / "checkpoints" / "step-00000002.pt")
+    t.fit()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "step-00000005.pt", "step-00000006.pt"]
