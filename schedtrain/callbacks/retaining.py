@@ -17,12 +17,17 @@ import attrs
 import structlog
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.retention import Policy, Saved, retained
+from schedtrain.retention import Policy, Saved, retained, saved_at
 from schedtrain.time import Timestamp
 
-__all__ = ["Ranking", "Records", "save_folder"]
+__all__ = ["Ranking", "Records", "save_folder", "save_time"]
 
 _log = structlog.get_logger("schedtrain.callbacks")
+
+
+def save_time(cb: Callback) -> Timestamp:
+    """The clock of a save now, as its record keeps it (``retention.saved_at``)."""
+    return saved_at(cb.now, between_epochs=not cb.trainer.clock.in_epoch)
 
 
 def save_folder(cb: Callback, folder: str | None, default: str) -> Path:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import structlog
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.callbacks.retaining import Ranking, Records, save_folder
+from schedtrain.callbacks.retaining import Ranking, Records, save_folder, save_time
 from schedtrain.callbacks.topk import TopKSaver
 from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
 from schedtrain.retention import Policy, Saved, parse_keep, saver_keep
@@ -65,7 +65,7 @@ class ModelSaver(Callback):
         path = self._dir() / checkpoint_name(self.now.step)
         # Recorded on every rank before the write, so the checkpoint holds its own record.
         if self.keep is not None:
-            self._records.add(Saved(path.name, self.now, True, _values(self, self.needs)))
+            self._records.add(Saved(path.name, save_time(self), True, _values(self, self.needs)))
         self.trainer.save_checkpoint(path, on_saved=self._prune)
 
     def _prune(self, written: Path) -> None:
@@ -152,7 +152,7 @@ class _BestSaver(Ranking):
         self.trainer.save_checkpoint(self._path(), on_saved=lambda p: self._saved(p, earlier))
         if self.keep is not None:
             path = self._path().with_name(self.history_name(self.now.step))
-            self._records.add(Saved(path.name, self.now, True, {self.monitor: got.value}))
+            self._records.add(Saved(path.name, save_time(self), True, {self.monitor: got.value}))
             self.trainer.save_checkpoint(path, on_saved=self._prune)
 
     def _prune(self, written: Path) -> None:

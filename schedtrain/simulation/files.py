@@ -19,11 +19,14 @@ from typing import Literal
 
 import attrs
 
-from schedtrain.retention import AnyOf, Best, Policy, Saved, retained
+from schedtrain.retention import AnyOf, Best, Policy, Saved, retained, saved_at
 from schedtrain.schedule.firings import Firing
 from schedtrain.time import Timestamp
 
 __all__ = ["SaveFiles", "SaverFiles", "best_slots", "planned_files"]
+
+#: Events at which no epoch is in progress (a save there ends the epoch before it).
+_BETWEEN = frozenset({"train_start", "epoch_end", "train_end"})
 
 
 @attrs.frozen
@@ -120,7 +123,9 @@ def planned_files(
         saver = savers[firing.callback]
         got = dict(values(firing)) if values is not None else {}
         name = saver.name(firing.step)
-        made = Saved(name, firing.timestamp, True, got)
+        # Between epochs (``epoch_end``, ``train_end`` after one) as a saver records it.
+        at = saved_at(firing.timestamp, between_epochs=firing.event in _BETWEEN)
+        made = Saved(name, at, True, got)
         new: Saved | None = made
         if saver.kind == "best":
             value = got.get(saver.monitor, math.nan)
