@@ -35,6 +35,7 @@ __all__ = [
     "policy_problems",
     "retained",
     "saved_at",
+    "saved_row",
     "saver_keep",
     "saver_keep_problems",
     "spell",
@@ -183,6 +184,20 @@ def saved_at(at: Timestamp, *, between_epochs: bool) -> Timestamp:
     if not between_epochs:
         return at
     return Timestamp.make(at.step, at.batch, at.epoch, 0, at.sample, at.token, at.time_ns)
+
+
+def saved_row(row: Any) -> Saved:
+    """A saver's record of one file from its checkpoint row ``[name, step, batch, epoch,
+    step_in_epoch, sample, token, time_ns, finite, {metric: value}]``.
+
+    Raises:
+        TypeError, ValueError: the row is not one.
+    """
+    name, *counters, finite, values = row
+    if len(counters) != 7 or not isinstance(values, dict):
+        raise ValueError(f"not a saver's record: {row!r:.80}")
+    return Saved(str(name), Timestamp.make(*(int(c) for c in counters)), bool(finite),
+                 {str(k): float(v) for k, v in values.items()})
 
 
 def spell(policy: Policy | None) -> str:

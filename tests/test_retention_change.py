@@ -63,26 +63,8 @@ def test_applied_change_keeps_what_keep_keeps(tmp_path: Path, old: int, new: int
     files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert files == _expected(KEEP, saves)
     milestones = {f"step-{e * STEPS:08d}.pt" for e in (5, 10)} if old == 1 else {
-        f"step-{e * STEPS:08d}.pt" for e in (6, 10)}
+        f"step-{e * STEPS:08d}.pt" for e in (4, 10)}
     assert milestones <= set(files)
-
-
-def test_a_renamed_saver_leaves_the_old_files(tmp_path: Path) -> None:
-    """A saver under a new name (the old one's records dropped) never judges files it
-    has no record of: the old saver's files all stay, its own are pruned."""
-    _trainer(tmp_path, 1, 6).fit()
-    torch.manual_seed(0)
-    x = torch.randn(4 * STEPS, 3)
-    model = torch.nn.Linear(3, 1)
-    t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01),
-                DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4),
-                torch.nn.functional.mse_loss, schedule=Schedule({"save": every("1 epoch")}),
-                bindings={"save": ModelSaver(keep=1)}, max_epochs=9, run_dir=tmp_path,
-                schedule_change="apply")
-    t.resume(tmp_path / "checkpoints" / "step-00000030.pt")
-    t.fit()
-    files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-    assert files == ["step-00000025.pt", "step-00000030.pt", "step-00000045.pt"]
 
 
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
@@ -94,3 +76,52 @@ def test_applied_change_in_a_bucket(tmp_path: Path, s3_bucket: tuple[str, dict[s
     store = FsspecStorage(url, options)
     assert sorted(store.committed()) == _expected(KEEP, [*range(1, 13), 14, 16])
     assert {"step-00000025.pt", "step-00000050.pt"} <= set(store.committed())
+
+
+@pytest.mark.parametrize("keep", [KEEP, 2, {"any": [{"latest": 1}, {"every": "3 epochs"}]}])
+def test_the_refusal_lists_the_files_the_change_deletes(tmp_path: Path, keep: Any) -> None:
+    """The changed-schedule refusal lists, of the saver's files there now, those the
+    new schedule deletes by the end of the run; applied, the run deletes exactly those
+    (and `diff CHECKPOINT NEW` lists them alike)."""
+    from schedtrain.training.schedule_change import ScheduleChanged
+
+    _trainer(tmp_path, 1, 12, keep).fit()
+    there = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    refused = _trainer(tmp_path, 2, 20, keep)
+    newest = tmp_path / "checkpoints" / there[-1]
+    with pytest.raises(ScheduleChanged) as caught:
+        refused.resume(newest)
+    refused.close()
+    (change,) = caught.value.diff.files
+    assert sorted(change.there) == there
+    assert "checkpoint files:" in str(caught.value)
+    assert f"of its {len(there)} checkpoint files there now" in str(caught.value)
+    t = _trainer(tmp_path, 2, 20, keep, schedule_change="apply")
+    t.resume(newest)
+    t.fit()
+    left = {p.name for p in (tmp_path / "checkpoints").iterdir()}
+    assert sorted(n for n in there if n not in left) == sorted(change.new)
+
+
+def test_diff_lists_the_files_the_change_deletes(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`schedtrain diff CHECKPOINT NEW.toml --epochs E --steps-per-epoch S` lists the
+    files of the checkpoint's savers the new schedule deletes (its JSON too)."""
+    import json
+
+    from schedtrain.cli import main
+
+    _trainer(tmp_path, 1, 12).fit()
+    spec = tmp_path / "new.toml"
+    spec.write_text('[callbacks.ckpt]\ntype = "ModelSaver"\nkeep = 2\n'
+                    'trigger = { every = "2 epochs" }\n')
+    checkpoint = str(tmp_path / "checkpoints" / "step-00000060.pt")
+    shape = ["--epochs", "20", "--steps-per-epoch", str(STEPS)]
+    assert main(["diff", checkpoint, str(spec), *shape]) == 1
+    out = capsys.readouterr().out
+    assert "the new schedule deletes step-00000025.pt, step-00000050.pt, step-00000055.pt, "\
+        "step-00000060.pt" in out, out
+    assert main(["diff", checkpoint, str(spec), *shape, "--format", "json"]) == 1
+    (files,) = json.loads(capsys.readouterr().out)["files"]
+    assert files["deleted_by_new"] == ["step-00000025.pt", "step-00000050.pt",
+                                       "step-00000055.pt", "step-00000060.pt"]

@@ -17,7 +17,7 @@ import attrs
 import structlog
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.retention import Policy, Saved, retained, saved_at
+from schedtrain.retention import Policy, Saved, retained, saved_at, saved_row
 from schedtrain.time import Timestamp
 
 __all__ = ["Ranking", "Records", "save_folder", "save_time"]
@@ -95,10 +95,9 @@ class Records:
     def load(self, rows: Iterable[Any], check: Callable[[str], str] = str) -> None:
         """Restore ``state()``'s rows (``check`` vets each name read from a checkpoint)."""
         self.by_name = {}
-        for name, *counters, finite, values in rows:
-            at = Timestamp.make(*(int(c) for c in counters))
-            self.add(Saved(check(str(name)), at, bool(finite),
-                           {str(k): float(v) for k, v in values.items()}))
+        for row in rows:
+            saved = saved_row(row)
+            self.add(attrs.evolve(saved, name=check(saved.name)))
 
 
 class Ranking(Callback):

@@ -20,6 +20,7 @@ from schedtrain.callbacks.retaining import Ranking, Records, save_folder, save_t
 from schedtrain.callbacks.topk import TopKSaver
 from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
 from schedtrain.retention import Policy, Saved, parse_keep, saver_keep
+from schedtrain.time import Timestamp
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
@@ -82,10 +83,11 @@ class ModelSaver(Callback):
                 mine.append((int(m[1]), m[2] is None, path))
         mine.sort(key=lambda x: (x[0], x[1]))
         records = self._records.by_name
-        # A file without a record (another saver's, or one written before 0.4) is not
-        # judged: a clock rebuilt from its step alone would misplace it on every other
-        # counter, and an "every 5 epochs" rule would delete a file it keeps for good.
-        saved = [records[p.name] for _, _, p in mine if p.name in records]
+        # A file without a record (the trainer's own preemption checkpoint, or one of an
+        # earlier version) is placed by its step alone. A reset trigger keeps the
+        # records (``load_records``), so the saver's own files keep their whole clock.
+        saved = [records.get(p.name) or Saved(p.name, Timestamp(step=step), ok)
+                 for step, ok, p in mine]
         self._records.prune(self.keep, saved,
                             lambda name: self.trainer.delete_checkpoint(folder / name))
 
@@ -96,7 +98,7 @@ class ModelSaver(Callback):
         self.load_records(state)
 
     def load_records(self, state: dict[str, Any]) -> None:
-        # Absent from checkpoints of 0.3 and before: their files are then left alone.
+        # Absent from checkpoints of 0.3 and before: pruning then knows steps alone.
         self._records.load(state.get("records", []))
 
 

@@ -84,8 +84,7 @@ class Checkpoints:
         self._if_nonfinite: list[str] = []
         #: checkpoints this run wrote (relative to the run directory when inside it)
         self.written: list[str] = []
-        #: the identity of each file this run committed: only a file that still has it
-        #: is the run's to list and delete (``written`` comes from a checkpoint)
+        #: each committed file's identity: only a file that has it is the run's to prune
         self.owned = Owned(self.mount.identity, self.mount.is_local)
         #: saves asked for during the current event, written once it is over
         self.pending: list[Save] = []
@@ -122,18 +121,16 @@ class Checkpoints:
         """Checkpoints this run wrote (across resumes) that are still there as it wrote
         them (``owned``), oldest first."""
         there = self.mount.exists([self.resolve(key) for key in self.written])
-        if not self.mount.chief:  # (only the chief knows what it wrote, and deletes)
-            return there
-        return [p for p in there if self.owned.trusted(self.key(p), p)]
+        # (only the chief knows what it wrote, and deletes)
+        return [p for p in there if not self.mount.chief or self.owned.trusted(self.key(p), p)]
 
     def delete(self, path: Path) -> bool:
         """Delete a checkpoint this run wrote (on the chief); any other path is left
         alone. Returns whether it was one of this run's.
 
-        The list of what the run wrote is read back from checkpoints on resume, so it is
-        not trusted alone: the file must also sit in a folder this process has written a
-        checkpoint into, and be as the run wrote it (its size and digest, ``owned``).
-        """
+        ``written`` is read back from checkpoints on resume, so it is not trusted alone:
+        the file must also sit in a folder this process has written a checkpoint into,
+        and be as the run wrote it (its size and digest, ``owned``)."""
         key = self.key(path)
         if (key not in self.written or path.parent.resolve() not in self._folders
                 or (self.mount.chief and not self.owned.trusted(key, path, recheck=True))):
@@ -221,8 +218,7 @@ class Checkpoints:
             self.written.append(key)
         self._folders.add(path.parent.resolve())
         step, epoch = parts.position()
-        run = {**parts.capture(), "written": list(self.written),
-               "owned": self.owned.state()}
+        run = {**parts.capture(), "written": list(self.written), "owned": self.owned.state()}
         body: dict[str, Any] | None = {
             "phase": phase, "step": step, "epoch": epoch, "finite": finite,
             "model": None, "optimizer": None,
@@ -357,8 +353,8 @@ class Checkpoints:
         parts.restore(run, rng, data)
         self.written = list(run["written"])
         self.owned.load(run.get("owned"))  # absent from earlier ones: nothing earlier pruned
-        if self.mount.chief and self.key(path) in self.written:
-            self.owned.adopt(self.key(path), path)
+        if self.mount.chief and self.key(path) in self.written:  # it cannot hold its own
+            self.owned.wrote(self.key(path), path, None)
         return state
 
     def load_weights(self, path: Path) -> dict[str, Any]:

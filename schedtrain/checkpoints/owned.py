@@ -119,20 +119,14 @@ class Owned:
         self.records, self._seen = owned_records(value), {}
 
     def wrote(self, key: str, path: Path, identity: Identity | None) -> None:
-        """This process committed ``path`` (``identity``: its size and digest as written;
-        ``None``: read it back)."""
+        """This process committed ``path``, or resumed from it (``identity``: its size and
+        digest as written; ``None``: read it now, as a checkpoint cannot hold its own)."""
         if identity is None:
             identity = self._identity(path)
         if identity is None:
             return
         self.records[key] = identity
         self._seen[key] = _stat(path) if self._local(path) else None
-
-    def adopt(self, key: str, path: Path) -> None:
-        """The run resumed from ``path``: its own identity is read now (a checkpoint
-        cannot hold its own digest)."""
-        self.records.pop(key, None)
-        self.wrote(key, path, None)
 
     def trusted(self, key: str, path: Path, *, recheck: bool = False) -> bool:
         """Whether ``path`` is the file this run recorded under ``key``. A file seen to

@@ -26,6 +26,8 @@ from typing import Any, Final
 import attrs
 import tomllib
 
+from schedtrain.planning.deletions import FileChange, Present, file_changes
+from schedtrain.retention import Policy, Saved
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.simulation.simclock import PH_EPOCH_END, PH_STEP, RunShape
@@ -33,9 +35,9 @@ from schedtrain.simulation.simulate import Simulation
 from schedtrain.spec.load import loads_spec
 from schedtrain.spec.write import schedule_to_toml, toml_value
 
-__all__ = ["Carry", "Continuation", "FiringChange", "ScheduleDiff", "SpecChange",
-           "canonical", "carry", "continue_with", "diff_texts", "firing_changes",
-           "spec_changes"]
+__all__ = ["Carry", "Continuation", "FileChange", "FiringChange", "ScheduleDiff",
+           "SpecChange", "canonical", "carry", "continue_with", "diff_texts",
+           "file_changes", "firing_changes", "spec_changes"]
 
 #: Where a resumed run continues: after that step's ``step_end`` or its ``epoch_end``.
 _AFTER: Final = {"step_end": PH_STEP, "epoch_end": PH_EPOCH_END}
@@ -270,6 +272,8 @@ class ScheduleDiff:
     firings: tuple[FiringChange, ...] | None
     from_step: int | None = None
     rules: Carry | None = None
+    #: the checkpoint files each schedule deletes from the resume point on
+    files: tuple[FileChange, ...] = ()
 
     @property
     def equal(self) -> bool:
@@ -285,6 +289,8 @@ class ScheduleDiff:
                               "changes": [c.to_dict() for c in self.firings]}
         if self.rules is not None:
             out["rules"] = self.rules.to_dict()
+        if self.files:
+            out["files"] = [f.to_dict() for f in self.files]
         return out
 
     def table(self, first: int = 5) -> str:
@@ -309,6 +315,9 @@ class ScheduleDiff:
                         lines.append(f"    ... and {len(shown) - first} more {kind}")
         if self.rules is not None:
             lines += [f"  {line}" for line in self.rules.lines()]
+        if self.files:
+            lines.append("checkpoint files:")
+            lines += [f"  {f}" for f in self.files]
         return "\n".join(lines) + "\n"
 
 
@@ -326,7 +335,10 @@ def _text(c: FiringChange) -> str:
 
 def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
                from_step: int | None = None, phase: str = "step_end",
-               files: tuple[str, str] = ("OLD", "NEW")) -> ScheduleDiff:
+               files: tuple[str, str] = ("OLD", "NEW"),
+               keep: Mapping[str, Policy | None] | None = None,
+               saved: Mapping[str, list[Saved]] | None = None,
+               present: Present | None = None) -> ScheduleDiff:
     """Compare two TOML documents (specs, or schedules as ``canonical`` writes them).
 
     Args:
@@ -337,6 +349,9 @@ def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
             there by the resume rules (``continue_with``); ``None``: from the start.
         phase: where at ``from_step`` the run resumes (``"step_end"``, ``"epoch_end"``).
         files: names of the two for error messages.
+        keep, saved, present: the savers' policies, the records of their files at
+            ``from_step`` and which are there: the diff then lists the files each
+            schedule deletes.
 
     Raises:
         SpecError: either document is not a valid spec.
@@ -351,4 +366,5 @@ def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
         return ScheduleDiff(changes, firing_changes(fa, fb))
     rules = _rules(sa, sb)
     run = continue_with(sa, sb, shape, from_step=from_step, phase=phase, rules=rules)
-    return ScheduleDiff(changes, firing_changes(run.old, run.new), from_step, rules)
+    deleted = file_changes(run.old, run.new, keep or {}, saved or {}, present)
+    return ScheduleDiff(changes, firing_changes(run.old, run.new), from_step, rules, deleted)

@@ -14,7 +14,7 @@ of a ``MinSaver`` is taken as a new best.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 import attrs
@@ -101,6 +101,8 @@ def planned_files(
     log: Iterable[Firing],
     keep: Mapping[str, Policy | SaverFiles | None],
     values: Callable[[Firing], Mapping[str, float]] | None = None,
+    *,
+    existing: Mapping[str, Sequence[Saved]] | None = None,
 ) -> list[SaveFiles]:
     """After each firing of a saver named in ``keep``, the files its folder holds.
 
@@ -110,9 +112,12 @@ def planned_files(
             all) or a ``SaverFiles``.
         values: the monitored metric values at a firing, for ``Best`` rules and for
             the best savers' comparisons (``None``: unknown).
+        existing: saver name -> the records of its files already there, oldest first
+            (a run resumed part-way: ``log`` holds the firings after that point).
     """
     savers = {n: k if isinstance(k, SaverFiles) else SaverFiles(keep=k) for n, k in keep.items()}
-    saved: dict[str, list[Saved]] = {name: [] for name in keep}
+    saved: dict[str, list[Saved]] = {name: list((existing or {}).get(name, ()))
+                                     for name in keep}
     fixed: dict[str, tuple[str, ...]] = dict.fromkeys(keep, ())  # best file, last.pt
     best: dict[str, float] = {}
     out: list[SaveFiles] = []
