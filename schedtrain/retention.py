@@ -91,9 +91,8 @@ def _period(value: object) -> Time:
 
 
 def _half_epochs(at: Timestamp) -> int:
-    """Where a save is in epochs, doubled: ``2e`` at the boundary after epoch ``e`` (its
-    ``epoch_end``, the next ``epoch_start``), ``2e + 1`` inside epoch ``e + 1`` (a save
-    between epochs is recorded with ``step_in_epoch`` 0: ``saved_at``)."""
+    """Where a save is in epochs, doubled: ``2e`` at the boundary after epoch ``e``,
+    ``2e + 1`` inside epoch ``e + 1`` (a save between epochs: ``saved_at``)."""
     return 2 * at.epoch + (at.step_in_epoch > 0)
 
 

@@ -119,9 +119,8 @@ class Checkpoints:
 
     def paths(self) -> list[Path]:
         """Checkpoints this run wrote (across resumes) that are still there as it wrote
-        them (``owned``), oldest first."""
+        them (``owned``; known to the chief, which deletes), oldest first."""
         there = self.mount.exists([self.resolve(key) for key in self.written])
-        # (only the chief knows what it wrote, and deletes)
         return [p for p in there if not self.mount.chief or self.owned.trusted(self.key(p), p)]
 
     def delete(self, path: Path) -> bool:
@@ -139,6 +138,7 @@ class Checkpoints:
         if landing is not None and path in (landing[0], nonfinite(landing[0])):
             self.wait()  # never delete a file while it is being written
         self.mount.delete(path)
+        self.owned.records.pop(key, None)  # (a later file of that name is not it)
         return True
 
     @staticmethod

@@ -73,20 +73,21 @@ class Mount:
         """Write the checkpoint ``body`` at ``path`` (committed by a manifest in storage);
         its identity (size and digest of the bytes written) goes to ``landed``."""
         name = self.stored(path)
-        taps: list[Tap] = []
-
-        def tap(f: IO[bytes]) -> IO[bytes]:
-            taps.append(Tap(f))
-            return taps[-1]  # type: ignore[return-value]
-
         if name is None or self.storage is None:
-            written = write_checkpoint(body, path, tap)
+            written = write_checkpoint(body, path)
+            identity = file_identity(written)  # read back once, in the writing thread
         else:
             full = checkpoint_body(body, self.storage.url(name))
-            self.storage.write(name, lambda f: torch.save(full, tap(paced_file(f))))
-            written = path
-        if taps:  # the last attempt's bytes are the file's
-            self.landed[written] = taps[-1].identity
+            taps: list[Tap] = []
+
+            def save(f: IO[bytes]) -> None:
+                taps.append(Tap(paced_file(f)))  # hashed on the way to the buffer
+                torch.save(full, taps[-1])  # type: ignore[arg-type]
+
+            self.storage.write(name, save)
+            written, identity = path, (taps[-1].identity if taps else None)
+        if identity is not None:
+            self.landed[written] = identity
         return written
 
     def identity(self, path: Path) -> Identity | None:

@@ -3,7 +3,8 @@
 A checkpoint's ``run.written`` lists the files the run wrote, and pruning deletes among
 them; but a checkpoint is a file anyone can craft, so a name alone proves nothing. Each
 file this run commits gets its identity, its size and the blake2b-256 digest of its
-bytes (hashed as they are written; in a bucket, what its manifest says), kept in the run
+bytes (a local file read back once by the writing thread; in a bucket, hashed on the
+way, as its manifest says), kept in the run
 state (``run.owned``) of every later checkpoint. A file counts as the run's, to list or
 to delete, only while its identity is the recorded one: another run's checkpoint or a
 user's file of the same name is left alone, whatever a ``written`` list says.

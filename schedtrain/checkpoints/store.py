@@ -33,10 +33,8 @@ __all__ = ["checkpoint_body", "load_checked", "newest_valid", "read_checkpoint",
            "read_stored", "stored_newest_valid", "write_checkpoint"]
 
 
-def write_checkpoint(state: dict[str, Any], path: str | Path,
-                     tap: Callable[[IO[bytes]], IO[bytes]] | None = None) -> Path:
-    """Write ``state`` (plain data and tensors) to ``path`` with its format and checksum
-    (``tap`` wraps the file the bytes go through: ``owned.Tap`` hashes them).
+def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
+    """Write ``state`` (plain data and tensors) to ``path`` with its format and checksum.
 
     Raises:
         CheckpointError: something in ``state`` could not be loaded back safely.
@@ -45,8 +43,7 @@ def write_checkpoint(state: dict[str, Any], path: str | Path,
     body = checkpoint_body(state, path)
     if path.is_dir() and not path.is_symlink():  # not ours to keep: a checkpoint's name
         remove(path)
-    wrap = tap or (lambda f: f)
-    return write_atomic(path, lambda f: torch.save(body, wrap(paced_file(f))))
+    return write_atomic(path, lambda f: torch.save(body, paced_file(f)))
 
 
 def checkpoint_body(state: dict[str, Any], shown: str | Path) -> dict[str, Any]:
