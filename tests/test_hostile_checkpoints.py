@@ -63,8 +63,10 @@ _PLANTED = {
 }
 
 
-@pytest.mark.parametrize("where", sorted(_PLANTED))
-@pytest.mark.parametrize("foreign", ["a user's file", "another run's checkpoint"])
+@pytest.mark.parametrize(("where", "foreign"), [
+    *((w, f) for w in ("older in checkpoints/", "newer in checkpoints/")
+      for f in ("a user's file", "another run's checkpoint")),
+    ("outside the run", "a user's file"), ("up and out", "another run's checkpoint")])
 def test_a_crafted_written_list_deletes_no_foreign_file(tmp_path: Path, where: str,
                                                         foreign: str) -> None:
     """A checkpoint whose ``written`` names a file the run never wrote (its checksum
