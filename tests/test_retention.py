@@ -244,15 +244,15 @@ class TestModelSaver:
                                                  .iterdir())
 
     @settings(max_examples=10, deadline=None)
-    @given(st.integers(2, 5), st.integers(1, 4), st.integers(1, 2), st.booleans(),
-           st.integers(3, 6))
+    @given(st.tuples(st.integers(2, 5), st.integers(1, 4), st.integers(1, 2), st.booleans(),
+                     st.integers(3, 6)))
     def test_epoch_rules_on_a_step_grid(self, tmp_path_factory: pytest.TempPathFactory,
-                                        per_epoch: int, grid: int, k: int, at_end: bool,
-                                        epochs: int) -> None:
+                                        case: tuple[int, int, int, bool, int]) -> None:
         """D17: a saver on a step grid (and maybe at each epoch_end) with
         ``every = "k epochs"`` leaves the files planned_files lists, and keeps the save
         that ends epoch k, 2k... (the last at or before each boundary), not the first
         after it."""
+        per_epoch, grid, k, at_end, epochs = case
         run_dir = tmp_path_factory.mktemp("run")
         trigger = every(f"{grid} steps") | on("epoch_end") if at_end else every(f"{grid} steps")
         keep = {"any": [{"latest": 1}, {"every": f"{k} epochs"}]}
