@@ -5,7 +5,8 @@ newest finite one is always kept besides (a diverged run has a good one to go ba
 ``Latest(3)`` keeps the newest three (temporary: each is deleted once three newer ones
 exist); ``Every(Time.parse("10000 steps"))`` keeps the first checkpoint at or after each
 multiple of the period, on any counter (``"1 h"`` is a training-time grid), for good
-(permanent); ``Best(2, "val/loss", "min")`` keeps the two best by a metric's value at
+(permanent), and on epochs the last one at or before each multiple (the one that ends
+epoch 5, 10...); ``Best(2, "val/loss", "min")`` keeps the two best by a metric's value at
 the save. The rules are pure functions of the saves' records, so a simulated run and a
 real run keep the same files, and a resumed run, given the records back, keeps the same.
 Torch-free: ``schedtrain plan`` evaluates it.
@@ -33,6 +34,8 @@ __all__ = [
     "parse_keep",
     "policy_problems",
     "retained",
+    "saved_at",
+    "saved_row",
     "saver_keep",
     "saver_keep_problems",
     "spell",
@@ -87,15 +90,31 @@ def _period(value: object) -> Time:
     return t
 
 
+def _half_epochs(at: Timestamp) -> int:
+    """Where a save is in epochs, doubled: ``2e`` at the boundary after epoch ``e``,
+    ``2e + 1`` inside epoch ``e + 1`` (a save between epochs: ``saved_at``)."""
+    return 2 * at.epoch + (at.step_in_epoch > 0)
+
+
 @attrs.frozen
 class Every:
-    """Keep, for good, the first checkpoint at or after each multiple of ``period``."""
+    """Keep, for good, the first checkpoint at or after each multiple of ``period``; on
+    epochs, the last checkpoint at or before each multiple (the save at the last step of
+    epoch 5 runs before the epoch counter moves, and is the one that ends epoch 5)."""
 
     period: Time = attrs.field(converter=_period)
 
     def keeps(self, saved: Sequence[Saved]) -> set[int]:
-        """Indexes of the checkpoints that are the first to reach a new grid point."""
+        """Indexes of the checkpoints that are the first to reach a new grid point (on
+        epochs: the last before the next save passes one)."""
         counter, base = self.period.counter, self.period.base
+        if counter == "epoch":
+            # Boundary k (2 * k * base half-epochs, k >= 1) goes to the save at or before
+            # it whose next save is past it: known once that next save exists.
+            grid = 2 * base
+            at = [_half_epochs(s.at) for s in saved]
+            return {i for i in range(len(saved) - 1)
+                    if (at[i + 1] - 1) // grid > (max(at[i], 1) - 1) // grid}
         kept, before = set(), 0
         for i, s in enumerate(saved):
             now = s.at.get(counter)
@@ -155,6 +174,29 @@ class AnyOf:
 
 #: A retention policy: one rule, or rules any of which keeps a checkpoint.
 Policy = Latest | Every | Best | AnyOf
+
+
+def saved_at(at: Timestamp, *, between_epochs: bool) -> Timestamp:
+    """A save's clock as its record keeps it: between epochs (at an ``epoch_end``, or
+    ``train_end`` after one) ``step_in_epoch`` is 0, the epoch's steps being over, so an
+    epoch rule tells it from a save after the next epoch's last step."""
+    if not between_epochs:
+        return at
+    return Timestamp.make(at.step, at.batch, at.epoch, 0, at.sample, at.token, at.time_ns)
+
+
+def saved_row(row: Any) -> Saved:
+    """A saver's record of one file from its checkpoint row ``[name, step, batch, epoch,
+    step_in_epoch, sample, token, time_ns, finite, {metric: value}]``.
+
+    Raises:
+        TypeError, ValueError: the row is not one.
+    """
+    name, *counters, finite, values = row
+    if len(counters) != 7 or not isinstance(values, dict):
+        raise ValueError(f"not a saver's record: {row!r:.80}")
+    return Saved(str(name), Timestamp.make(*(int(c) for c in counters)), bool(finite),
+                 {str(k): float(v) for k, v in values.items()})
 
 
 def spell(policy: Policy | None) -> str:

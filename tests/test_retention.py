@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from training_helpers import UnevenData, tiny_model
 
-from schedtrain import Schedule, every
+from schedtrain import Schedule, every, on
 from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.checkpoints.size import estimate_checkpoint_bytes
 from schedtrain.cli import main
@@ -72,6 +72,28 @@ class TestRules:
         saved = [Saved(f"step-{i:08d}.pt", Timestamp(step=i, seconds=t))
                  for i, t in enumerate([50, 70, 110, 130], 1)]
         assert Every("1 min").keeps(saved) == {1, 3}
+
+    @given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 4)), min_size=1,
+                    max_size=12, unique=True).map(sorted), st.integers(1, 4))
+    def test_every_epochs_keeps_the_last_at_or_before_each_multiple(
+            self, places: list[tuple[int, int]], k: int) -> None:
+        """Every(k epochs) keeps, for each multiple m of k, the last save at or before
+        the end of epoch m (a save between epochs has step_in_epoch 0; one inside epoch
+        e + 1 has epoch e and step_in_epoch > 0), once a later save is past it."""
+        saved = [Saved(f"step-{i:08d}.pt", Timestamp(step=i, epoch=e, step_in_epoch=s))
+                 for i, (e, s) in enumerate(places)]
+        kept = Every(Time(k, "epochs")).keeps(saved)
+
+        def at_or_before(i: int, m: int) -> bool:
+            e, s = places[i]
+            return e < m or (e == m and s == 0)
+
+        expected = set()
+        for m in range(k, 14, k):
+            before = [i for i in range(len(saved)) if at_or_before(i, m)]
+            if before and before[-1] + 1 < len(saved):
+                expected.add(before[-1])
+        assert kept == expected
 
     @given(st.lists(st.one_of(st.floats(-3, 3), st.just(math.nan)), min_size=1, max_size=8),
            st.integers(1, 3), st.sampled_from(["min", "max"]))
@@ -220,6 +242,32 @@ class TestModelSaver:
         assert [list(p.files) for p in planned[:-1]] == seen[1:]
         assert list(planned[-1].files) == sorted(p.name for p in (run_dir / "checkpoints")
                                                  .iterdir())
+
+    @settings(max_examples=10, deadline=None)
+    @given(st.tuples(st.integers(2, 5), st.integers(1, 4), st.integers(1, 2), st.booleans(),
+                     st.integers(3, 6)))
+    def test_epoch_rules_on_a_step_grid(self, tmp_path_factory: pytest.TempPathFactory,
+                                        case: tuple[int, int, int, bool, int]) -> None:
+        """D17: a saver on a step grid (and maybe at each epoch_end) with
+        ``every = "k epochs"`` leaves the files planned_files lists, and keeps the save
+        that ends epoch k, 2k... (the last at or before each boundary), not the first
+        after it."""
+        per_epoch, grid, k, at_end, epochs = case
+        run_dir = tmp_path_factory.mktemp("run")
+        trigger = every(f"{grid} steps") | on("epoch_end") if at_end else every(f"{grid} steps")
+        keep = {"any": [{"latest": 1}, {"every": f"{k} epochs"}]}
+        model, opt = tiny_model()
+        Trainer(model, opt, UnevenData([per_epoch] * epochs), torch.nn.functional.mse_loss,
+                schedule=Schedule({"save": trigger}), bindings={"save": ModelSaver(keep)},
+                max_epochs=epochs, run_dir=run_dir).fit()
+        files = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+        log = simulate(Schedule({"save": trigger}), epochs=epochs, steps_per_epoch=per_epoch)
+        assert files == list(planned_files(log, {"save": parse_keep(keep)})[-1].files)
+        steps = sorted({f.step for f in log})
+        for m in range(k, epochs, k):  # each boundary a later save is past
+            before = [s for s in steps if s <= m * per_epoch]
+            if before:
+                assert f"step-{before[-1]:08d}.pt" in files
 
     def test_async_saves_leave_the_planned_files(self, tmp_path: Path) -> None:
         """With background saves (each pruned once it lands), the run ends with the

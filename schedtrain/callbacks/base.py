@@ -236,6 +236,12 @@ class Callback:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
 
+    def load_records(self, state: dict[str, Any]) -> None:
+        """On a resume whose new schedule changed this callback's trigger (its state
+        starts afresh), take back from its saved ``state`` what records facts rather
+        than schedule state: a saver's record of each file it wrote, which its pruning
+        needs to know what the files are. Nothing by default."""
+
     @property
     def bare_trigger_epoch(self) -> str:
         """How ``_trigger_epoch`` runs when the callback is given without a trigger

@@ -17,12 +17,17 @@ import attrs
 import structlog
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.retention import Policy, Saved, retained
+from schedtrain.retention import Policy, Saved, retained, saved_at, saved_row
 from schedtrain.time import Timestamp
 
-__all__ = ["Ranking", "Records", "save_folder"]
+__all__ = ["Ranking", "Records", "save_folder", "save_time"]
 
 _log = structlog.get_logger("schedtrain.callbacks")
+
+
+def save_time(cb: Callback) -> Timestamp:
+    """The clock of a save now, as its record keeps it (``retention.saved_at``)."""
+    return saved_at(cb.now, between_epochs=not cb.trainer.clock.in_epoch)
 
 
 def save_folder(cb: Callback, folder: str | None, default: str) -> Path:
@@ -90,10 +95,9 @@ class Records:
     def load(self, rows: Iterable[Any], check: Callable[[str], str] = str) -> None:
         """Restore ``state()``'s rows (``check`` vets each name read from a checkpoint)."""
         self.by_name = {}
-        for name, *counters, finite, values in rows:
-            at = Timestamp.make(*(int(c) for c in counters))
-            self.add(Saved(check(str(name)), at, bool(finite),
-                           {str(k): float(v) for k, v in values.items()}))
+        for row in rows:
+            saved = saved_row(row)
+            self.add(attrs.evolve(saved, name=check(saved.name)))
 
 
 class Ranking(Callback):

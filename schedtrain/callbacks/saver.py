@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import structlog
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.callbacks.retaining import Ranking, Records, save_folder
+from schedtrain.callbacks.retaining import Ranking, Records, save_folder, save_time
 from schedtrain.callbacks.topk import TopKSaver
 from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
 from schedtrain.retention import Policy, Saved, parse_keep, saver_keep
@@ -66,7 +66,7 @@ class ModelSaver(Callback):
         path = self._dir() / checkpoint_name(self.now.step)
         # Recorded on every rank before the write, so the checkpoint holds its own record.
         if self.keep is not None:
-            self._records.add(Saved(path.name, self.now, True, _values(self, self.needs)))
+            self._records.add(Saved(path.name, save_time(self), True, _values(self, self.needs)))
         self.trainer.save_checkpoint(path, on_saved=self._prune)
 
     def _prune(self, written: Path) -> None:
@@ -83,6 +83,9 @@ class ModelSaver(Callback):
                 mine.append((int(m[1]), m[2] is None, path))
         mine.sort(key=lambda x: (x[0], x[1]))
         records = self._records.by_name
+        # A file without a record (the trainer's own preemption checkpoint, or one of an
+        # earlier version) is placed by its step alone. A reset trigger keeps the
+        # records (``load_records``), so the saver's own files keep their whole clock.
         saved = [records.get(p.name) or Saved(p.name, Timestamp(step=step), ok)
                  for step, ok, p in mine]
         self._records.prune(self.keep, saved,
@@ -92,6 +95,9 @@ class ModelSaver(Callback):
         return {"records": self._records.state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_records(state)
+
+    def load_records(self, state: dict[str, Any]) -> None:
         # Absent from checkpoints of 0.3 and before: pruning then knows steps alone.
         self._records.load(state.get("records", []))
 
@@ -148,7 +154,7 @@ class _BestSaver(Ranking):
         self.trainer.save_checkpoint(self._path(), on_saved=lambda p: self._saved(p, earlier))
         if self.keep is not None:
             path = self._path().with_name(self.history_name(self.now.step))
-            self._records.add(Saved(path.name, self.now, True, {self.monitor: got.value}))
+            self._records.add(Saved(path.name, save_time(self), True, {self.monitor: got.value}))
             self.trainer.save_checkpoint(path, on_saved=self._prune)
 
     def _prune(self, written: Path) -> None:
@@ -193,9 +199,12 @@ class _BestSaver(Ranking):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best = state["best"]
-        self._records.load(state.get("records", []), lambda n: plain_name(n, "a history file"))
+        self.load_records(state)
         step = state.get("best_step")  # absent from checkpoints of 0.2
         self.best_step = None if step is None else int(step)
+
+    def load_records(self, state: dict[str, Any]) -> None:
+        self._records.load(state.get("records", []), lambda n: plain_name(n, "a history file"))
 
 
 class MinSaver(_BestSaver):

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
-from schedtrain.callbacks.retaining import Ranking, Records, save_folder
+from schedtrain.callbacks.retaining import Ranking, Records, save_folder, save_time
 from schedtrain.checkpoints.files import plain_name
 from schedtrain.retention import AnyOf, Best, Policy, Saved, saver_keep
 from schedtrain.time import Timestamp
@@ -87,7 +87,7 @@ class TopKSaver(Ranking):
             return
         ranked = got is not None and math.isfinite(got.value) and self._fresh()
         path = self._dir() / f"{self.stem}-step-{self.now.step:08d}.pt"
-        new = Saved(path.name, self.now, True,
+        new = Saved(path.name, save_time(self), True,
                     {self.monitor: got.value} if ranked and got is not None else {})
         saved = [s for s in self._records.by_name.values() if s.name != path.name] + [new]
         if len(saved) - 1 not in self.keep.keeps(saved):
@@ -136,6 +136,11 @@ class TopKSaver(Ranking):
         for v, s, n in sorted(state["best"], key=lambda b: int(b[1])):
             self._records.add(Saved(check(n), Timestamp(step=int(s)), True,
                                     {self.monitor: float(v)}))
+
+
+    def load_records(self, state: dict[str, Any]) -> None:
+        # Its state is the record of its ranked files: all of it stays across a reset.
+        self.load_state_dict(state)
 
 
 def _bests(policy: Policy | None) -> tuple[Best, ...]:

@@ -18,10 +18,12 @@ import torch
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
 from schedtrain.urls import redact_text
 
-__all__ = ["FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
+__all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
            "file_digests", "is_finite"]
 
 FORMAT: Final = "schedtrain-checkpoint-2"
+#: The checksum's algorithm (``checksum = {"algorithm": ALGORITHM, "digest": hex}``).
+ALGORITHM: Final = "blake2b-256"
 #: The run's state inside a sharded checkpoint directory.
 STATE_FILE: Final = "run.pt"
 _PLAIN: Final = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,

@@ -9,6 +9,7 @@ from typing import IO
 
 from schedtrain.checkpoints.files import NAME_RE, remove, remove_leftovers, write_atomic
 from schedtrain.checkpoints.format import CheckpointError
+from schedtrain.checkpoints.owned import file_identity
 
 __all__ = ["LocalStorage"]
 
@@ -44,3 +45,6 @@ class LocalStorage:
 
     def clean_leftovers(self) -> list[str]:
         return [p.name for p in remove_leftovers(self.folder)]
+
+    def identity(self, name: str) -> tuple[int, str] | None:
+        return file_identity(self.folder / name)

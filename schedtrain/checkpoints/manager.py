@@ -21,6 +21,7 @@ from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.mount import Mount
+from schedtrain.checkpoints.owned import Owned
 from schedtrain.checkpoints.rng import rng_state
 from schedtrain.checkpoints.sharded import (
     SUFFIX,
@@ -34,9 +35,7 @@ from schedtrain.checkpoints.sharded import (
 )
 from schedtrain.checkpoints.staging import snapshot, trim
 from schedtrain.checkpoints.storage import Storage
-from schedtrain.checkpoints.store import (
-    newest_valid,
-)
+from schedtrain.checkpoints.store import newest_valid
 from schedtrain.distributed.comm import Comm
 
 __all__ = ["Checkpoints", "RunParts", "Save"]
@@ -83,6 +82,8 @@ class Checkpoints:
         self._if_nonfinite: list[str] = []
         #: checkpoints this run wrote (relative to the run directory when inside it)
         self.written: list[str] = []
+        #: each committed file's identity: only a file that has it is the run's to prune
+        self.owned = Owned(self.mount.identity, self.mount.is_local)
         #: saves asked for during the current event, written once it is over
         self.pending: list[Save] = []
         #: log each checkpoint written (an application configured structlog)
@@ -115,24 +116,27 @@ class Checkpoints:
         return path if path.is_absolute() or self.run_dir is None else self.run_dir / path
 
     def paths(self) -> list[Path]:
-        """Checkpoints this run wrote (across resumes) that are still there, oldest first."""
-        return self.mount.exists([self.resolve(key) for key in self.written])
+        """Checkpoints this run wrote (across resumes) that are still there as it wrote
+        them (``owned``; known to the chief, which deletes), oldest first."""
+        there = self.mount.exists([self.resolve(key) for key in self.written])
+        return [p for p in there if not self.mount.chief or self.owned.trusted(self.key(p), p)]
 
     def delete(self, path: Path) -> bool:
         """Delete a checkpoint this run wrote (on the chief); any other path is left
         alone. Returns whether it was one of this run's.
 
-        The list of what the run wrote is read back from checkpoints on resume, so it is
-        not trusted alone: the file must also sit in a folder this process has written a
-        checkpoint into.
-        """
-        if (self.key(path) not in self.written
-                or path.parent.resolve() not in self._folders):
+        ``written`` is read back from checkpoints on resume, so it is not trusted alone:
+        the file must also sit in a folder this process has written a checkpoint into,
+        and be as the run wrote it (its size and digest, ``owned``)."""
+        key = self.key(path)
+        if (key not in self.written or path.parent.resolve() not in self._folders
+                or (self.mount.chief and not self.owned.trusted(key, path, recheck=True))):
             return False
         landing = self._landing  # (its thread may yet name it -nonfinite)
         if landing is not None and path in (landing[0], nonfinite(landing[0])):
             self.wait()  # never delete a file while it is being written
         self.mount.delete(path)
+        self.owned.records.pop(key, None)  # (a later file of that name is not it)
         return True
 
     @staticmethod
@@ -212,7 +216,7 @@ class Checkpoints:
             self.written.append(key)
         self._folders.add(path.parent.resolve())
         step, epoch = parts.position()
-        run = {**parts.capture(), "written": list(self.written)}
+        run = {**parts.capture(), "written": list(self.written), "owned": self.owned.state()}
         body: dict[str, Any] | None = {
             "phase": phase, "step": step, "epoch": epoch, "finite": finite,
             "model": None, "optimizer": None,
@@ -298,6 +302,8 @@ class Checkpoints:
     def _committed(self, landing: Landing) -> None:
         path, phase, step, epoch, on_saved = landing
         comm = self.comm
+        if self.mount.chief:
+            self.owned.wrote(self.key(path), path, self.mount.landed.pop(path, None))
         if self.log:
             _log.debug("checkpoint", path=str(path), step=step, phase=phase)
         if self.on_written is not None and (comm is None or comm.is_chief):
@@ -345,6 +351,9 @@ class Checkpoints:
             parts.scaler.load_state_dict(state["scaler"])
         parts.restore(run, rng, data)
         self.written = list(run["written"])
+        self.owned.load(run.get("owned"))  # absent from earlier ones: nothing earlier pruned
+        if self.mount.chief and self.key(path) in self.written:  # it cannot hold its own
+            self.owned.wrote(self.key(path), path, None)
         return state
 
     def load_weights(self, path: Path) -> dict[str, Any]:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from schedtrain.checkpoints.files import remove
 from schedtrain.checkpoints.lease import Lease
+from schedtrain.checkpoints.owned import Identity, Tap, file_identity
 from schedtrain.checkpoints.pacing import paced_file
-from schedtrain.checkpoints.storage import FsspecStorage, Storage
+from schedtrain.checkpoints.storage import FsspecStorage, LocalStorage, Storage
 from schedtrain.checkpoints.store import (
     checkpoint_body,
     newest_valid,
@@ -41,6 +42,8 @@ class Mount:
         self.storage, self.run_dir, self.chief = storage, run_dir, chief
         #: This run's claim on an object-store folder, from ``claim`` to ``close``.
         self.lease: Lease | None = None
+        #: path -> identity of each checkpoint ``write`` wrote, until the owner takes it
+        self.landed: dict[Path, Identity] = {}
 
     def stored(self, path: Path) -> str | None:
         """The name in ``storage`` that ``path`` stands for (``None``: a plain path)."""
@@ -71,15 +74,40 @@ class Mount:
         return out
 
     def write(self, body: dict[str, Any], path: Path) -> Path:
-        """Write the checkpoint ``body`` at ``path`` (committed by a manifest in storage)."""
+        """Write the checkpoint ``body`` at ``path`` (committed by a manifest in storage);
+        its identity (size and digest of the bytes written) goes to ``landed``."""
         name = self.stored(path)
         if name is None or self.storage is None:
-            return write_checkpoint(body, path)
-        full = checkpoint_body(body, self.storage.url(name))
-        if self.lease is not None:
-            self.lease.check()
-        self.storage.write(name, lambda f: torch.save(full, paced_file(f)))
-        return path
+            written = write_checkpoint(body, path)
+            identity = file_identity(written)  # read back once, in the writing thread
+        else:
+            full = checkpoint_body(body, self.storage.url(name))
+            if self.lease is not None:
+                self.lease.check()
+            taps: list[Tap] = []
+
+            def save(f: IO[bytes]) -> None:
+                taps.append(Tap(paced_file(f)))  # hashed on the way to the buffer
+                torch.save(full, taps[-1])  # type: ignore[arg-type]
+
+            self.storage.write(name, save)
+            written, identity = path, (taps[-1].identity if taps else None)
+        if identity is not None:
+            self.landed[written] = identity
+        return written
+
+    def identity(self, path: Path) -> Identity | None:
+        """The size and digest of the checkpoint at ``path`` now (in ``storage``: what
+        its manifest says); ``None`` when it is not there."""
+        name = self.stored(path)
+        if name is None or self.storage is None:
+            return file_identity(path)
+        return self.storage.identity(name)
+
+    def is_local(self, path: Path) -> bool:
+        """Whether ``path`` is a file on this machine's disk (not an object in a bucket)."""
+        name = self.stored(path)
+        return name is None or self.storage is None or isinstance(self.storage, LocalStorage)
 
     def read(self, path: Path) -> dict[str, Any]:
         """The checkpoint at ``path``, checked, on the host."""

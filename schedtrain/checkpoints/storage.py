@@ -93,6 +93,9 @@ class Storage(Protocol):
     def clean_leftovers(self) -> list[str]:
         """Remove what interrupted writes left; returns what was removed."""
 
+    def identity(self, name: str) -> tuple[int, str] | None:
+        """Committed checkpoint ``name``'s size and blake2b-256 digest (``None``: none)."""
+
 
 def _transient(exc: BaseException) -> bool:
     """Worth another attempt: a dropped connection, a timeout, a server's 5xx or throttle
@@ -310,6 +313,14 @@ class FsspecStorage:
     def delete(self, name: str) -> None:
         self._retry("delete the manifest", name, lambda: self._rm(manifest_name(name)))
         self._retry("delete", name, lambda: self._rm(name))
+
+    def identity(self, name: str) -> tuple[int, str] | None:
+        # Its manifest's word (a small read): another run's object has its own digest.
+        try:
+            entry = self._manifest(name)
+        except StorageError:
+            return None
+        return entry["size"], entry["blake2b"]
 
     def clean_leftovers(self) -> list[str]:
         names = set(self._names())

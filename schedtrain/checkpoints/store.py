@@ -18,6 +18,7 @@ import torch
 
 from schedtrain.checkpoints.files import NAME_RE, list_checkpoints, remove, write_atomic
 from schedtrain.checkpoints.format import (
+    ALGORITHM,
     FORMAT,
     STATE_FILE,
     CheckpointError,
@@ -56,7 +57,7 @@ def checkpoint_body(state: dict[str, Any], shown: str | Path) -> dict[str, Any]:
         check_plain(body, "checkpoint")
     except TypeError as exc:
         raise CheckpointError(shown, str(exc)) from None
-    body["checksum"] = {"algorithm": "blake2b-256", "digest": digest(body)}
+    body["checksum"] = {"algorithm": ALGORITHM, "digest": digest(body)}
     return body
 
 
@@ -104,8 +105,21 @@ def load_checked(source: Path | IO[bytes], map_location: Any, *,
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")
+    _check_sum(state, shown)
+    return state
+
+
+def _check_sum(state: dict[str, Any], shown: str | Path) -> None:
+    """Refuse a checkpoint whose checksum is missing, malformed or does not match: one
+    without a checksum is as damaged as one that fails it (nothing vouches for it)."""
     checksum = state.get("checksum")
-    saved = checksum.get("digest") if isinstance(checksum, dict) else None
+    if not isinstance(checksum, dict) or "digest" not in checksum:
+        found = "no checksum" if checksum is None else f"a malformed checksum {checksum!r:.80}"
+        raise CheckpointError(shown, f"it has {found} (expected {{'algorithm': "
+                                     f"'{ALGORITHM}', 'digest': ...}}): it is damaged")
+    if checksum.get("algorithm") != ALGORITHM or not isinstance(checksum["digest"], str):
+        raise CheckpointError(shown, f"its checksum is not a {ALGORITHM} digest "
+                                     f"(found {checksum!r:.80}): it is damaged")
     try:
         found = digest(state)
     # A crafted file loads into what hashing cannot walk (a 100,000-deep nesting raises
@@ -113,9 +127,8 @@ def load_checked(source: Path | IO[bytes], map_location: Any, *,
     except Exception as exc:
         raise CheckpointError(shown, f"cannot be read ({type(exc).__name__}); it is corrupt "
                                      "or not a checkpoint") from None
-    if saved != found:
+    if checksum["digest"] != found:
         raise CheckpointError(shown, "its content does not match its checksum: it is corrupt")
-    return state
 
 
 def _check_shards(folder: Path, state: dict[str, Any]) -> None:

@@ -21,6 +21,8 @@ import tomllib
 from schedtrain.cli.preflight import UsageError, derived_clock
 from schedtrain.errors import describe
 from schedtrain.planning.changes import canonical, diff_texts
+from schedtrain.planning.deletions import Present, saved_records
+from schedtrain.retention import Policy, parse_keep
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import Spec, load_spec
 from schedtrain.spec.write import dump_spec
@@ -39,6 +41,9 @@ class Side:
     spec: Spec | None = None
     step: int | None = None
     phase: str = "step_end"
+    #: a checkpoint's callback states (its savers' records of their files), its folder
+    states: Any = None
+    folder: Path | None = None
 
 
 def read_side(path: str, options: Mapping[str, Any] | None = None, *,
@@ -132,10 +137,12 @@ def _checkpoint(path: str, p: Path) -> Side:
         state = read_checkpoint(p)
     except CheckpointError as exc:
         raise UsageError(f"{path}: {exc.reason}") from None
-    return _side_of(path, state)
+    return _side_of(path, state, p.parent)
 
 
-def _side_of(path: str, state: Mapping[str, Any]) -> Side:
+def _side_of(path: str, state: Mapping[str, Any], folder: Path | None = None) -> Side:
+    """A checkpoint's side of the diff; ``folder``: where its files are on this disk
+    (``None`` for one in object storage: which files are there is not looked up)."""
     run = state.get("run", {})
     text = run.get("schedule")
     if not isinstance(text, str):
@@ -144,7 +151,8 @@ def _side_of(path: str, state: Mapping[str, Any]) -> Side:
                if "schedule" not in run else f"found {describe(run['schedule'])}")
         raise UsageError(f"{path}: the checkpoint holds no schedule ({why})")
     phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
-    return Side(path, text, step=int(state["step"]), phase=phase)
+    return Side(path, text, step=int(state["step"]), phase=phase,
+                states=run.get("callbacks"), folder=folder)
 
 
 def _shape(args: argparse.Namespace, old: Side, new: Side) -> RunShape | None:
@@ -165,6 +173,27 @@ def _shape(args: argparse.Namespace, old: Side, new: Side) -> RunShape | None:
     return None
 
 
+def _savers(side: Side) -> dict[str, Policy | None]:
+    """The ``keep`` of each ``ModelSaver`` of a spec (a bad one: not followed)."""
+    out: dict[str, Policy | None] = {}
+    for name, cb in (side.spec.callbacks.items() if side.spec is not None else ()):
+        if cb.type == "ModelSaver":
+            try:
+                out[name] = parse_keep(cb.args.get("keep", 3))
+            except ValueError:
+                continue
+    return out
+
+
+def _present(side: Side) -> Present | None:
+    """Which files of a local checkpoint's folder are there (``ModelSaver``'s default
+    folder; ``None``: not known here)."""
+    folder = side.folder
+    if folder is None:
+        return None
+    return lambda _saver, names: {n for n in names if (folder / n).exists()}
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     """The ``diff`` command; its exit code."""
     do_import = getattr(args, "do_import", False)
@@ -182,8 +211,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if shape is None:
         print("note: firings not compared: give --epochs and --steps-per-epoch, or a "
               "[clock] in a spec", file=sys.stderr)
+    keep = _savers(new)
     diff = diff_texts(a, b, shape=shape, from_step=start, phase=phase,
-                      files=(args.old, args.new))
+                      files=(args.old, args.new), keep=keep,
+                      saved=saved_records(old.states, keep) if start == old.step else {},
+                      present=_present(old))
     out: Any = (json.dumps(diff.to_dict(), indent=1) + "\n" if args.format == "json"
                 else diff.table(args.first))
     sys.stdout.write(out)

@@ -10,8 +10,10 @@ when its schedule changed (``schedule_change = "apply"``, docs/checkpoints.md):
   already passed never fires;
 - a callback whose name and trigger are unchanged keeps its trigger's state (a metric
   trigger's best value and wait) and its own state;
-- a callback whose trigger changed starts both afresh; a new callback starts fresh; a
-  removed callback's state is dropped (``Carry`` says which is which).
+- a callback whose trigger changed starts both afresh, except a saver's record of the
+  files it wrote (``Callback.load_records``), so its ``keep`` still knows when each was
+  saved; a new callback starts fresh; a removed callback's state is dropped (``Carry``
+  says which is which).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import attrs
 import tomllib
 
 from schedtrain.errors import SHOWN_PROBLEMS, shorten, summarized
+from schedtrain.planning.deletions import FileChange, Present, file_changes
 from schedtrain.planning.nearest import nearest_pairs
+from schedtrain.retention import Policy, Saved
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.simulation.simclock import PH_EPOCH_END, PH_STEP, RunShape
@@ -33,9 +37,9 @@ from schedtrain.simulation.simulate import Simulation
 from schedtrain.spec.load import loads_spec
 from schedtrain.spec.write import schedule_to_toml, toml_value
 
-__all__ = ["Carry", "Continuation", "FiringChange", "ScheduleDiff", "SpecChange",
-           "canonical", "carry", "continue_with", "diff_texts", "firing_changes",
-           "spec_changes"]
+__all__ = ["Carry", "Continuation", "FileChange", "FiringChange", "ScheduleDiff",
+           "SpecChange", "canonical", "carry", "continue_with", "diff_texts",
+           "file_changes", "firing_changes", "spec_changes"]
 
 #: Where a resumed run continues: after that step's ``step_end`` or its ``epoch_end``.
 _AFTER: Final = {"step_end": PH_STEP, "epoch_end": PH_EPOCH_END}
@@ -122,7 +126,7 @@ class Carry:
     def lines(self) -> list[str]:
         """One line per callback whose state is not simply kept."""
         return ([f"callbacks.{n}: its trigger changed; its trigger and callback state are "
-                 "reset" for n in self.reset]
+                 "reset (a saver keeps its record of the files it wrote)" for n in self.reset]
                 + [f"callbacks.{n}: new; it starts fresh" for n in self.added]
                 + [f"callbacks.{n}: removed; its saved state is dropped" for n in self.removed])
 
@@ -285,6 +289,8 @@ class ScheduleDiff:
     firings: tuple[FiringChange, ...] | None
     from_step: int | None = None
     rules: Carry | None = None
+    #: the checkpoint files each schedule deletes from the resume point on
+    files: tuple[FileChange, ...] = ()
 
     @property
     def equal(self) -> bool:
@@ -300,6 +306,8 @@ class ScheduleDiff:
                               "changes": [c.to_dict() for c in self.firings]}
         if self.rules is not None:
             out["rules"] = self.rules.to_dict()
+        if self.files:
+            out["files"] = [f.to_dict() for f in self.files]
         return out
 
     def table(self, first: int = 5) -> str:
@@ -329,6 +337,10 @@ class ScheduleDiff:
         if self.rules is not None:
             lines += [f"  {line}" for line in summarized(self.rules.lines(),
                                                          more="more callbacks")]
+        if self.files:
+            lines.append("checkpoint files:")
+            lines += [f"  {f}" for f in summarized([str(f) for f in self.files],
+                                                    more="more callbacks")]
         return "\n".join(lines) + "\n"
 
 
@@ -346,7 +358,10 @@ def _text(c: FiringChange) -> str:
 
 def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
                from_step: int | None = None, phase: str = "step_end",
-               files: tuple[str, str] = ("OLD", "NEW")) -> ScheduleDiff:
+               files: tuple[str, str] = ("OLD", "NEW"),
+               keep: Mapping[str, Policy | None] | None = None,
+               saved: Mapping[str, list[Saved]] | None = None,
+               present: Present | None = None) -> ScheduleDiff:
     """Compare two TOML documents (specs, or schedules as ``canonical`` writes them).
 
     Args:
@@ -357,6 +372,9 @@ def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
             there by the resume rules (``continue_with``); ``None``: from the start.
         phase: where at ``from_step`` the run resumes (``"step_end"``, ``"epoch_end"``).
         files: names of the two for error messages.
+        keep, saved, present: the savers' policies, the records of their files at
+            ``from_step`` and which are there: the diff then lists the files each
+            schedule deletes.
 
     Raises:
         SpecError: either document is not a valid spec.
@@ -371,4 +389,5 @@ def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
         return ScheduleDiff(changes, firing_changes(fa, fb))
     rules = _rules(sa, sb)
     run = continue_with(sa, sb, shape, from_step=from_step, phase=phase, rules=rules)
-    return ScheduleDiff(changes, firing_changes(run.old, run.new), from_step, rules)
+    deleted = file_changes(run.old, run.new, keep or {}, saved or {}, present)
+    return ScheduleDiff(changes, firing_changes(run.old, run.new), from_step, rules, deleted)

@@ -14,16 +14,19 @@ of a ``MinSaver`` is taken as a new best.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 import attrs
 
-from schedtrain.retention import AnyOf, Best, Policy, Saved, retained
+from schedtrain.retention import AnyOf, Best, Policy, Saved, retained, saved_at
 from schedtrain.schedule.firings import Firing
 from schedtrain.time import Timestamp
 
 __all__ = ["SaveFiles", "SaverFiles", "best_slots", "planned_files"]
+
+#: Events at which no epoch is in progress (a save there ends the epoch before it).
+_BETWEEN = frozenset({"train_start", "epoch_end", "train_end"})
 
 
 @attrs.frozen
@@ -98,6 +101,8 @@ def planned_files(
     log: Iterable[Firing],
     keep: Mapping[str, Policy | SaverFiles | None],
     values: Callable[[Firing], Mapping[str, float]] | None = None,
+    *,
+    existing: Mapping[str, Sequence[Saved]] | None = None,
 ) -> list[SaveFiles]:
     """After each firing of a saver named in ``keep``, the files its folder holds.
 
@@ -107,9 +112,12 @@ def planned_files(
             all) or a ``SaverFiles``.
         values: the monitored metric values at a firing, for ``Best`` rules and for
             the best savers' comparisons (``None``: unknown).
+        existing: saver name -> the records of its files already there, oldest first
+            (a run resumed part-way: ``log`` holds the firings after that point).
     """
     savers = {n: k if isinstance(k, SaverFiles) else SaverFiles(keep=k) for n, k in keep.items()}
-    saved: dict[str, list[Saved]] = {name: [] for name in keep}
+    saved: dict[str, list[Saved]] = {name: list((existing or {}).get(name, ()))
+                                     for name in keep}
     fixed: dict[str, tuple[str, ...]] = dict.fromkeys(keep, ())  # best file, last.pt
     best: dict[str, float] = {}
     out: list[SaveFiles] = []
@@ -120,7 +128,9 @@ def planned_files(
         saver = savers[firing.callback]
         got = dict(values(firing)) if values is not None else {}
         name = saver.name(firing.step)
-        made = Saved(name, firing.timestamp, True, got)
+        # Between epochs (``epoch_end``, ``train_end`` after one) as a saver records it.
+        at = saved_at(firing.timestamp, between_epochs=firing.event in _BETWEEN)
+        made = Saved(name, at, True, got)
         new: Saved | None = made
         if saver.kind == "best":
             value = got.get(saver.monitor, math.nan)

@@ -24,6 +24,7 @@ from schedtrain.callbacks.base import (
     overrides,
     stops_alone,
 )
+from schedtrain.callbacks.saver import ModelSaver
 from schedtrain.checkpoints import Checkpoints, checkpoint_name
 from schedtrain.checkpoints.pacing import write_share
 from schedtrain.checkpoints.storage import open_storage
@@ -172,13 +173,17 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
-    run_state.change = ScheduleChange(canonical(bound), options.schedule_change,
-                                      functools.partial(_shape, options, ready.train_data))
+    run_state.change = ScheduleChange(
+        canonical(bound), options.schedule_change,
+        functools.partial(_shape, options, ready.train_data),
+        lambda: {n: cb.keep for n, cb in by_name.items() if isinstance(cb, ModelSaver)})
     storage = (open_storage(options.checkpoint_dir, options.storage_options)
                if options.checkpoint_dir is not None else None)
     checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage,
                               mode=options.checkpoint_mode, busy=options.checkpoint_busy)
     checkpoints.on_background_done = guard.wake
+    run_state.change.present = functools.partial(_present, checkpoints, by_name,
+                                                 options.run_dir)
     checkpoints.writer.staging.mode = options.checkpoint_staging
     checkpoints.writer.share = write_share(options.checkpoint_write_share,
                                           options.device.type)
@@ -240,3 +245,15 @@ def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],
     return Agreement(clock=clock, guard=guard, on_preempt=on_preempt, comm=comm, table=table,
                      losses=losses, max_steps=max_steps, alone=alone, hooks_alone=hooks_alone,
                      reduce_ops=reduce)
+
+
+def _present(checkpoints: Checkpoints, callbacks: Mapping[str, Callback],
+             run_dir: Path | None, name: str, names: list[str]) -> set[str]:
+    """Which of saver ``name``'s files are there now (in its folder, wherever that is)."""
+    cb = callbacks[name]
+    folder = getattr(cb, "folder", None)
+    where = Path(folder) if folder is not None else (
+        run_dir / "checkpoints" if run_dir is not None else None)
+    if where is None:
+        return set(names)
+    return {p.name for p in checkpoints.mount.exists([where / n for n in names])}

@@ -12,7 +12,8 @@ The checkpoint's keys (documented in docs/checkpoints.md)::
     run           everything else a resumed run needs (``RunState.capture``): clock, trigger
                   table, callbacks, metrics, losses, random generators, data position, the
                   epoch in progress, events.jsonl's length, why the run stopped (or None),
-                  the checkpoints this run wrote, the run's schedule as canonical TOML
+                  the checkpoints this run wrote (``written``) and each one's size and
+                  digest (``owned``), the run's schedule as canonical TOML
                   (``schedule``; ``None``: a trigger without a TOML form)
     checksum      {"algorithm": "blake2b-256", "digest": ...} of all the above
 
@@ -117,6 +118,9 @@ class RunState:
                                     "triggers": kept(run["table"].get("triggers", {}))})
         for name, cb_state in kept(run["callbacks"]).items():
             self.callbacks[name].load_state_dict(cb_state)
+        if self.change.carried is not None:  # a reset saver still knows its files
+            for name in self.change.carried.reset:
+                self.callbacks[name].load_records(run["callbacks"][name])
         set_rng_state(rng)
         self.data.load_state_dict(data)
         self.losses.load_state_dict(run["losses"])

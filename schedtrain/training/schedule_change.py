@@ -19,6 +19,8 @@ import attrs
 
 from schedtrain.errors import SpecError, describe, one_line, shorten, summarized
 from schedtrain.planning.changes import Carry, ScheduleDiff, carry, diff_texts
+from schedtrain.planning.deletions import Present, saved_records
+from schedtrain.retention import Policy
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import loads_spec
 
@@ -73,6 +75,10 @@ class ScheduleChange:
     text: str | None
     rule: str = "refuse"
     shape: Callable[[], RunShape | None] = lambda: None
+    #: this run's savers whose files a diff follows: name -> its ``keep``
+    savers: Callable[[], Mapping[str, Policy | None]] = dict
+    #: which of a saver's files are there now (``None``: as its ``keep`` left them)
+    present: Present | None = None
     #: the rules applied at the last resume (``None``: the schedule did not change)
     carried: Carry | None = None
     #: the ``schedule_change`` line for ``events.jsonl``, until it is written
@@ -102,7 +108,7 @@ class ScheduleChange:
         step = int(run["clock"]["now"]["step"])
         # Taken inside an epoch: after a step_end; otherwise after the epoch's end.
         phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
-        diff = self._diff(saved, step, phase)
+        diff = self._diff(saved, step, phase, run.get("callbacks"))
         rules = carry(saved, self.text)
         if self.rule != "apply":
             raise ScheduleChanged(_refusal(shown, step, diff, rules), diff)
@@ -114,14 +120,17 @@ class ScheduleChange:
                           "(schedule_change = \"apply\")")
         self.notes += summarized(self.carried.lines(), more="more callbacks")
 
-    def _diff(self, saved: str, step: int, phase: str) -> ScheduleDiff:
+    def _diff(self, saved: str, step: int, phase: str, states: object) -> ScheduleDiff:
         assert self.text is not None
         try:
             shape = self.shape()
         except ValueError:
             shape = None
+        keep = self.savers()
         return diff_texts(saved, self.text, shape=shape, from_step=step, phase=phase,
-                          files=("checkpoint's schedule", "this run's schedule"))
+                          files=("checkpoint's schedule", "this run's schedule"),
+                          keep=keep, saved=saved_records(states, keep),
+                          present=self.present)
 
     def kept(self, states: Mapping[str, Any]) -> dict[str, Any]:
         """Of saved per-callback ``states``, those the resume keeps (all, when the
