@@ -16,6 +16,7 @@ from typing import Any, Final
 import torch
 
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
+from schedtrain.errors import Error
 
 __all__ = ["FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
            "file_digests", "is_finite"]
@@ -27,7 +28,7 @@ _PLAIN: Final = (type(None), bool, int, float, complex, str, bytes, torch.dtype,
                  torch.Tensor, torch.Size)
 
 
-class CheckpointError(Exception):
+class CheckpointError(Error):
     """A checkpoint that cannot be written or used; ``path`` and ``reason`` say which and why."""
 
     def __init__(self, path: Path | str, reason: str) -> None:

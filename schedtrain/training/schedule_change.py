@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import attrs
 
+from schedtrain.errors import Error
 from schedtrain.planning.changes import Carry, ScheduleDiff, carry, diff_texts
 from schedtrain.simulation.simclock import RunShape
 
@@ -26,7 +27,7 @@ __all__ = ["RULES", "ScheduleChange", "ScheduleChanged"]
 RULES: Final = ("refuse", "apply")
 
 
-class ScheduleChanged(ValueError):
+class ScheduleChanged(Error, ValueError):
     """A resume refused: the checkpoint was saved with another schedule."""
 
     def __init__(self, message: str, diff: ScheduleDiff) -> None:
