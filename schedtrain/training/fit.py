@@ -36,7 +36,7 @@ from schedtrain.errors import (
     locate_failure,
 )
 from schedtrain.spec.deadlines import SLURM_END, deadline_ns, resolve_deadline, signals_of
-from schedtrain.training.options import Options
+from schedtrain.spec.run import RunConfig
 from schedtrain.training.parts import Parts
 from schedtrain.training.preempt import handle_signals
 from schedtrain.training.run_dir import RunDirectory
@@ -67,12 +67,12 @@ class Lifecycle:
 
     Args:
         parts: the run's parts.
-        options: its checked options.
+        config: its checked options.
         trainer: what callbacks' ``setup`` receives.
     """
 
-    def __init__(self, parts: Parts, options: Options, trainer: Any) -> None:
-        self.parts, self.options, self.trainer = parts, options, trainer
+    def __init__(self, parts: Parts, config: RunConfig, trainer: Any) -> None:
+        self.parts, self.config, self.trainer = parts, config, trainer
         self.stage = Stage.NEW
         #: the event the loaded checkpoint was taken after, until fit continues it
         self.checkpoint_phase: str | None = None
@@ -147,22 +147,22 @@ class Lifecycle:
         it holds checkpoints."""
         checkpoints, fresh = self.parts.checkpoints, self.stage is Stage.NEW
         try:
-            if fresh and self.options.overwrite:
+            if fresh and self.config.overwrite:
                 checkpoints.mount.clear()
-            checkpoints.mount.open(fresh=fresh and not self.options.overwrite)
+            checkpoints.mount.open(fresh=fresh and not self.config.overwrite)
         except RunDirError:
             directory.release()
             raise
 
     def _open_own_directory(self) -> None:
-        directory, options = self.parts.directory, self.options
+        directory, config = self.parts.directory, self.config
         if self.stage in (Stage.NEW, Stage.RESUMED, Stage.STARTING_OVER):
             resumed = self.stage is Stage.RESUMED
             if directory is not None:
                 directory.open_for_run(
-                    fresh=self.stage is Stage.NEW, overwrite=options.overwrite,
+                    fresh=self.stage is Stage.NEW, overwrite=config.overwrite,
                     ends_at=None if self.stage is Stage.NEW else (
-                        options.max_epochs, options.max_steps),
+                        config.max_epochs, config.max_steps),
                     resumed_step=self.checkpoint_step, on_ended=self._complete_log,
                     starting_over=self.stage is Stage.STARTING_OVER)
                 self._open_storage(directory)
@@ -210,7 +210,7 @@ class Lifecycle:
         """The run's deadline on the clock's time axis, worked out on the chief (so every
         rank counts down to the same point; one broadcast, only when a deadline is known
         somewhere) from ``[run] deadline`` and the scheduler's job end."""
-        parts, opts = self.parts, self.options
+        parts, opts = self.parts, self.config
         comm = parts.comm
         if comm is not None and not comm.is_chief:
             deadline = None
@@ -253,8 +253,8 @@ class Lifecycle:
         phase, self.checkpoint_phase = self.checkpoint_phase, None
         ended = self._ended_at(phase)
         outcome = "stopped" if ended and parts.run_state.stopped is not None else "finished"
-        signals = (handle_signals(parts.guard, signals_of(self.options.preempt_signals))
-                   if self.options.handle_signals
+        signals = (handle_signals(parts.guard, signals_of(self.config.preempt_signals))
+                   if self.config.handle_signals
                    else contextlib.nullcontext())
         try:
             with signals:
@@ -293,7 +293,7 @@ class Lifecycle:
         uninterrupted run did not have. The random generators are restored after it, so
         training draws what it would have drawn without it.
         """
-        parts, batches = self.parts, self.options.sanity_eval_batches
+        parts, batches = self.parts, self.config.sanity_eval_batches
         if not resumed and batches:
             with preserved_rng():
                 parts.dispatch.fire("sanity_eval", {"sanity_eval_batches": batches})
@@ -325,7 +325,7 @@ class Lifecycle:
         if stopped is not None:
             self.stopped_early, self.stop_reason = True, stopped
             return True
-        return phase == "train_end" and self.options.ended(parts.clock.step,
+        return phase == "train_end" and self.config.ended(parts.clock.step,
                                                            parts.clock.epoch)
 
     def _setup(self) -> None:
@@ -343,7 +343,7 @@ class Lifecycle:
         """With ``export``: the weights training ended with, as
         ``RUN_DIR/export/final.safetensors`` (before ``after_train`` hooks such as
         ``load_best_at_end`` change them)."""
-        run_dir = self.options.run_dir
+        run_dir = self.config.run_path
         if run_dir is not None:
             self.parts.checkpoints.export_model(run_dir / "export" / "final.safetensors")
 

@@ -17,6 +17,7 @@ The loop is the one-process loop: where ranks of a run on several processes must
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -28,11 +29,12 @@ from schedtrain.callbacks.payloads import StepOutputs
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.spec.run import RunConfig
 from schedtrain.training.batch_events import BatchEvents
 from schedtrain.training.data_position import DataPosition
+from schedtrain.training.device import autocast
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
-from schedtrain.training.options import Options
 from schedtrain.training.preempt import Guard
 from schedtrain.training.steps import PlainStep, Step, make_step
 
@@ -87,11 +89,11 @@ class Loop:
     @classmethod
     def build(cls, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loss_fn: Callable[[Any, Any], torch.Tensor] | None, step_fn: Any,
-              options: Options, device: torch.device, scaler: Any,
+              config: RunConfig, device: torch.device, scaler: Any,
               variable_accum: bool = False, **parts: Any) -> Loop:
         """The loop for a run, with the step strategy its options and hooks need.
 
-        ``options`` gives accumulation, clipping and precision; ``parts`` are the other
+        ``config`` gives accumulation, clipping and precision; ``parts`` are the other
         arguments of ``Loop`` (the clock, the table, the dispatcher...). ``PlainStep``
         serves when nothing but the loss is computed on the CPU in fp32 and
         ``grad_accum`` stays 1 (``variable_accum``: a callback changes it between
@@ -105,9 +107,10 @@ class Loop:
         # Per micro-batch: a hook overridden, or a trigger naming batch_start/batch_end.
         per_batch = (any(hooks[h] for h in BATCH_HOOKS) or table.needs_batch_start
                      or table.needs_batch_end)
-        grad_accum, grad_clip = options.grad_accum, options.grad_clip
-        autocast = options.autocast if options.precision != "fp32" else None
-        plain = (grad_accum == 1 and scaler is None and autocast is None and grad_clip is None
+        grad_accum, grad_clip, precision = config.grad_accum, config.grad_clip, config.precision
+        in_autocast = (None if precision == "fp32"
+                       else functools.partial(autocast, precision, device))
+        plain = (grad_accum == 1 and scaler is None and in_autocast is None and grad_clip is None
                  and device.type == "cpu" and not per_step and not per_batch
                  and step_fn is None and not variable_accum)
 
@@ -120,7 +123,7 @@ class Loop:
                          **({} if plain else {
                              "accum": grad_accum, "scaler": scaler, "clip": grad_clip,
                              "device": device if device.type != "cpu" else None,
-                             "autocast": autocast,
+                             "autocast": in_autocast,
                              "batch_events": (BatchEvents(
                                  clock, dispatch, fire_start=table.needs_batch_start,
                                  fire_end=table.needs_batch_end) if per_batch else None),

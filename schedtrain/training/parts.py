@@ -1,6 +1,6 @@
 """A run's parts, built by one function into one record.
 
-``build_parts`` makes every part of a run from its checked ``Options`` and what the user
+``build_parts`` makes every part of a run from its checked ``RunConfig`` and what the user
 gave (model, data, callbacks, schedule): the device and process group, the compiled
 table, the metric store and its sinks, the checkpoint owner, the agreement between
 ranks, the dispatcher and the loop. ``Trainer`` is the public face over this record and
@@ -39,19 +39,20 @@ from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.metrics import TRAINER_METRICS
+from schedtrain.spec.run import RunConfig
 from schedtrain.training.binding import bind, check_order
 from schedtrain.training.data_position import DataPosition
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
-from schedtrain.training.options import Options, StepFn
 from schedtrain.training.preempt import Guard
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.run_state import RunState
 from schedtrain.training.schedule_change import ScheduleChange
+from schedtrain.training.steps import StepFn
 from schedtrain.triggers.protocol import Predicate
 
-__all__ = ["Parts", "build_parts", "epoch_length", "make_agreement", "publish_loss"]
+__all__ = ["Parts", "StepFn", "build_parts", "epoch_length", "make_agreement", "publish_loss"]
 
 
 @attrs.define(eq=False)
@@ -115,27 +116,28 @@ def epoch_length(train_data: Iterable[Any], grad_accum: int) -> int | None:
     return -(-n // grad_accum)
 
 
-def _shape(options: Options, train_data: Iterable[Any]) -> RunShape | None:
+def _shape(config: RunConfig, train_data: Iterable[Any]) -> RunShape | None:
     """The run's shape as a simulation sees it (``None``: epochs of unknown length)."""
-    per_epoch = epoch_length(train_data, options.grad_accum)
+    per_epoch = epoch_length(train_data, config.grad_accum)
     if per_epoch is None:
         return None
-    epochs = options.max_epochs or -(-(options.max_steps or 0) // per_epoch)
+    epochs = config.max_epochs or -(-(config.max_steps or 0) // per_epoch)
     return RunShape.build(epochs=epochs, steps_per_epoch=per_epoch,
-                          max_steps=options.max_steps)
+                          max_steps=config.max_steps)
 
 
-def build_parts(options: Options, *, model: torch.nn.Module,
+def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Module,
                 optimizer: torch.optim.Optimizer, train_data: Iterable[Any],
                 val_data: Iterable[Any] | None, loss_fn: Callable[[Any, Any], torch.Tensor] | None,
                 step_fn: StepFn | None, callbacks: Iterable[Any] | Schedule | None,
                 schedule: Schedule | None, bindings: Mapping[str, Any] | None,
                 sinks: Iterable[Sink], predicates: Mapping[str, Predicate] | None,
                 clock: LoopClock | None) -> Parts:
-    """The parts of a run, wired together (several processes: the group set up)."""
+    """The parts of a run on ``device`` (``config.device`` resolved), wired together
+    (several processes: the group set up)."""
     ready = prepare(model=model, optimizer=optimizer, train_data=train_data,
-                    val_data=val_data, device=options.device, strategy=options.strategy,
-                    shard_data=options.shard_data, seed=options.seed)
+                    val_data=val_data, device=device, strategy=config.strategy,
+                    shard_data=config.shard_data, seed=config.seed)
     comm, device = ready.comm, ready.device
     clock = clock if clock is not None else LoopClock()
     # An empty mapping, not None: at run time conditions are decided, never "unknown".
@@ -144,13 +146,13 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     check_order(bound, cbs)
     produced = set(TRAINER_METRICS).union(*(cb.produces for cb in cbs))
     table = bound.compile(predicates=known, produced_metrics=produced)
-    _warn_sanity(options.sanity_eval_batches, table)
+    _warn_sanity(config.sanity_eval_batches, table)
     by_name = dict(zip(bound.names, cbs, strict=True))
     chief = comm is None or comm.is_chief
     # The chief alone writes the run directory and the logs.
-    directory = (RunDirectory(options.run_dir) if options.run_dir is not None and chief
-                 else None)
-    events = JsonlWriter(directory.events) if directory and options.log_events else None
+    run_dir = config.run_path
+    directory = RunDirectory(run_dir) if run_dir is not None and chief else None
+    events = JsonlWriter(directory.events) if directory and config.log_events else None
     metrics = MetricStore(clock.now, [w for w in (events,) if w]
                           + (list(sinks) if chief else []))
     losses, position, guard = LossKeeper(), DataPosition(ready.train_data), Guard()
@@ -158,42 +160,41 @@ def build_parts(options: Options, *, model: torch.nn.Module,
         losses.reduce, losses.reduce_number = comm.mean_tensor, comm.mean_number
     losses.watch = any(getattr(cb, "watches_loss", False) for cb in cbs)
     scaler = (torch.amp.GradScaler(device.type)
-              if options.precision == "fp16" else None)
+              if config.precision == "fp16" else None)
     parts: Parts  # the callables below reach the record once it is made
     publish = functools.partial(publish_loss, losses, metrics, clock)
     run_state = RunState(
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch_open=lambda: parts.loop.epoch_open, events=events)
-    run_state.change = ScheduleChange(canonical(bound), options.schedule_change,
-                                      functools.partial(_shape, options, ready.train_data))
-    storage = (open_storage(options.checkpoint_dir, options.storage_options)
-               if options.checkpoint_dir is not None else None)
-    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage,
-                              mode=options.checkpoint_mode, busy=options.checkpoint_busy)
+    run_state.change = ScheduleChange(canonical(bound), config.schedule_change,
+                                      functools.partial(_shape, config, ready.train_data))
+    storage = (open_storage(config.checkpoint_dir, config.storage_options)
+               if config.checkpoint_dir is not None else None)
+    checkpoints = Checkpoints(run_state, run_dir=run_dir, comm=comm, storage=storage,
+                              mode=config.checkpoint_mode, busy=config.checkpoint_busy)
     checkpoints.on_background_done = guard.wake
-    checkpoints.writer.staging.mode = options.checkpoint_staging
-    checkpoints.writer.share = write_share(options.checkpoint_write_share,
-                                          options.device.type)
-    checkpoints.export = options.export
+    checkpoints.writer.staging.mode = config.checkpoint_staging
+    checkpoints.writer.share = write_share(config.checkpoint_write_share, device.type)
+    checkpoints.export = config.export
     if directory is not None:
         record = directory.checkpoint_written
         checkpoints.on_written = lambda path, *at: record(checkpoints.mount.shown(path), *at)
-    agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
+    agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
                                guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
-                               table=table, losses=losses, max_steps=options.max_steps)
+                               table=table, losses=losses, max_steps=config.max_steps)
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
         gates={e.default_name(): e.gate for e in bound.entries}, metrics=metrics,
         trigger_epoch={e.default_name(): e.trigger_epoch for e in bound.entries},
-        before_firing=publish, keep_firings=options.keep_firings)
+        before_firing=publish, keep_firings=config.keep_firings)
     loop = Loop.build(
         model=ready.train_model, optimizer=ready.optimizer, loss_fn=loss_fn, step_fn=step_fn,
-        options=options, device=device, scaler=scaler,
+        config=config, device=device, scaler=scaler,
         variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in cbs),
         clock=clock, table=table, dispatch=dispatch, losses=losses, position=position,
-        guard=guard, max_epochs=options.max_epochs, max_steps=options.max_steps,
-        steps_in_epoch=epoch_length(ready.train_data, options.grad_accum),
+        guard=guard, max_epochs=config.max_epochs, max_steps=config.max_steps,
+        steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
         publish_loss=publish, agreement=agreement)
     parts = Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
                   ready.train_data, ready.val_data, scaler, clock, bound, cbs, table, known,

@@ -26,7 +26,10 @@ from schedtrain.callbacks.payloads import BatchInfo
 from schedtrain.training.batch_events import BatchEvents
 from schedtrain.training.batches import count_batch, to_device
 
-__all__ = ["PlainStep", "Step", "StepResult", "make_step"]
+__all__ = ["PlainStep", "Step", "StepFn", "StepResult", "make_step"]
+
+#: ``step_fn(model, batch)``: the loss, or a mapping with a ``"loss"`` entry.
+StepFn = Callable[[torch.nn.Module, Any], "torch.Tensor | Mapping[str, Any]"]
 
 StepResult = tuple[torch.Tensor, Any, int, int, int]
 _PLAIN_SEQ: Final = (tuple, list)
