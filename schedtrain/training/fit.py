@@ -107,8 +107,8 @@ class Lifecycle:
                 warnings.warn(note, ScheduleWarning, stacklevel=3)
         change.notes.clear()
         self.checkpoint_step = int(state["step"])
-        loop = self.parts.loop
-        loop.resume_inside_epoch = loop.epoch_open = bool(state["run"]["epoch_open"])
+        flag = self.parts.epoch
+        flag.resume_inside = flag.open = bool(state["run"]["epoch_open"])
         self.checkpoint_phase = state["phase"]
         if self.stage in (Stage.NEW, Stage.STARTING_OVER):
             self.stage = Stage.RESUMED

@@ -31,7 +31,7 @@ from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.batch_events import BatchEvents
-from schedtrain.training.data_position import DataPosition
+from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.device import autocast
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
@@ -68,6 +68,7 @@ class Loop:
         position: DataPosition,
         step: PlainStep | Step,
         guard: Guard,
+        epoch: EpochFlag,
         max_epochs: int | None,
         max_steps: int | None,
         steps_in_epoch: int | None,
@@ -82,9 +83,8 @@ class Loop:
         self.steps_in_epoch, self.exact = steps_in_epoch, exact
         self._publish_loss, self.agreement = publish_loss, agreement
         agreement.exact = exact
-        #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
-        self.epoch_open = False
-        self.resume_inside_epoch = False
+        #: whether an epoch is open (shared with the run's state, which checkpoints it)
+        self.epoch = epoch
 
     @classmethod
     def build(cls, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -135,12 +135,12 @@ class Loop:
     # -- epochs --------------------------------------------------------------------------------
     def run(self) -> None:
         """Epochs until ``max_epochs``/``max_steps`` (exceptions end it early)."""
-        clock, dispatch = self.clock, self.dispatch
+        clock, dispatch, flag = self.clock, self.dispatch, self.epoch
         # A run resumed inside an epoch finishes it, even at max_steps: the checkpoint
         # may be of the epoch's last step, taken before its epoch_end.
-        while self.resume_inside_epoch or (clock.epoch < self.max_epochs
-                                           and clock.step < self.max_steps):
-            inside, self.resume_inside_epoch = self.resume_inside_epoch, False
+        while flag.resume_inside or (clock.epoch < self.max_epochs
+                                     and clock.step < self.max_steps):
+            inside, flag.resume_inside = flag.resume_inside, False
             if not inside:
                 clock.start_epoch()  # before the hooks: they see step_in_epoch == 0
             dispatch.run_hooks("_before_epoch", clock.now())
@@ -148,7 +148,7 @@ class Loop:
                 clock.in_epoch = True  # resumed inside it: no start_epoch, the epoch is open
                 it = self.position.resume_epoch(clock.step_in_epoch * self._accum, clock.epoch)
             else:
-                self.epoch_open = True
+                flag.open = True
                 dispatch.fire("epoch_start")
                 it = self.position.start_epoch(clock.epoch)
             # At max_steps already (resumed there): the epoch ends as the uninterrupted run
@@ -157,7 +157,7 @@ class Loop:
             if not ends:
                 return  # max_steps reached mid-epoch: no epoch_end for a partial epoch
             clock.end_epoch()
-            self.epoch_open = False
+            flag.open = False
             now = clock.now()
             self._publish_loss()  # the epoch's own train/loss, for its hooks and triggers
             dispatch.run_hooks("_after_epoch", now)

@@ -25,7 +25,6 @@ from schedtrain.callbacks.base import (
     stops_alone,
 )
 from schedtrain.checkpoints import Checkpoints, checkpoint_name
-from schedtrain.checkpoints.pacing import write_share
 from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
@@ -41,7 +40,7 @@ from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.metrics import TRAINER_METRICS
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.binding import bind, check_order
-from schedtrain.training.data_position import DataPosition
+from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
@@ -80,6 +79,7 @@ class Parts:
     losses: LossKeeper
     position: DataPosition
     guard: Guard
+    epoch: EpochFlag
     run_state: RunState
     checkpoints: Checkpoints
     agreement: Alone
@@ -156,6 +156,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     metrics = MetricStore(clock.now, [w for w in (events,) if w]
                           + (list(sinks) if chief else []))
     losses, position, guard = LossKeeper(), DataPosition(ready.train_data), Guard()
+    epoch = EpochFlag()
     if comm is not None:
         losses.reduce, losses.reduce_number = comm.mean_tensor, comm.mean_number
     losses.watch = any(getattr(cb, "watches_loss", False) for cb in cbs)
@@ -166,20 +167,15 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     run_state = RunState(
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
-        epoch_open=lambda: parts.loop.epoch_open, events=events)
+        epoch=epoch, events=events)
     run_state.change = ScheduleChange(canonical(bound), config.schedule_change,
                                       functools.partial(_shape, config, ready.train_data))
     storage = (open_storage(config.checkpoint_dir, config.storage_options)
                if config.checkpoint_dir is not None else None)
-    checkpoints = Checkpoints(run_state, run_dir=run_dir, comm=comm, storage=storage,
-                              mode=config.checkpoint_mode, busy=config.checkpoint_busy)
-    checkpoints.on_background_done = guard.wake
-    checkpoints.writer.staging.mode = config.checkpoint_staging
-    checkpoints.writer.share = write_share(config.checkpoint_write_share, device.type)
-    checkpoints.export = config.export
-    if directory is not None:
-        record = directory.checkpoint_written
-        checkpoints.on_written = lambda path, *at: record(checkpoints.mount.shown(path), *at)
+    checkpoints = Checkpoints(
+        run_state, config, device_type=device.type, comm=comm, storage=storage,
+        on_background_done=guard.wake,
+        on_written=directory.checkpoint_written if directory is not None else None)
     agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
                                guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
                                table=table, losses=losses, max_steps=config.max_steps)
@@ -193,13 +189,13 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         config=config, device=device, scaler=scaler,
         variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in cbs),
         clock=clock, table=table, dispatch=dispatch, losses=losses, position=position,
-        guard=guard, max_epochs=config.max_epochs, max_steps=config.max_steps,
+        guard=guard, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
         steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
         publish_loss=publish, agreement=agreement)
     parts = Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
                   ready.train_data, ready.val_data, scaler, clock, bound, cbs, table, known,
-                  directory, events, metrics, losses, position, guard, run_state, checkpoints,
-                  agreement, dispatch, loop)
+                  directory, events, metrics, losses, position, guard, epoch, run_state,
+                  checkpoints, agreement, dispatch, loop)
     return parts
 
 
