@@ -19,6 +19,7 @@ import structlog
 from schedtrain.checkpoints.background import Writer, checked, nonfinite
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
+from schedtrain.checkpoints.files import checkpoint_name
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.pacing import write_share
@@ -100,6 +101,15 @@ class Checkpoints:
         self.on_written = on_written
         #: formats the model's weights are also exported in (``export.EXPORT_FORMATS``)
         self.export: tuple[str, ...] = config.export
+
+    def write_preempt(self, step: int) -> Path | str | None:
+        """The preemption's checkpoint of ``step``, committed before this returns: its
+        path, or its URL in object storage (``None`` without a run directory)."""
+        if self.run_dir is None:
+            return None
+        path = self.write(self.run_dir / "checkpoints" / checkpoint_name(step), "preempt")
+        self.wait()  # committed before the process exits
+        return path if self.mount.stored(path) is None else self.mount.shown(path)
 
     def _background_done(self) -> None:
         if self.on_background_done is not None:

@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from schedtrain.checkpoints.rng import preserved_rng
+from schedtrain.distributed.agreement import PreemptRequested
 from schedtrain.distributed.comm import reraise_on_all
 from schedtrain.errors import (
     Preempted,
@@ -269,7 +270,10 @@ class Lifecycle:
                 if phase == "stopped":
                     raise StopTraining("the run had stopped when its checkpoint was taken")
                 if not ended:
-                    parts.loop.run()
+                    try:
+                        parts.loop.run()
+                    except PreemptRequested as request:
+                        self._preempt(request.signal)
         except StopTraining as exc:
             outcome = self._stopped(exc)
         except Preempted:
@@ -283,6 +287,13 @@ class Lifecycle:
             self._failed(exc)
             raise
         self._finish(outcome, None, fire_end=not ended)
+
+    def _preempt(self, signal_name: str) -> None:
+        """Fire ``preempt``, checkpoint (with a run directory) and raise ``Preempted``."""
+        parts = self.parts
+        parts.dispatch.fire("preempt")
+        written = parts.checkpoints.write_preempt(parts.clock.step)
+        raise Preempted(signal_name, parts.clock.step, written)
 
     def _start_train(self, resumed: bool) -> None:
         """Start training's clock; a fresh run first fires ``sanity_eval`` (with

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -24,13 +23,13 @@ from schedtrain.callbacks.base import (
     overrides,
     stops_alone,
 )
-from schedtrain.checkpoints import Checkpoints, checkpoint_name
+from schedtrain.checkpoints import Checkpoints
 from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
 from schedtrain.distributed.setup import prepare
-from schedtrain.errors import Preempted, ScheduleWarning
+from schedtrain.errors import ScheduleWarning
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.planning.changes import canonical
@@ -85,20 +84,6 @@ class Parts:
     agreement: Alone
     dispatch: Dispatcher
     loop: Loop
-
-    def preempt(self, signal_name: str) -> None:
-        """Fire ``preempt``, checkpoint (with a run directory) and raise ``Preempted``."""
-        self.dispatch.fire("preempt")
-        written: Path | str | None = None
-        checkpoints = self.checkpoints
-        if checkpoints.run_dir is not None:
-            path = checkpoints.write(
-                checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
-                "preempt")
-            checkpoints.wait()  # committed before the process exits
-            mount = checkpoints.mount
-            written = path if mount.stored(path) is None else mount.shown(path)
-        raise Preempted(signal_name, self.clock.step, written)
 
 
 def publish_loss(losses: LossKeeper, metrics: MetricStore, clock: LoopClock) -> None:
@@ -162,7 +147,6 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     losses.watch = any(getattr(cb, "watches_loss", False) for cb in cbs)
     scaler = (torch.amp.GradScaler(device.type)
               if config.precision == "fp16" else None)
-    parts: Parts  # the callables below reach the record once it is made
     publish = functools.partial(publish_loss, losses, metrics, clock)
     run_state = RunState(
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
@@ -177,8 +161,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         on_background_done=guard.wake,
         on_written=directory.checkpoint_written if directory is not None else None)
     agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
-                               guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
-                               table=table, losses=losses, max_steps=config.max_steps)
+                               guard=guard, table=table, losses=losses, max_steps=config.max_steps)
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
         gates={e.default_name(): e.gate for e in bound.entries}, metrics=metrics,
@@ -192,11 +175,10 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         guard=guard, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
         steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
         publish_loss=publish, agreement=agreement)
-    parts = Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
+    return Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
                   ready.train_data, ready.val_data, scaler, clock, bound, cbs, table, known,
                   directory, events, metrics, losses, position, guard, epoch, run_state,
                   checkpoints, agreement, dispatch, loop)
-    return parts
 
 
 def _warn_sanity(batches: int, table: TriggerTable) -> None:
@@ -216,17 +198,17 @@ def _warn_sanity(batches: int, table: TriggerTable) -> None:
 
 def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],
                    reduce: Mapping[str, str], clock: LoopClock, guard: Guard,
-                   on_preempt: Callable[[str], None], table: TriggerTable,
+                   table: TriggerTable,
                    losses: LossKeeper, max_steps: int | None) -> Alone:
     """What the loop and the dispatcher settle with other ranks (``Alone`` without any)."""
     if comm is None:
-        return Alone(clock=clock, guard=guard, on_preempt=on_preempt)
+        return Alone(clock=clock, guard=guard)
     # A stop flag is agreed after an event only where a callback that may stop alone ran
     # (or could have asked outside its trigger): decided from the classes, the same on
     # every rank.
     alone = {n: stops_alone(cb) for n, cb in callbacks.items()}
     hooks_alone = any(alone[n] and any(overrides(cb, h) for h in STOP_PLACES_BEYOND_TRIGGER)
                       for n, cb in callbacks.items())
-    return Agreement(clock=clock, guard=guard, on_preempt=on_preempt, comm=comm, table=table,
+    return Agreement(clock=clock, guard=guard, comm=comm, table=table,
                      losses=losses, max_steps=max_steps, alone=alone, hooks_alone=hooks_alone,
                      reduce_ops=reduce)
