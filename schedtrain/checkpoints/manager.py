@@ -339,9 +339,10 @@ class Checkpoints:
         state = self.mount.read(checkpoint)
         return export_weights(state["model"], path, step=state["step"], epoch=state["epoch"])
 
-    def read(self, path: Path) -> dict[str, Any]:
+    def read(self, path: Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
         """Load ``path`` (checked) and put the run back as it was; returns the checkpoint
-        (its ``phase``, ``step``, ``run``...).
+        (its ``phase``, ``step``, ``run``...). ``state``: ``path`` already read and checked
+        (``Mount.newest_to_resume``), not read again.
 
         Raises:
             CheckpointError: a missing, corrupt or foreign file.
@@ -351,7 +352,8 @@ class Checkpoints:
         self.wait()
         parts = self.parts
         # On the host: tensors are copied into the model's and optimizer's own devices.
-        state = self.mount.read(path)
+        if state is None:
+            state = self.mount.read(path)
         run = state["run"]
         parts.check(path, run)
         rng, data = self._own_part(path, run)

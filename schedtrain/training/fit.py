@@ -87,8 +87,29 @@ class Lifecycle:
         self.stop_place: str | None = None
 
     # -- before fit ----------------------------------------------------------------------------
-    def resume(self, path: Path) -> None:
+    def resume_newest(self) -> Path | str | None:
+        """``--resume auto``: restore the newest valid checkpoint of
+        ``RUN_DIR/checkpoints`` (where ``checkpoint_dir`` really keeps it; each one passed
+        over is logged), read once; without one, start over. Returns the checkpoint's
+        path or URL (``None``: started over)."""
+        run_dir, checkpoints = self.config.run_path, self.parts.checkpoints
+        if run_dir is None:
+            raise ValueError("resume('auto') looks in RUN_DIR/checkpoints: give "
+                             "Trainer(run_dir=...)")
+        shown = checkpoints.mount.shown
+        found = checkpoints.mount.newest_to_resume(
+            run_dir / "checkpoints",
+            lambda p, why: _log.warning("checkpoint_skipped", checkpoint=shown(p), reason=why))
+        if found is None:
+            self.start_over()
+            return None
+        self.resume(*found)
+        path = found[0]
+        return path if checkpoints.mount.stored(path) is None else shown(path)
+
+    def resume(self, path: Path, state: dict[str, Any] | None = None) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
+        ``state``: its content, already read and checked.
 
         The run directory is locked first: a directory another process uses is refused
         (``RunDirError``) before anything is read or changed.
@@ -97,7 +118,7 @@ class Lifecycle:
         if directory is not None:
             directory.acquire()
         try:
-            state = self.parts.checkpoints.read(path)
+            state = self.parts.checkpoints.read(path, state)
         except ValueError:  # another schedule or callbacks: the directory stays as it was
             if directory is not None:
                 directory.release()

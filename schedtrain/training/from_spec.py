@@ -50,10 +50,6 @@ __all__ = [
 _log = structlog.get_logger("schedtrain.training")
 
 
-def _skipped(shown: str, reason: str) -> None:
-    _log.warning("checkpoint_skipped", checkpoint=shown, reason=reason)
-
-
 @attrs.define
 class Task:
     """What a task factory returns: the model, its optimizer, data and loss.
@@ -358,18 +354,14 @@ def _newest(spec: Spec, out: Path) -> tuple[str, str | None]:
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
     if resume == "auto":
-        shown = trainer.checkpoints.mount.shown
-        found = trainer.checkpoints.mount.newest_to_resume(
-            out_dir / "checkpoints", lambda p, why: _skipped(shown(p), why))
+        found = trainer.resume("auto")
         if found is not None:
-            trainer.resume(found)
             config = trainer.config
             ended = trainer.rank == 0 and RunDirectory(out_dir).ended(
                 config.max_epochs, config.max_steps, trainer.clock.step)  # fit says so
             if trainer.rank == 0 and not ended:
-                _log.warning("resumed", checkpoint=shown(found), step=trainer.clock.step)
-        else:
-            trainer.start_over()  # nothing valid to resume from: the run starts again
+                _log.warning("resumed", checkpoint=str(found), step=trainer.clock.step)
+        else:  # nothing valid to resume from: the run started again
             status = RunDirectory(out_dir).status() if trainer.rank == 0 else None
             if status is not None and status.get("status") not in ("finished", "stopped"):
                 _log.warning("starting_over", run_dir=str(out_dir), step=0,

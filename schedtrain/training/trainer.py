@@ -322,9 +322,19 @@ class Trainer:
         at ``path`` (on the chief; ``None`` when nothing is written here)."""
         return self.checkpoints.export_checkpoint(Path(checkpoint), Path(path))
 
-    def resume(self, path: str | Path) -> None:
-        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
+    def resume(self, path: str | Path) -> Path | str | None:
+        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
+
+        ``"auto"`` picks as ``schedtrain train --resume auto`` does: the newest checkpoint
+        of ``RUN_DIR/checkpoints`` (or of ``checkpoint_dir``) that loads, matches its
+        checksum and is finite, each one passed over logged; with none, the run starts
+        over in its directory. Returns the checkpoint restored, as a path or URL
+        (``None``: started over).
+        """
+        if path == "auto":
+            return self._run.resume_newest()
         self._run.resume(Path(path))
+        return Path(path)
 
     def start_over(self) -> None:
         """Fit from the start in a run directory that holds a run with nothing valid to
