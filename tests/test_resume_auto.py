@@ -9,9 +9,9 @@ import pytest
 import torch
 from training_helpers import UnevenData, comparable, tiny_model
 
-import schedtrain.checkpoints.store as store
 from schedtrain import Schedule, every
 from schedtrain.callbacks import ModelSaver
+from schedtrain.checkpoints import store
 from schedtrain.training import Trainer
 
 
