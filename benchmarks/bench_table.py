@@ -21,7 +21,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from schedtrain import LoopClock, Schedule, simulate
+from schedtrain import Schedule, simulate
+from schedtrain.clock import LoopClock
 from schedtrain.triggers import every
 
 COUNTS = (1, 10, 100, 1000)

@@ -8,6 +8,7 @@ torch. Names below are loaded on first use, so ``import schedtrain`` itself is c
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain import compat as _compat
@@ -16,16 +17,16 @@ __version__ = "0.1.0"
 
 _compat.install()  # moved import paths keep working, with a warning (schedtrain.compat)
 
-#: Public name -> the module that defines it.
+#: Public name -> the module that defines it. ``Trainer``, ``Task`` and ``Callback``
+#: need torch: they import it when first named, never at ``import schedtrain``.
 _EXPORTS: Final = {
-    "Clock": "schedtrain.clock", "LoopClock": "schedtrain.clock",
+    "Clock": "schedtrain.clock", "Error": "schedtrain.errors",
     "PortingWarning": "schedtrain.errors",
     "ScheduleError": "schedtrain.errors", "ScheduleWarning": "schedtrain.errors",
     "SpecError": "schedtrain.errors", "StopTraining": "schedtrain.errors",
     "Schedule": "schedtrain.schedule", "Scheduled": "schedtrain.schedule",
     "Firing": "schedtrain.schedule", "FiringLog": "schedtrain.schedule",
-    "SimClock": "schedtrain.simulation", "next_firing": "schedtrain.simulation",
-    "simulate": "schedtrain.simulation", "TriggerTable": "schedtrain.schedule",
+    "next_firing": "schedtrain.simulation", "simulate": "schedtrain.simulation",
     "Time": "schedtrain.time", "Timestamp": "schedtrain.time", "Unit": "schedtrain.time",
     "Trigger": "schedtrain.triggers", "all_of": "schedtrain.triggers",
     "any_of": "schedtrain.triggers", "at": "schedtrain.triggers",
@@ -33,21 +34,35 @@ _EXPORTS: Final = {
     "not_": "schedtrain.triggers", "on": "schedtrain.triggers",
     "plateau": "schedtrain.triggers", "when": "schedtrain.triggers",
     "window": "schedtrain.triggers",
+    "Trainer": "schedtrain.training", "Task": "schedtrain.training",
+    "Callback": "schedtrain.callbacks",
 }  # fmt: skip
 
+#: Internals that left the top level: still found there for one minor version, with a
+#: warning naming where they live now.
+_MOVED_OUT: Final = {
+    "LoopClock": "schedtrain.clock", "SimClock": "schedtrain.simulation",
+    "TriggerTable": "schedtrain.schedule",
+}
+
 __all__ = [
-    "Clock", "Firing", "FiringLog", "LoopClock", "PortingWarning", "Schedule", "ScheduleError",
-    "ScheduleWarning",
-    "Scheduled", "SimClock", "SpecError", "StopTraining", "Time", "Timestamp", "Trigger",
-    "TriggerTable", "Unit", "all_of", "any_of", "at", "every", "improved", "next_firing",
-    "not_", "on", "plateau", "simulate", "when", "window",
+    "Callback", "Clock", "Error", "Firing", "FiringLog", "PortingWarning", "Schedule",
+    "ScheduleError", "ScheduleWarning", "Scheduled", "SpecError", "StopTraining", "Task",
+    "Time", "Timestamp", "Trainer", "Trigger", "Unit", "all_of", "any_of", "at", "every",
+    "improved", "next_firing", "not_", "on", "plateau", "simulate", "when", "window",
 ]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'schedtrain' has no attribute {name!r}")
+        moved = _MOVED_OUT.get(name)
+        if moved is None:
+            raise AttributeError(f"module 'schedtrain' has no attribute {name!r}")
+        warnings.warn(f"schedtrain.{name} moved to {moved}.{name}; import it from there (the "
+                      f"top-level name stops working in {_compat.REMOVED_IN})",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(moved), name)  # not cached: warns each time
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
@@ -58,8 +73,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load on first use
+    from schedtrain.callbacks import Callback as Callback
     from schedtrain.clock import Clock as Clock
-    from schedtrain.clock import LoopClock as LoopClock
+    from schedtrain.errors import Error as Error
     from schedtrain.errors import PortingWarning as PortingWarning
     from schedtrain.errors import ScheduleError as ScheduleError
     from schedtrain.errors import ScheduleWarning as ScheduleWarning
@@ -69,13 +85,13 @@ if TYPE_CHECKING:  # what static tools see; at run time the names load on first 
     from schedtrain.schedule import FiringLog as FiringLog
     from schedtrain.schedule import Schedule as Schedule
     from schedtrain.schedule import Scheduled as Scheduled
-    from schedtrain.schedule import TriggerTable as TriggerTable
-    from schedtrain.simulation import SimClock as SimClock
     from schedtrain.simulation import next_firing as next_firing
     from schedtrain.simulation import simulate as simulate
     from schedtrain.time import Time as Time
     from schedtrain.time import Timestamp as Timestamp
     from schedtrain.time import Unit as Unit
+    from schedtrain.training import Task as Task
+    from schedtrain.training import Trainer as Trainer
     from schedtrain.triggers import Trigger as Trigger
     from schedtrain.triggers import all_of as all_of
     from schedtrain.triggers import any_of as any_of

@@ -19,6 +19,7 @@ import attrs
 
 __all__ = [
     "ArgumentError",
+    "Error",
     "PortingWarning",
     "Preempted",
     "Problem",
@@ -112,7 +113,14 @@ class Problem:
         return f"{where}{path}: {message}" if self.path else f"{where}{message}"
 
 
-class ArgumentError(ValueError):
+class Error(Exception):
+    """The base of every exception schedtrain raises on purpose: ``except schedtrain.Error``
+    catches a bad schedule, spec, argument, checkpoint, plan, host or run directory, a
+    preemption and a stop, and nothing else (a bug of the library or of the user's own
+    code keeps its own type)."""
+
+
+class ArgumentError(Error, ValueError):
     """A bad argument to a trigger factory or value type.
 
     Attributes:
@@ -129,7 +137,7 @@ class ArgumentError(ValueError):
         self.found = found
 
 
-class ScheduleError(ValueError):
+class ScheduleError(Error, ValueError):
     """A schedule that cannot run; lists every problem found, each with its key path."""
 
     def __init__(self, problems: Sequence[Problem] | str) -> None:
@@ -161,11 +169,11 @@ class PortingWarning(UserWarning):
     schedtrain never calls; the message names what to write instead."""
 
 
-class StopTraining(Exception):
+class StopTraining(Error):
     """Raised by a callback to end training cleanly; train-end callbacks still run."""
 
 
-class RunDirError(Exception):
+class RunDirError(Error):
     """A run directory that cannot be used as asked (in use, holds a run, finished)."""
 
 
@@ -185,7 +193,7 @@ class RunEnded(RunDirError):
         self.status, self.step = status, step
 
 
-class Preempted(Exception):
+class Preempted(Error):
     """Training stopped on SIGTERM or SIGINT, after the current step and a checkpoint.
 
     Attributes:

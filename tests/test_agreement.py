@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 from oracle import CONDITIONS, RunSpec, firings
 from training_helpers import tiny_model
 
-from schedtrain import LoopClock, Schedule, ScheduleError, Time, Unit, simulate
+from schedtrain import Schedule, ScheduleError, Time, Unit, simulate
 from schedtrain.callbacks import Callback
 from schedtrain.cli import main
+from schedtrain.clock import LoopClock
 from schedtrain.schedule import FiringLog
 from schedtrain.spec import schedule_to_toml, toml_value
 from schedtrain.training import Trainer

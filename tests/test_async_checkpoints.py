@@ -355,7 +355,7 @@ class TestOptions:
     def test_refused(self, tmp_path: Path, key: str, value: str) -> None:
         """One line naming the argument and what it may be."""
         model, opt = _model()
-        with pytest.raises(ValueError, match=f"`{key}` must be one of"):
+        with pytest.raises(ValueError, match=f"`{key}`: expected '.*' or '.*', found"):
             Trainer(model, opt, UnevenData([2]), mse, max_epochs=1,
                     **{key: value})  # type: ignore[arg-type]
 

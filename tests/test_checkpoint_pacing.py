@@ -265,7 +265,7 @@ class TestOptions:
 
     @pytest.mark.parametrize("share", [0, 1.5, float("nan"), True, "half"])
     def test_refused(self, tmp_path: Path, share: object) -> None:
-        with pytest.raises(ValueError, match="`checkpoint_write_share` must be a number"):
+        with pytest.raises(ValueError, match="`checkpoint_write_share`: expected a number"):
             _trainer(tmp_path, checkpoint_write_share=share)
 
     @pytest.mark.parametrize(("line", "expected"), [

@@ -455,7 +455,8 @@ class TestTrain:
             clock = types.SimpleNamespace(now=lambda: Timestamp(step=30, epoch=3, seconds=1.0))
             return types.SimpleNamespace(clock=clock, metrics=Metrics(), run_dir="runs/x",
                                          stop_reason=None, stopped_early=False, rank=0,
-                                         max_epochs=3, max_steps=None)
+                                         config=types.SimpleNamespace(max_epochs=3,
+                                                                      max_steps=None))
 
         fake = types.ModuleType("schedtrain.training")
         fake.train_from_spec = train_from_spec  # type: ignore[attr-defined]

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedtrain import LoopClock, Schedule, SpecError
+from schedtrain import Schedule, SpecError
+from schedtrain.clock import LoopClock
 from schedtrain.simulation import Simulation, simulate
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import loads_spec

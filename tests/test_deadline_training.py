@@ -8,7 +8,8 @@ import pytest
 import torch
 from training_helpers import Noop, UnevenData, tiny_model
 
-from schedtrain import LoopClock, Schedule
+from schedtrain import Schedule
+from schedtrain.clock import LoopClock
 from schedtrain.training import Trainer
 from schedtrain.triggers import before_deadline, when
 

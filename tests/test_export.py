@@ -159,7 +159,7 @@ def test_missing_package_names_the_extra(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("export", "message"), [
-    (["onnx"], "'onnx'"), ("safetensors", "a list of formats")])
+    (["onnx"], "'onnx'"), ("safetensors", "`export`: expected a list")])
 def test_trainer_refuses_a_bad_export(export: Any, message: str) -> None:
     """``Trainer(export=...)`` refuses an unknown format or a bare string by name."""
     model, opt = tiny_model()

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from test_agreement import FakeTime, periodic, points, windows
 from training_helpers import Noop, UnevenData, comparable, tiny_model
 
-from schedtrain import LoopClock, Schedule, ScheduleError, Time, Unit, simulate
+from schedtrain import Schedule, ScheduleError, Time, Unit, simulate
 from schedtrain.cli import main
+from schedtrain.clock import LoopClock
 from schedtrain.training import Trainer
 from schedtrain.triggers import (
     Trigger,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from schedtrain import Schedule, SpecError, Time, Unit
 from schedtrain.spec import (
     ClockSpec,
-    RunSpec,
+    RunConfig,
     Spec,
     dump_spec,
     load_spec,
@@ -153,10 +153,10 @@ class TestLoadsSpec:
         assert spec.schedule().events == ("swa_start",)
 
     def test_run_table(self) -> None:
-        """``[run]`` fills ``RunSpec`` with defaults and a run dir named after the file."""
+        """``[run]`` fills ``RunConfig`` with defaults and a run dir named after the file."""
         spec = loads_spec('[run]\ntask = "pkg.tasks:digits"\nmax_epochs = 3\n'
                           '[callbacks.a]\ntrigger = { every = "1 epoch" }', file="x/digits.toml")
-        assert spec.run == RunSpec(task="pkg.tasks:digits", max_epochs=3,
+        assert spec.run == RunConfig(task="pkg.tasks:digits", max_epochs=3,
                                    run_dir="runs/digits")
 
     def test_no_run_table(self) -> None:

@@ -27,12 +27,7 @@ def _trainer(run_dir: Path, url: str, options: dict[str, Any], crash_at: int | N
 
 def _resume_auto(t: Trainer) -> None:
     """What ``--resume auto`` does: the newest valid checkpoint, else start over."""
-    assert t.run_dir is not None
-    found = t.checkpoints.mount.newest_to_resume(t.run_dir / "checkpoints")
-    if found is not None:
-        t.resume(found)
-    else:
-        t.start_over()
+    t.resume("auto")
 
 
 def _store(bucket: Bucket, prefix: str) -> FsspecStorage:

@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-from schedtrain import LoopClock, Schedule, ScheduleError, ScheduleWarning, Timestamp
+from schedtrain import Schedule, ScheduleError, ScheduleWarning, Timestamp
+from schedtrain.clock import LoopClock
 from schedtrain.triggers import MetricValue, at, every, improved, on, when, window
 
 
@@ -268,7 +269,8 @@ class TestRunWhileEvaluating:
 
         ``run`` gets each firing callback's name and the clock at the event.
         """
-        from schedtrain import LoopClock, Schedule
+        from schedtrain import Schedule
+        from schedtrain.clock import LoopClock
         from schedtrain.triggers import MetricValue, every, improved
 
         values: dict[str, MetricValue] = {}

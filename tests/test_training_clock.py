@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from training_helpers import Noop, comparable, tiny_model
 
-from schedtrain import LoopClock, Schedule, every, simulate
+from schedtrain import Schedule, every, simulate
+from schedtrain.clock import LoopClock
 from schedtrain.training import Trainer
 
 

@@ -35,13 +35,10 @@ import torch
 from schedtrain.checkpoints.format import is_finite
 from schedtrain.checkpoints.pacing import Pace, paced
 from schedtrain.checkpoints.staging import Staging
+from schedtrain.spec.run import BUSY_RULES, MODES
 
 __all__ = ["BUSY_RULES", "MODES", "WRITER_NICE", "Writer", "checked", "nonfinite"]
 
-#: ``[run] checkpoint_mode``: write in the background, or block until the file is committed.
-MODES: Final = ("async", "sync")
-#: ``[run] checkpoint_busy``: what a save asked for while another is in flight does.
-BUSY_RULES: Final = ("wait", "skip")
 #: The writing thread's nice value (Linux): it yields the cores to the training step.
 WRITER_NICE: Final = 19
 

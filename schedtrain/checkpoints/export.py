@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import torch
 
 import schedtrain
 from schedtrain.checkpoints.format import CheckpointError
 from schedtrain.files import write_atomic
+from schedtrain.spec.run import EXPORT_FORMATS
 
 __all__ = ["EXPORT_FORMATS", "ExportError", "export_weights", "safetensors_bytes"]
-
-#: The formats ``Trainer(export=...)`` and ``[run] export`` accept.
-EXPORT_FORMATS: Final = ("safetensors",)
 
 
 class ExportError(CheckpointError):

@@ -16,6 +16,7 @@ from typing import Any, Final
 import torch
 
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
+from schedtrain.errors import Error
 from schedtrain.urls import redact_text
 
 __all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
@@ -30,7 +31,7 @@ _PLAIN: Final = (type(None), bool, int, float, complex, str, bytes, torch.dtype,
                  torch.Tensor, torch.Size)
 
 
-class CheckpointError(Exception):
+class CheckpointError(Error):
     """A checkpoint that cannot be written or used; ``path`` and ``reason`` say which and why."""
 
     def __init__(self, path: Path | str, reason: str) -> None:

@@ -16,20 +16,21 @@ from typing import Any
 
 import structlog
 
-from schedtrain.checkpoints.background import BUSY_RULES, MODES, Writer, checked, nonfinite
+from schedtrain.checkpoints.background import Writer, checked, nonfinite
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
+from schedtrain.checkpoints.files import checkpoint_name
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.owned import Owned
+from schedtrain.checkpoints.pacing import write_share
+from schedtrain.checkpoints.restore import load_model, own_part
 from schedtrain.checkpoints.rng import rng_state
 from schedtrain.checkpoints.sharded import (
     SUFFIX,
     InFlight,
     finish_sharded,
     is_sharded,
-    load_full,
-    load_sharded,
     save_sharded,
     start_sharded,
 )
@@ -37,6 +38,7 @@ from schedtrain.checkpoints.staging import snapshot, trim
 from schedtrain.checkpoints.storage import Storage
 from schedtrain.checkpoints.store import newest_valid
 from schedtrain.distributed.comm import Comm
+from schedtrain.spec.run import RunConfig
 
 __all__ = ["Checkpoints", "RunParts", "Save"]
 
@@ -48,33 +50,39 @@ class Checkpoints:
 
     Args:
         parts: the run's state to save and restore.
-        run_dir: paths of checkpoints this run wrote are kept relative to it.
+        config: the run's options: its ``run_dir`` (paths of checkpoints this run wrote
+            are kept relative to it), ``checkpoint_mode`` (``"async"``: the loop blocks
+            only for a host snapshot, one background thread writes and commits it;
+            ``"sync"``: the loop waits), ``checkpoint_busy``, ``checkpoint_staging``,
+            ``checkpoint_write_share`` and ``export``.
+        device_type: where training runs (``"cpu"``, ``"cuda"``): the write share's
+            default.
         comm: on several processes, how the ranks write together (``None``: one).
         storage: where ``RUN_DIR/checkpoints`` really is (``checkpoint_dir``: another
             folder or a URL); ``None``: that folder itself. Paths callbacks give under
             ``RUN_DIR/checkpoints`` stand for its files.
-        mode: ``"async"``: the loop blocks only for a host snapshot, one background
-            thread writes and commits it; ``"sync"``: the loop waits for the commit.
-        busy: a save asked for while another is in flight ``"wait"``s for it or is
-            ``"skip"``ped.
+        on_background_done: called from the writing thread when a background save
+            ended (the loop then collects it at its next step).
+        on_written: told ``(shown, phase, step, epoch)`` after each checkpoint is
+            written, ``shown`` its path or URL (the run directory records it in
+            ``run.json``, so a killed run says how far it got).
     """
 
-    def __init__(self, parts: RunParts, *, run_dir: Path | None,
+    def __init__(self, parts: RunParts, config: RunConfig, *, device_type: str = "cpu",
                  comm: Comm | None = None, storage: Storage | None = None,
-                 mode: str = "async", busy: str = "wait") -> None:
-        if mode not in MODES:
-            raise ValueError(f"`checkpoint_mode` must be one of {MODES}, got {mode!r}")
-        if busy not in BUSY_RULES:
-            raise ValueError(f"`checkpoint_busy` must be one of {BUSY_RULES}, got {busy!r}")
+                 on_background_done: Callable[[], None] | None = None,
+                 on_written: Callable[[Path | str, str, int, int], None] | None = None,
+                 ) -> None:
+        run_dir = config.run_path
         self.parts, self.run_dir, self.comm = parts, run_dir, comm
         #: where ``RUN_DIR/checkpoints`` really is
         self.mount = Mount(storage, run_dir, comm is None or comm.is_chief)
-        self.mode, self.busy = mode, busy
-        #: called from the writing thread when a background save ended (the loop then
-        #: collects it at its next step)
-        self.on_background_done: Callable[[], None] | None = None
-        #: the background writer (its pace and staging: the trainer's options)
-        self.writer = Writer(self._background_done)
+        self.mode, self.busy = config.checkpoint_mode, config.checkpoint_busy
+        self.on_background_done = on_background_done
+        #: the background writer, at the run's pace and staging
+        self.writer = Writer(self._background_done,
+                             share=write_share(config.checkpoint_write_share, device_type),
+                             staging=config.checkpoint_staging)
         self._landing: Landing | None = None
         #: the sharded save in flight (its ranks finish it together: never on a wake-up)
         self._flight: InFlight | None = None
@@ -90,11 +98,18 @@ class Checkpoints:
         self.log = False
         #: folders this process wrote checkpoints into: the only ones it deletes from
         self._folders: set[Path] = set()
-        #: told ``(path, phase, step, epoch)`` after each checkpoint is written (the run
-        #: directory records it in ``run.json``, so a killed run says how far it got)
-        self.on_written: Callable[[Path, str, int, int], None] | None = None
+        self.on_written = on_written
         #: formats the model's weights are also exported in (``export.EXPORT_FORMATS``)
-        self.export: tuple[str, ...] = ()
+        self.export: tuple[str, ...] = config.export
+
+    def write_preempt(self, step: int) -> Path | str | None:
+        """The preemption's checkpoint of ``step``, committed before this returns: its
+        path, or its URL in object storage (``None`` without a run directory)."""
+        if self.run_dir is None:
+            return None
+        path = self.write(self.run_dir / "checkpoints" / checkpoint_name(step), "preempt")
+        self.wait()  # committed before the process exits
+        return path if self.mount.stored(path) is None else self.mount.shown(path)
 
     def _background_done(self) -> None:
         if self.on_background_done is not None:
@@ -307,7 +322,7 @@ class Checkpoints:
         if self.log:
             _log.debug("checkpoint", path=str(path), step=step, phase=phase)
         if self.on_written is not None and (comm is None or comm.is_chief):
-            self.on_written(path, phase, step, epoch)
+            self.on_written(self.mount.shown(path), phase, step, epoch)
         if on_saved is not None:  # the path written: "-nonfinite" added when it was
             on_saved(path)
 
@@ -329,9 +344,10 @@ class Checkpoints:
         state = self.mount.read(checkpoint)
         return export_weights(state["model"], path, step=state["step"], epoch=state["epoch"])
 
-    def read(self, path: Path) -> dict[str, Any]:
+    def read(self, path: Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
         """Load ``path`` (checked) and put the run back as it was; returns the checkpoint
-        (its ``phase``, ``step``, ``run``...).
+        (its ``phase``, ``step``, ``run``...). ``state``: ``path`` already read and checked
+        (``Mount.newest_to_resume``), not read again.
 
         Raises:
             CheckpointError: a missing, corrupt or foreign file.
@@ -341,12 +357,13 @@ class Checkpoints:
         self.wait()
         parts = self.parts
         # On the host: tensors are copied into the model's and optimizer's own devices.
-        state = self.mount.read(path)
+        if state is None:
+            state = self.mount.read(path)
         run = state["run"]
         shown = self.mount.shown(path)  # its URL in object storage, not the stand-in path
         parts.check(shown, run)
-        rng, data = self._own_part(shown, run)
-        self._load_model(path, state)
+        rng, data = own_part(self.comm, shown, run)
+        load_model(parts, path, state)
         if parts.scaler is not None and state["scaler"] is not None:
             parts.scaler.load_state_dict(state["scaler"])
         parts.restore(run, rng, data)
@@ -365,35 +382,5 @@ class Checkpoints:
         if self.comm is not None:
             self.comm.barrier()  # the chief's last write is over before anyone reads
         state = self.mount.read(path)
-        self._load_model(path, state)
+        load_model(self.parts, path, state)
         return state
-
-    def _load_model(self, path: Path, state: dict[str, Any]) -> None:
-        """Put a read checkpoint's model and optimizer states into the run's."""
-        parts = self.parts
-        if state.get("shards") is not None:
-            load_sharded(path, model=parts.model, optimizer=parts.optimizer)
-        elif is_sharded(parts.model.state_dict()):
-            load_full(state["model"], state["optimizer"], model=parts.model,
-                      optimizer=parts.optimizer)
-        else:
-            parts.model.load_state_dict(state["model"])
-            parts.optimizer.load_state_dict(state["optimizer"])
-
-    def _own_part(self, path: Path | str, run: dict[str, Any]) -> tuple[Any, Any]:
-        """This rank's generators and data position in ``run``."""
-        ranks = run.get("ranks")
-        if ranks is None:
-            return run["rng"], run["data"]
-        comm = self.comm
-        size = comm.size if comm is not None else 1
-        if len(ranks) == size:
-            mine = ranks[comm.rank if comm is not None else 0]
-            return mine["rng"], mine["data"]
-        if run["epoch_open"]:
-            raise ValueError(
-                f"checkpoint {str(path)!r} was taken inside an epoch on {len(ranks)} "
-                f"processes; resume it on {len(ranks)}, or resume an epoch-end checkpoint "
-                f"on {size}")
-        return ranks[0]["rng"], ranks[0]["data"]
-

@@ -18,10 +18,10 @@ from schedtrain.checkpoints.pacing import paced_file
 from schedtrain.checkpoints.storage import FsspecStorage, LocalStorage, Storage
 from schedtrain.checkpoints.store import (
     checkpoint_body,
-    newest_valid,
+    newest_loaded,
     read_checkpoint,
     read_stored,
-    stored_newest_valid,
+    stored_newest_loaded,
     write_checkpoint,
 )
 from schedtrain.errors import RunDirError
@@ -129,12 +129,14 @@ class Mount:
             self.storage.delete(name)
 
     def newest_to_resume(self, folder: Path,
-                         skipped: Callable[[Path, str], None] | None = None) -> Path | None:
+                         skipped: Callable[[Path, str], None] | None = None,
+                         ) -> tuple[Path, dict[str, Any]] | None:
         """The newest good checkpoint of ``folder`` for ``--resume auto``, looked up where
-        it really is (``storage``: the newest committed one)."""
+        it really is (``storage``: the newest committed one), with what it holds (read
+        once: the resume puts the run back from it)."""
         if self.storage is not None and self.stored(folder / "x") is not None:
-            return stored_newest_valid(self.storage, folder, skipped)
-        return newest_valid(folder, skipped)
+            return stored_newest_loaded(self.storage, folder, skipped)
+        return newest_loaded(folder, skipped)
 
     def claim(self) -> None:
         """Take an object-store folder for this run (its lease), before anything there is

@@ -13,14 +13,14 @@ state independent of what an allocator left beside its tensors.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
 import torch
 
+from schedtrain.spec.run import STAGING
+
 __all__ = ["STAGING", "Staging", "snapshot", "trim"]
 
-#: ``[run] checkpoint_staging``: keep a snapshot's host buffers for the next, or not.
-STAGING: Final = ("reuse", "fresh")
 
 _Key = tuple[str, int]  # a storage: its device and address
 

@@ -29,8 +29,9 @@ from schedtrain.checkpoints.format import (
 from schedtrain.checkpoints.pacing import paced_file
 from schedtrain.checkpoints.storage import Storage
 
-__all__ = ["checkpoint_body", "load_checked", "newest_valid", "read_checkpoint",
-           "read_stored", "stored_newest_valid", "write_checkpoint"]
+__all__ = ["checkpoint_body", "load_checked", "newest_loaded", "newest_valid",
+           "read_checkpoint", "read_stored", "stored_newest_loaded", "stored_newest_valid",
+           "write_checkpoint"]
 
 
 def write_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
@@ -151,6 +152,14 @@ def newest_valid(folder: str | Path,
 
     Each one passed over is reported to ``skipped(path, reason)``.
     """
+    found = newest_loaded(folder, skipped)
+    return None if found is None else found[0]
+
+
+def newest_loaded(folder: str | Path, skipped: Callable[[Path, str], None] | None = None,
+                  ) -> tuple[Path, dict[str, Any]] | None:
+    """``newest_valid``, with the checkpoint it loaded to check it (a resume uses that
+    instead of reading it again)."""
     for path in list_checkpoints(folder):
         try:
             state = read_checkpoint(path)
@@ -162,7 +171,7 @@ def newest_valid(folder: str | Path,
             if skipped is not None:
                 skipped(path, "its weights or loss are not finite")
             continue
-        return path
+        return path, state
     return None
 
 
@@ -181,6 +190,14 @@ def stored_newest_valid(storage: Storage, folder: Path,
                         skipped: Callable[[Path, str], None] | None = None) -> Path | None:
     """``newest_valid`` of a folder whose files are in ``storage``: the newest committed
     checkpoint that loads, matches its checksum and is finite, as ``folder / name``."""
+    found = stored_newest_loaded(storage, folder, skipped)
+    return None if found is None else found[0]
+
+
+def stored_newest_loaded(storage: Storage, folder: Path,
+                         skipped: Callable[[Path, str], None] | None = None,
+                         ) -> tuple[Path, dict[str, Any]] | None:
+    """``stored_newest_valid``, with the checkpoint it loaded."""
     found = [(int(m[1]), bool(m[2]), n) for n in storage.committed()
              if (m := NAME_RE.fullmatch(n)) is not None]
     for _, _, name in sorted(found, key=lambda x: (-x[0], x[1])):
@@ -194,5 +211,5 @@ def stored_newest_valid(storage: Storage, folder: Path,
             if skipped is not None:
                 skipped(folder / name, "its weights or loss are not finite")
             continue
-        return folder / name
+        return folder / name, state
     return None

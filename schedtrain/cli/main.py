@@ -256,10 +256,11 @@ def _ending(trainer: Any) -> str:
             return reason
         return (f"stopped by {place}" if place else f"stopped at epoch {ts.epoch} (step "
                 f"{ts.step})") + f": {reason or 'StopTraining was raised'}"
-    if trainer.max_steps is not None and ts.step >= trainer.max_steps:
-        return f"finished: reached max_steps = {trainer.max_steps} at epoch {ts.epoch}"
-    if trainer.max_epochs is not None:
-        return f"finished: reached max_epochs = {trainer.max_epochs} at step {ts.step}"
+    config = trainer.config
+    if config.max_steps is not None and ts.step >= config.max_steps:
+        return f"finished: reached max_steps = {config.max_steps} at epoch {ts.epoch}"
+    if config.max_epochs is not None:
+        return f"finished: reached max_epochs = {config.max_epochs} at step {ts.step}"
     return f"finished at epoch {ts.epoch} (step {ts.step})"
 
 

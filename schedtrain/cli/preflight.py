@@ -7,14 +7,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from schedtrain.errors import ScheduleError
+from schedtrain.errors import Error, ScheduleError
 from schedtrain.spec import Spec
 
 __all__ = ["UsageError", "check_spec", "derived_clock", "plan_task", "size_argument",
            "stale_notes"]
 
 
-class UsageError(Exception):
+class UsageError(Error):
     """Bad input found after argument parsing (exit 2, message only)."""
 
 

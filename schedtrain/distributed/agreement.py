@@ -11,13 +11,13 @@ these are, and why nothing runs on quiet steps, is in docs/distributed.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from schedtrain.distributed.comm import Comm, first_flagged, reduce_column
-from schedtrain.errors import StopTraining
+from schedtrain.errors import Error, StopTraining
 
-__all__ = ["PREEMPT_CHECK", "Agreement", "Alone", "Counts"]
+__all__ = ["PREEMPT_CHECK", "Agreement", "Alone", "Counts", "PreemptRequested"]
 
 #: On several processes, ranks look for an agreed preemption every this many steps (a
 #: read of the process group's store, no collective): a signal stops every rank within
@@ -74,17 +74,28 @@ class _Dispatch(Protocol):
     def request_stop(self, reason: str) -> None: ...
 
 
+class PreemptRequested(Error):
+    """The loop's point to preempt has come (every rank at the same one): the run's
+    lifecycle fires ``preempt``, checkpoints and ends the run as ``Preempted``.
+
+    Attributes:
+        signal: the signal's name that asked (``"SIGTERM"``).
+    """
+
+    def __init__(self, signal: str) -> None:
+        super().__init__(f"preemption asked by {signal}")
+        self.signal = signal
+
+
 class Alone:
     """One process: nothing to agree; a signal preempts at the next step end.
 
     Args:
         clock, guard: the loop's clock and signal guard.
-        on_preempt: fires ``preempt``, checkpoints and raises (does not return).
     """
 
-    def __init__(self, *, clock: _Clock, guard: _Guard,
-                 on_preempt: Callable[[str], None]) -> None:
-        self.clock, self.guard, self.on_preempt = clock, guard, on_preempt
+    def __init__(self, *, clock: _Clock, guard: _Guard) -> None:
+        self.clock, self.guard = clock, guard
         #: the loop's clock must be exact after every step (the loop sets it)
         self.exact = False
 
@@ -110,12 +121,12 @@ class Alone:
     def after_step_end(self, step: int) -> None:
         """A slow-path step end is over: preempt here if a signal asked."""
         if self.guard.requested is not None:
-            self.on_preempt(self.guard.requested)
+            raise PreemptRequested(self.guard.requested)
 
     def after_epoch_end(self) -> None:
         """An epoch end is over: preempt here if a signal asked."""
         if self.guard.requested is not None:
-            self.on_preempt(self.guard.requested)
+            raise PreemptRequested(self.guard.requested)
 
     # -- the dispatcher ------------------------------------------------------------------------
     def begin_event(self) -> None:
@@ -139,7 +150,7 @@ class Agreement(Alone):
     """Several processes agreeing through ``comm``.
 
     Args:
-        clock, guard, on_preempt: as for ``Alone``; where the loop's clock is exact after
+        clock, guard: as for ``Alone``; where the loop's clock is exact after
             every step (``exact``), every step agrees.
         comm: the ranks' communicator.
         table: the compiled schedule (where a trigger may be due).
@@ -150,11 +161,11 @@ class Agreement(Alone):
         reduce_ops: metric name -> "mean", "sum", "max" or "min" (default "mean").
     """
 
-    def __init__(self, *, clock: _Clock, guard: _Guard, on_preempt: Callable[[str], None],
-                 comm: Comm, table: _Table, losses: _Losses, max_steps: int | None,
-                 alone: Mapping[str, bool], hooks_alone: bool,
+    def __init__(self, *, clock: _Clock, guard: _Guard, comm: Comm, table: _Table,
+                 losses: _Losses, max_steps: int | None, alone: Mapping[str, bool],
+                 hooks_alone: bool,
                  reduce_ops: Mapping[str, str]) -> None:
-        super().__init__(clock=clock, guard=guard, on_preempt=on_preempt)
+        super().__init__(clock=clock, guard=guard)
         self.comm, self.table, self.losses = comm, table, losses
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.alone, self.hooks_alone = dict(alone), hooks_alone
@@ -243,7 +254,7 @@ class Agreement(Alone):
             else:
                 self._preempt_at = comm.preempt_target()
         if self._preempt_at is not None and step >= self._preempt_at[0]:
-            self.on_preempt(self._preempt_at[1])
+            raise PreemptRequested(self._preempt_at[1])
 
     def after_epoch_end(self) -> None:
         """Epoch ends are common to every rank: the epoch's last agreement carried whether
@@ -253,7 +264,7 @@ class Agreement(Alone):
         posted = self.comm.preempt_target()
         if posted is None:
             posted = self.comm.post_preempt(self.clock.step, self.guard.requested or "SIGTERM")
-        self.on_preempt(posted[1])
+        raise PreemptRequested(posted[1])
 
     # -- the dispatcher ------------------------------------------------------------------------
     def begin_event(self) -> None:

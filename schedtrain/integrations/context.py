@@ -21,6 +21,7 @@ import torch
 from schedtrain.callbacks.base import BATCH_HOOKS, Callback, overrides
 from schedtrain.callbacks.saver import MaxSaver, MinSaver, ModelSaver, TopKSaver
 from schedtrain.clock import Clock
+from schedtrain.errors import Error
 from schedtrain.monitors.store import MetricStore
 
 __all__ = ["HOST_HOOKS", "HostContext", "HostError", "check_callback"]
@@ -35,7 +36,7 @@ _STEP_HOOKS = ("_before_step", "_after_step", *BATCH_HOOKS, "_after_backward",
 _SAVERS = (ModelSaver, MinSaver, MaxSaver, TopKSaver)
 
 
-class HostError(ValueError):
+class HostError(Error, ValueError):
     """A schedtrain callback asks a host for what it cannot give."""
 
 

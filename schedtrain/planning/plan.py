@@ -13,6 +13,7 @@ from typing import Final, Literal
 
 import attrs
 
+from schedtrain.errors import Error
 from schedtrain.planning.stops import stop_rules
 from schedtrain.retention import Best, SaverKind, parse_keep, saver_keep
 from schedtrain.schedule.firings import Firing, FiringLog
@@ -34,7 +35,7 @@ MAX_FIRINGS: Final = 100_000
 MAX_ALWAYS_STEPS: Final = 5_000_000
 
 
-class PlanError(ValueError):
+class PlanError(Error, ValueError):
     """A plan that cannot be made: no run length, a class not imported, too costly."""
 
 

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Final
 
-from schedtrain.errors import one_line
+from schedtrain.errors import Error, one_line
 from schedtrain.files import write_atomic
 from schedtrain.planning.disk import files_json, files_lines, peak
 from schedtrain.planning.plan import Plan
@@ -221,5 +221,5 @@ def render_png(plan: Plan, out: str) -> None:
     write_atomic(Path(out), lambda f: f.write(buffer.getvalue()))
 
 
-class PngUnavailable(Exception):
+class PngUnavailable(Error):
     """matplotlib is not installed."""

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from schedtrain.errors import Error
 from schedtrain.simulation.simclock import (
     PH_EPOCH_END,
     PH_STEP,
@@ -28,7 +29,7 @@ from schedtrain.triggers.protocol import MetricValue
 __all__ = ["MetricRecord", "MetricStreamError", "StreamMetrics", "read_metrics", "records"]
 
 
-class MetricStreamError(ValueError):
+class MetricStreamError(Error, ValueError):
     """A metric stream file that cannot be read; says which line and what is wrong."""
 
 

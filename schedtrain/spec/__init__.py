@@ -25,8 +25,8 @@ from schedtrain.spec.load import load_spec as load_spec
 from schedtrain.spec.load import loads_spec as loads_spec
 from schedtrain.spec.model import CallbackSpec as CallbackSpec
 from schedtrain.spec.model import ClockSpec as ClockSpec
-from schedtrain.spec.model import RunSpec as RunSpec
 from schedtrain.spec.model import Spec as Spec
+from schedtrain.spec.run import RunConfig as RunConfig
 from schedtrain.spec.vocabulary import TRIGGER_KEYS as TRIGGER_KEYS
 from schedtrain.spec.write import dump_spec as dump_spec
 from schedtrain.spec.write import schedule_to_toml as schedule_to_toml
@@ -34,6 +34,14 @@ from schedtrain.spec.write import toml_value as toml_value
 from schedtrain.spec.write import trigger_to_toml as trigger_to_toml
 
 __all__ = [
-    "TRIGGER_KEYS", "CallbackSpec", "ClockSpec", "RunSpec", "Spec", "dump_spec", "load_spec",
+    "TRIGGER_KEYS", "CallbackSpec", "ClockSpec", "RunConfig", "Spec", "dump_spec", "load_spec",
     "loads_spec", "schedule_to_toml", "toml_value", "trigger_to_toml",
 ]  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name == "RunSpec":  # the old name of RunConfig: it warns (spec.model)
+        from schedtrain.spec import model
+
+        return model.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,9 +29,18 @@ from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_name
 from schedtrain.spec.deadlines import check_deadline, check_signals
-from schedtrain.spec.model import ClockSpec, RunSpec
+from schedtrain.spec.model import ClockSpec
 from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel
+from schedtrain.spec.run import (
+    BUSY_RULES,
+    MODES,
+    PRECISIONS,
+    PYTHON_ONLY,
+    SCHEDULE_CHANGES,
+    STAGING,
+    RunConfig,
+)
 from schedtrain.time import MAX_COUNT
 from schedtrain.triggers import MAX_DEPTH
 
@@ -40,7 +49,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["MAX_NAME", "SINKS", "Document", "parse_toml", "read_document", "sink_period_problem"]
+__all__ = ["MAX_NAME", "SINKS", "Document", "check_run", "parse_toml", "read_document",
+           "sink_period_problem", "structure"]
 
 _TASK_RE: Final = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _DEVICE_RE: Final = re.compile(r"auto|cpu|cuda|mps|cuda:(?P<index>[0-9]{1,4})")
@@ -56,7 +66,7 @@ class Document:
     """A spec's top level, structured; trigger and callback tables still raw."""
 
     clock: ClockSpec = attrs.Factory(ClockSpec)
-    run: RunSpec | None = None
+    run: RunConfig | None = None
     events: tuple[str, ...] = ()
     triggers: dict[str, Any] = attrs.field(factory=dict)
     callbacks: dict[str, Any] = attrs.field(factory=dict)
@@ -203,7 +213,7 @@ def _collect(exc: BaseException, path: Rel) -> Iterator[tuple[Rel, str]]:
     if isinstance(exc, _Invalid):
         yield path, str(exc)
     elif isinstance(exc, ForbiddenExtraKeysError):
-        fields = [a.name for a in attrs.fields(exc.cl)]
+        fields = [a.name for a in attrs.fields(exc.cl) if a.name not in PYTHON_ONLY]
         for key in sorted(exc.extra_fields):
             yield (*path, key), (f"unknown key {key!r}{did_you_mean(key, fields)}; expected one "
                                  f"of {', '.join(fields)}")
@@ -251,22 +261,22 @@ def _check_clock(clock: ClockSpec, problems: Problems) -> None:
                      f"found {sps}", expected="a number >= 0", found=sps)
 
 
-#: ``[run] strategy`` and ``[run.reduce]`` values (kept here: the core imports no torch).
-
-
-def _check_run(run: RunSpec, problems: Problems) -> None:
+def check_run(run: RunConfig, problems: Problems, *, in_process: bool = False) -> None:
+    """Add the problems of a run's options: the one rule set of ``[run]`` and of
+    ``Trainer``'s keywords (``spec.config``), each at ``run.<key>``; ``in_process``: the
+    options of a ``Trainer`` made in Python, whose process may keep a ``memory://``
+    checkpoint folder."""
     if run.task is not None and not _TASK_RE.fullmatch(run.task):
         problems.expect(("run", "task"), "'module:function'", run.task)
-    for key in ("max_epochs", "max_steps", "grad_accum"):
+    for key in ("max_epochs", "max_steps", "grad_accum", "keep_firings"):
         _whole(problems, ("run", key), getattr(run, key), 1)
     _whole(problems, ("run", "sanity_eval_batches"), run.sanity_eval_batches, 0)
-    if run.checkpoint_mode not in ("async", "sync"):
-        problems.expect(("run", "checkpoint_mode"), "'async' or 'sync'", run.checkpoint_mode)
-    if run.checkpoint_busy not in ("wait", "skip"):
-        problems.expect(("run", "checkpoint_busy"), "'wait' or 'skip'", run.checkpoint_busy)
-    if run.checkpoint_staging not in ("reuse", "fresh"):
-        problems.expect(("run", "checkpoint_staging"), "'reuse' or 'fresh'",
-                        run.checkpoint_staging)
+    for key, allowed in (("checkpoint_mode", MODES), ("checkpoint_busy", BUSY_RULES),
+                         ("checkpoint_staging", STAGING), ("precision", PRECISIONS),
+                         ("strategy", STRATEGIES), ("schedule_change", SCHEDULE_CHANGES)):
+        value = getattr(run, key)
+        if value not in allowed:
+            problems.expect(("run", key), _one_of(allowed), value)
     share = run.checkpoint_write_share
     if share is not None and not 0 < share <= 1:
         problems.expect(("run", "checkpoint_write_share"), "a number > 0 and <= 1", share)
@@ -274,24 +284,24 @@ def _check_run(run: RunSpec, problems: Problems) -> None:
     if device is None or int(device["index"] or 0) > MAX_DEVICE_INDEX:
         problems.expect(("run", "device"), f"'auto', 'cpu', 'cuda', 'cuda:N' (N from 0 to "
                                            f"{MAX_DEVICE_INDEX}) or 'mps'", run.device)
-    if run.precision not in ("fp32", "bf16", "fp16"):
-        problems.expect(("run", "precision"), "'fp32', 'bf16' or 'fp16'", run.precision)
     if run.grad_clip is not None and not (run.grad_clip > 0 and math.isfinite(run.grad_clip)):
         problems.expect(("run", "grad_clip"), "a finite number > 0", run.grad_clip)
     if not 0 <= run.seed <= MAX_COUNT:
         problems.expect(("run", "seed"), f"a whole number from 0 to {MAX_COUNT}", run.seed)
-    if run.strategy not in STRATEGIES:
-        problems.expect(("run", "strategy"), " or ".join(repr(x) for x in STRATEGIES),
-                        run.strategy)
     for name, op in run.reduce.items():
         if op not in REDUCE_OPS:
-            problems.expect(("run", "reduce", name),
-                            " or ".join(repr(x) for x in REDUCE_OPS), op)
+            problems.expect(("run", "reduce", name), _one_of(REDUCE_OPS), op)
     for key, why in (("deadline", run.deadline is not None and check_deadline(run.deadline)),
                      ("preempt_signals", check_signals(list(run.preempt_signals)))):
         if why:
             problems.add(("run", key), why, found=repr(getattr(run, key)))
-    check_outputs(run, problems)
+    check_outputs(run, problems, in_process=in_process)
+
+
+def _one_of(allowed: tuple[str, ...]) -> str:
+    """``'a', 'b' or 'c'``."""
+    quoted = [repr(x) for x in allowed]
+    return f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
 
 
 def _check_events(events: tuple[str, ...], problems: Problems) -> None:
@@ -328,6 +338,24 @@ def _structure(value: object, cls: type, where: Rel, problems: Problems) -> Any:
         return None
 
 
+def structure(value: object, cls: type, where: Rel, problems: Problems) -> Any:
+    """``value`` structured as ``cls`` by the strict converter, or ``None`` with the
+    problems recorded at their key paths under ``where``."""
+    return _structure(value, cls, where, problems)
+
+
+def _structure_run(value: object, problems: Problems) -> RunConfig | None:
+    """The ``[run]`` table; a key only Python or the command line sets is refused."""
+    if isinstance(value, dict):
+        for key in sorted(PYTHON_ONLY.intersection(value)):
+            problems.add(("run", key), f"{key!r} is not a [run] key: it is set from Python "
+                         f"(Trainer({key}=...)) or the command line",
+                         expected="a [run] key", found=key)
+        value = {k: v for k, v in value.items() if k not in PYTHON_ONLY}
+    run: RunConfig | None = _structure(value, RunConfig, ("run",), problems)
+    return run
+
+
 def read_document(data: dict[str, Any], problems: Problems) -> Document:
     """Structure and range-check the top level; a table that cannot be structured is
     reported and read as empty, so the other tables are still checked."""
@@ -336,13 +364,13 @@ def read_document(data: dict[str, Any], problems: Problems) -> Document:
             problems.add((key,), f"unknown key {key!r}{did_you_mean(key, _TOP_KEYS)}; expected "
                                  f"one of {', '.join(_TOP_KEYS)}", found=key)
     clock = _structure(data.get("clock", {}), ClockSpec, ("clock",), problems) or ClockSpec()
-    run = _structure(data["run"], RunSpec, ("run",), problems) if "run" in data else None
+    run = _structure_run(data["run"], problems) if "run" in data else None
     events = _structure(data.get("events", []), tuple[str, ...], ("events",), problems) or ()
     tables = {k: _structure(data.get(k, {}), dict[str, Any], (k,), problems) or {}
               for k in ("triggers", "callbacks")}
     _check_clock(clock, problems)
     if run is not None:
-        _check_run(run, problems)
+        check_run(run, problems)
     _check_events(events, problems)
     for kind, table in tables.items():
         for name in table:

@@ -1,4 +1,5 @@
-"""The values a TOML spec loads into: ``Spec``, ``ClockSpec``, ``RunSpec``, ``CallbackSpec``."""
+"""The values a TOML spec loads into: ``Spec``, ``ClockSpec``, ``CallbackSpec`` (and
+``RunConfig``, from ``spec.run``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from schedtrain.errors import Problem, SpecError
 from schedtrain.schedule.analysis import Analysis, Located
 from schedtrain.schedule.schedule import Schedule, Scheduled
 from schedtrain.simulation.simclock import RunShape
-from schedtrain.spec.deadlines import DEFAULT_SIGNALS
+from schedtrain.spec.run import RunConfig
 from schedtrain.triggers import Trigger
 
-__all__ = ["CPU_WRITE_SHARE", "CallbackSpec", "ClockSpec", "RunSpec", "Spec"]
+__all__ = ["CPU_WRITE_SHARE", "CallbackSpec", "ClockSpec", "Spec"]
 
 #: ``[run] checkpoint_write_share`` not given, where training runs on the CPU: the
 #: background write and the step share the cores and memory bandwidth there.
@@ -84,74 +85,6 @@ class ClockSpec:
 
 
 @attrs.frozen
-class RunSpec:
-    """The ``[run]`` table: what ``schedtrain train`` needs besides the schedule.
-
-    Args:
-        task: ``"module:function"`` building the model, data and optimizer.
-        max_epochs: stop after this many epochs.
-        max_steps: stop after this many optimizer steps.
-        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
-        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
-        grad_accum: micro-batches per optimizer step.
-        grad_clip: clip the gradient norm to this value.
-        seed: random seed, 0 to 2**63 - 1.
-        run_dir: where checkpoints and logs go; default ``runs/<spec file stem>``.
-        strategy: on several processes: ``"auto"`` (``"ddp"``), ``"ddp"`` or ``"fsdp"``.
-        shard_data: on several processes, shard a plain ``DataLoader`` across ranks.
-        reduce: metric name -> how it is combined across ranks (``"mean"`` by default,
-            ``"sum"``, ``"max"``, ``"min"``).
-        sinks: where scalars go: ``"jsonl"`` (``RUN_DIR/events.jsonl``), ``"console"``
-            (a line per report on stdout), ``"tensorboard"`` (``RUN_DIR/tensorboard``).
-        sink_every: sink name -> at most one report per this period (``"1 epoch"``,
-            ``"100 steps"``); a sink not named reports every value.
-        sanity_eval_batches: with N > 0, ``sanity_eval`` fires once before ``train_start``
-            (not on resume); an ``InferenceRunner`` it fires evaluates at most N batches.
-        checkpoint_dir: where ``RUN_DIR/checkpoints`` really is: a folder or an fsspec
-            URL (``s3://bucket/run/checkpoints``); default the run directory's.
-        storage_options: the URL's filesystem options (``client_kwargs``, credentials).
-        checkpoint_mode: ``"async"`` (the loop blocks only for a host copy; a background
-            thread writes) or ``"sync"``.
-        checkpoint_busy: a save asked for while another is in flight ``"wait"``s for it
-            or is ``"skip"``ped.
-        checkpoint_staging: ``"reuse"`` the host buffers of an async save's snapshot for
-            the next one (held between saves) or take ``"fresh"`` ones each time.
-        checkpoint_write_share: the most of the time (0 < x <= 1) a background write is
-            busy while the loop does not wait for it; not given: 1 when training runs on a
-            device, 0.25 on the CPU (where the write and the step share the cores).
-        export: also write the model's weights in these formats (``"safetensors"``).
-        deadline: an ISO time or a duration from the start (``"23 h"``); the earlier of
-            it and SLURM's ``SLURM_JOB_END_TIME`` is the run's deadline.
-        preempt_signals: the signals that checkpoint and stop the run (exit code 75).
-    """
-
-    task: str | None = None
-    max_epochs: int | None = None
-    max_steps: int | None = None
-    device: str = "auto"
-    precision: str = "fp32"
-    grad_accum: int = 1
-    grad_clip: float | None = None
-    seed: int = 0
-    run_dir: str | None = None
-    strategy: str = "auto"
-    shard_data: bool = True
-    reduce: Mapping[str, str] = attrs.field(factory=dict)
-    sinks: tuple[str, ...] = ("jsonl",)
-    sink_every: Mapping[str, str] = attrs.field(factory=dict)
-    sanity_eval_batches: int = 0
-    checkpoint_dir: str | None = None
-    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
-    checkpoint_mode: str = "async"
-    checkpoint_busy: str = "wait"
-    checkpoint_staging: str = "reuse"
-    checkpoint_write_share: float | None = None
-    export: tuple[str, ...] = ()
-    deadline: str | None = None
-    preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
-
-
-@attrs.frozen
 class CallbackSpec:
     """One ``[callbacks.NAME]`` table.
 
@@ -185,7 +118,7 @@ class Spec:
     callbacks: Mapping[str, CallbackSpec]
     triggers: Mapping[str, Trigger] = attrs.field(factory=dict)
     clock: ClockSpec = attrs.Factory(ClockSpec)
-    run: RunSpec | None = None
+    run: RunConfig | None = None
     events: tuple[str, ...] = ()
     path: str | None = None
     warnings: tuple[str, ...] = attrs.field(default=(), eq=False)
@@ -237,3 +170,16 @@ class Spec:
         if problems:
             raise SpecError(problems)
         return classes
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RunSpec":  # the [run] table's old record, kept for one minor version
+        import warnings
+
+        from schedtrain.compat import REMOVED_IN
+
+        warnings.warn("schedtrain.spec.RunSpec is now schedtrain.spec.RunConfig (the options "
+                      f"of a run from [run] or Trainer(...)); RunSpec stops working in "
+                      f"{REMOVED_IN}", DeprecationWarning, stacklevel=2)
+        return RunConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,8 @@ from typing import Any, Final
 import attrs
 
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.spec.model import ClockSpec, RunSpec, Spec
+from schedtrain.spec.model import ClockSpec, Spec
+from schedtrain.spec.run import RunConfig, toml_fields
 from schedtrain.spec.vocabulary import TERMS, term_of
 from schedtrain.triggers import AllOf, AnyOf, Not, Trigger
 
@@ -126,17 +127,18 @@ def _write(
     *,
     events: Sequence[str] = (),
     clock: ClockSpec | None = None,
-    run: RunSpec | None = None,
+    run: RunConfig | None = None,
     triggers: Mapping[str, Trigger] | None = None,
 ) -> str:
     lines: list[str] = []
     if events:
         lines.append(f"events = {toml_value(list(events))}")
-    for title, obj in (("clock", clock), ("run", run)):
-        if obj is None:
+    for title, fields in (("clock", attrs.asdict(clock) if clock is not None else None),
+                          ("run", toml_fields(run) if run is not None else None)):
+        if fields is None:
             continue
-        values = {k: list(v) if isinstance(v, tuple) else v
-                  for k, v in attrs.asdict(obj).items() if v is not None}
+        values = {k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, Mapping)
+                  else v for k, v in fields.items() if v is not None}
         if values:
             lines += ["", f"[{title}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()]
     for name, trigger in (triggers or {}).items():

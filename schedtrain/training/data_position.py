@@ -14,9 +14,22 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import attrs
+
 from schedtrain.checkpoints.rng import rng_state, seed_everything, set_rng_state
 
-__all__ = ["DataPosition", "rng_state", "seed_everything", "set_rng_state"]
+__all__ = ["DataPosition", "EpochFlag", "rng_state", "seed_everything", "set_rng_state"]
+
+
+@attrs.define
+class EpochFlag:
+    """Whether the loop is inside an epoch: made before the loop and the run's state,
+    which share it (the loop sets it; a checkpoint records it; a resume sets it back)."""
+
+    #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
+    open: bool = False
+    #: the next epoch the loop runs is the open one a checkpoint was taken in
+    resume_inside: bool = False
 
 
 def _stateful(data: Any) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import structlog
 
@@ -28,14 +28,13 @@ from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import HookGate
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.schedule.tensorpack import gate_at
+from schedtrain.spec.run import DEFAULT_KEEP_FIRINGS
 from schedtrain.time import Timestamp
 
 __all__ = ["DEFAULT_KEEP_FIRINGS", "Dispatcher"]
 
 _log = structlog.get_logger("schedtrain.training")
 
-#: How many recent firings a trainer keeps in memory; the full log is events.jsonl.
-DEFAULT_KEEP_FIRINGS: Final = 100_000
 
 
 class Dispatcher:

@@ -14,9 +14,6 @@ recording how the run ended.
 from __future__ import annotations
 
 import contextlib
-import enum
-import os
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +22,7 @@ from typing import Any
 import structlog
 
 from schedtrain.checkpoints.rng import preserved_rng
+from schedtrain.distributed.agreement import PreemptRequested
 from schedtrain.distributed.comm import reraise_on_all
 from schedtrain.errors import (
     Preempted,
@@ -34,31 +32,16 @@ from schedtrain.errors import (
     failure_place,
     locate_failure,
 )
-from schedtrain.spec.deadlines import SLURM_END, deadline_ns, resolve_deadline, signals_of
-from schedtrain.training.options import Options
+from schedtrain.spec.deadlines import signals_of
+from schedtrain.spec.run import RunConfig
 from schedtrain.training.parts import Parts
-from schedtrain.training.preempt import handle_signals
+from schedtrain.training.preempt import deadline_on_clock, handle_signals
 from schedtrain.training.run_dir import RunDirectory
+from schedtrain.training.stage import OWNS_DIRECTORY, Stage
 
 __all__ = ["Lifecycle", "Stage"]
 
 _log = structlog.get_logger("schedtrain.training")
-
-
-class Stage(enum.Enum):
-    """Where a run is in its lifecycle."""
-
-    NEW = "new"  # nothing done: fit starts a fresh run
-    RESUMED = "resumed"  # a checkpoint is loaded: fit continues it
-    STARTING_OVER = "starting over"  # fit starts again in a directory holding a run
-    OPENED = "opened"  # the run directory is this run's
-    SET_UP = "set up"  # callbacks are set up
-    FITTING = "fitting"  # the loop runs
-    ENDED = "ended"  # a fit ended; another fit continues this run
-
-
-#: The stages in which the run directory is this run's.
-_OWNS_DIRECTORY = (Stage.OPENED, Stage.SET_UP, Stage.FITTING, Stage.ENDED)
 
 
 class Lifecycle:
@@ -66,12 +49,12 @@ class Lifecycle:
 
     Args:
         parts: the run's parts.
-        options: its checked options.
+        config: its checked options.
         trainer: what callbacks' ``setup`` receives.
     """
 
-    def __init__(self, parts: Parts, options: Options, trainer: Any) -> None:
-        self.parts, self.options, self.trainer = parts, options, trainer
+    def __init__(self, parts: Parts, config: RunConfig, trainer: Any) -> None:
+        self.parts, self.config, self.trainer = parts, config, trainer
         self.stage = Stage.NEW
         #: the event the loaded checkpoint was taken after, until fit continues it
         self.checkpoint_phase: str | None = None
@@ -85,8 +68,29 @@ class Lifecycle:
         self.stop_place: str | None = None
 
     # -- before fit ----------------------------------------------------------------------------
-    def resume(self, path: Path) -> None:
+    def resume_newest(self) -> Path | str | None:
+        """``--resume auto``: restore the newest valid checkpoint of
+        ``RUN_DIR/checkpoints`` (where ``checkpoint_dir`` really keeps it; each one passed
+        over is logged), read once; without one, start over. Returns the checkpoint's
+        path or URL (``None``: started over)."""
+        run_dir, checkpoints = self.config.run_path, self.parts.checkpoints
+        if run_dir is None:
+            raise ValueError("resume('auto') looks in RUN_DIR/checkpoints: give "
+                             "Trainer(run_dir=...)")
+        shown = checkpoints.mount.shown
+        found = checkpoints.mount.newest_to_resume(
+            run_dir / "checkpoints",
+            lambda p, why: _log.warning("checkpoint_skipped", checkpoint=shown(p), reason=why))
+        if found is None:
+            self.start_over()
+            return None
+        self.resume(*found)
+        path = found[0]
+        return path if checkpoints.mount.stored(path) is None else shown(path)
+
+    def resume(self, path: Path, state: dict[str, Any] | None = None) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
+        ``state``: its content, already read and checked.
 
         The run directory is locked first, and an object-store folder claimed: one another
         run uses is refused (``RunDirError``) before anything is read or changed."""
@@ -95,7 +99,7 @@ class Lifecycle:
             directory.acquire()
         try:
             mount.claim()
-            state = self.parts.checkpoints.read(path)
+            state = self.parts.checkpoints.read(path, state)
         except (ValueError, RunDirError):  # another run, schedule or callbacks: all stays
             mount.close()
             if directory is not None:
@@ -107,8 +111,8 @@ class Lifecycle:
                 warnings.warn(note, ScheduleWarning, stacklevel=3)
         change.notes.clear()
         self.checkpoint_step = int(state["step"])
-        loop = self.parts.loop
-        loop.resume_inside_epoch = loop.epoch_open = bool(state["run"]["epoch_open"])
+        flag = self.parts.epoch
+        flag.resume_inside = flag.open = bool(state["run"]["epoch_open"])
         self.checkpoint_phase = state["phase"]
         if self.stage in (Stage.NEW, Stage.STARTING_OVER):
             self.stage = Stage.RESUMED
@@ -147,23 +151,23 @@ class Lifecycle:
         checkpoints, fresh = self.parts.checkpoints, self.stage is Stage.NEW
         try:
             checkpoints.mount.claim()  # before anything there is cleaned or emptied
-            if fresh and self.options.overwrite:
+            if fresh and self.config.overwrite:
                 checkpoints.mount.clear()
-            checkpoints.mount.open(fresh=fresh and not self.options.overwrite)
+            checkpoints.mount.open(fresh=fresh and not self.config.overwrite)
         except BaseException:
             checkpoints.mount.close()
             directory.release()
             raise
 
     def _open_own_directory(self) -> None:
-        directory, options = self.parts.directory, self.options
+        directory, config = self.parts.directory, self.config
         if self.stage in (Stage.NEW, Stage.RESUMED, Stage.STARTING_OVER):
             resumed = self.stage is Stage.RESUMED
             if directory is not None:
                 directory.open_for_run(
-                    fresh=self.stage is Stage.NEW, overwrite=options.overwrite,
+                    fresh=self.stage is Stage.NEW, overwrite=config.overwrite,
                     ends_at=None if self.stage is Stage.NEW else (
-                        options.max_epochs, options.max_steps),
+                        config.max_epochs, config.max_steps),
                     resumed_step=self.checkpoint_step, on_ended=self._complete_log,
                     starting_over=self.stage is Stage.STARTING_OVER)
                 self._open_storage(directory)
@@ -202,32 +206,15 @@ class Lifecycle:
 
     def _record(self, status: str) -> None:
         directory = self.parts.directory
-        if directory is not None and self.stage in _OWNS_DIRECTORY:
+        if directory is not None and self.stage in OWNS_DIRECTORY:
             ts = self.parts.clock.now()
             directory.record(status, step=ts.step, epoch=ts.epoch,
                              schedule=self.parts.run_state.change.text)
 
     def _deadline_ns(self) -> int | None:
-        """The run's deadline on the clock's time axis, worked out on the chief (so every
-        rank counts down to the same point; one broadcast, only when a deadline is known
-        somewhere) from ``[run] deadline`` and the scheduler's job end."""
-        parts, opts = self.parts, self.options
-        comm = parts.comm
-        if comm is not None and not comm.is_chief:
-            deadline = None
-        else:
-            start = time.time()
-            try:
-                deadline = resolve_deadline(opts.deadline, start=start, env=os.environ)
-            except ValueError as exc:  # the scheduler's value, not the user's: go on
-                warnings.warn(f"{exc}; it is ignored", RuntimeWarning, stacklevel=2)
-                deadline = resolve_deadline(opts.deadline, start=start, env={})
-        found = (None if deadline is None else
-                 deadline_ns(deadline, time_ns=parts.clock.time_ns, now=time.time()))
-        if comm is not None and comm.size > 1 and (opts.deadline is not None
-                                                  or SLURM_END in os.environ):
-            found = comm.broadcast(found)
-        return found
+        """The run's deadline on the clock's time axis (``preempt.deadline_on_clock``)."""
+        parts = self.parts
+        return deadline_on_clock(parts.comm, parts.clock.time_ns, self.config.deadline)
 
     # -- fit -----------------------------------------------------------------------------------
     def fit(self) -> None:
@@ -254,8 +241,8 @@ class Lifecycle:
         phase, self.checkpoint_phase = self.checkpoint_phase, None
         ended = self._ended_at(phase)
         outcome = "stopped" if ended and parts.run_state.stopped is not None else "finished"
-        signals = (handle_signals(parts.guard, signals_of(self.options.preempt_signals))
-                   if self.options.handle_signals
+        signals = (handle_signals(parts.guard, signals_of(self.config.preempt_signals))
+                   if self.config.handle_signals
                    else contextlib.nullcontext())
         try:
             with signals:
@@ -270,7 +257,10 @@ class Lifecycle:
                 if phase == "stopped":
                     raise StopTraining("the run had stopped when its checkpoint was taken")
                 if not ended:
-                    parts.loop.run()
+                    try:
+                        parts.loop.run()
+                    except PreemptRequested as request:
+                        self._preempt(request.signal)
         except StopTraining as exc:
             outcome = self._stopped(exc)
         except Preempted:
@@ -285,6 +275,13 @@ class Lifecycle:
             raise
         self._finish(outcome, None, fire_end=not ended)
 
+    def _preempt(self, signal_name: str) -> None:
+        """Fire ``preempt``, checkpoint (with a run directory) and raise ``Preempted``."""
+        parts = self.parts
+        parts.dispatch.fire("preempt")
+        written = parts.checkpoints.write_preempt(parts.clock.step)
+        raise Preempted(signal_name, parts.clock.step, written)
+
     def _start_train(self, resumed: bool) -> None:
         """Start training's clock; a fresh run first fires ``sanity_eval`` (with
         ``sanity_eval_batches``), then ``train_start``.
@@ -294,7 +291,7 @@ class Lifecycle:
         uninterrupted run did not have. The random generators are restored after it, so
         training draws what it would have drawn without it.
         """
-        parts, batches = self.parts, self.options.sanity_eval_batches
+        parts, batches = self.parts, self.config.sanity_eval_batches
         if not resumed and batches:
             with preserved_rng():
                 parts.dispatch.fire("sanity_eval", {"sanity_eval_batches": batches})
@@ -326,7 +323,7 @@ class Lifecycle:
         if stopped is not None:
             self.stopped_early, self.stop_reason = True, stopped
             return True
-        return phase == "train_end" and self.options.ended(parts.clock.step,
+        return phase == "train_end" and self.config.ended(parts.clock.step,
                                                            parts.clock.epoch)
 
     def _setup(self) -> None:
@@ -344,7 +341,7 @@ class Lifecycle:
         """With ``export``: the weights training ended with, as
         ``RUN_DIR/export/final.safetensors`` (before ``after_train`` hooks such as
         ``load_best_at_end`` change them)."""
-        run_dir = self.options.run_dir
+        run_dir = self.config.run_path
         if run_dir is not None:
             self.parts.checkpoints.export_model(run_dir / "export" / "final.safetensors")
 

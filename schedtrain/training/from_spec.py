@@ -50,10 +50,6 @@ __all__ = [
 _log = structlog.get_logger("schedtrain.training")
 
 
-def _skipped(shown: str, reason: str) -> None:
-    _log.warning("checkpoint_skipped", checkpoint=shown, reason=reason)
-
-
 @attrs.define
 class Task:
     """What a task factory returns: the model, its optimizer, data and loss.
@@ -306,21 +302,12 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
     run, task, bindings = spec.run, prepared.task, prepared.bindings
     assert run is not None and task is not None
     out_dir = run_dir_of(spec, run_dir)
+    config = attrs.evolve(run, run_dir=str(out_dir), overwrite=overwrite,
+                          log_events="jsonl" in run.sinks, schedule_change=schedule_change)
     trainer = Trainer(
         task.model, task.optimizer, task.train_data, task.loss_fn, task.step_fn,
         schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
-        max_epochs=run.max_epochs, max_steps=run.max_steps, device=run.device,
-        precision=run.precision, grad_accum=run.grad_accum, grad_clip=run.grad_clip,
-        seed=run.seed, run_dir=out_dir, overwrite=overwrite, strategy=run.strategy,
-        shard_data=run.shard_data, reduce=dict(run.reduce),
-        sinks=build_sinks(run.sinks, run.sink_every, out_dir),
-        log_events="jsonl" in run.sinks, sanity_eval_batches=run.sanity_eval_batches,
-        checkpoint_dir=run.checkpoint_dir, storage_options=dict(run.storage_options),
-        checkpoint_mode=run.checkpoint_mode, checkpoint_busy=run.checkpoint_busy,
-        checkpoint_staging=run.checkpoint_staging,
-        checkpoint_write_share=run.checkpoint_write_share, export=run.export,
-        deadline=run.deadline, preempt_signals=run.preempt_signals,
-        schedule_change=schedule_change)
+        sinks=build_sinks(run.sinks, run.sink_every, out_dir), config=config)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:
@@ -367,18 +354,14 @@ def _newest(spec: Spec, out: Path) -> tuple[str, str | None]:
 
 def _resume_and_fit(trainer: Trainer, out_dir: Path, resume: str | None) -> None:
     if resume == "auto":
-        shown = trainer.checkpoints.mount.shown
-        found = trainer.checkpoints.mount.newest_to_resume(
-            out_dir / "checkpoints", lambda p, why: _skipped(shown(p), why))
+        found = trainer.resume("auto")
         if found is not None:
-            trainer.resume(found)
+            config = trainer.config
             ended = trainer.rank == 0 and RunDirectory(out_dir).ended(
-                trainer.max_epochs, trainer.max_steps, trainer.clock.step)  # fit says so
+                config.max_epochs, config.max_steps, trainer.clock.step)  # fit says so
             if trainer.rank == 0 and not ended:  # a plain line, as the CLI's others are
-                print(f"resumed from {shown(found)} at step {trainer.clock.step}",
-                      file=sys.stderr)
-        else:
-            trainer.start_over()  # nothing valid to resume from: the run starts again
+                print(f"resumed from {found} at step {trainer.clock.step}", file=sys.stderr)
+        else:  # nothing valid to resume from: the run started again
             status = RunDirectory(out_dir).status() if trainer.rank == 0 else None
             if status is not None and status.get("status") not in ("finished", "stopped"):
                 _log.warning("starting_over", run_dir=str(out_dir), step=0,

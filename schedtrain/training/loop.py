@@ -17,6 +17,7 @@ The loop is the one-process loop: where ranks of a run on several processes must
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -28,11 +29,12 @@ from schedtrain.callbacks.payloads import StepOutputs
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.spec.run import RunConfig
 from schedtrain.training.batch_events import BatchEvents
-from schedtrain.training.data_position import DataPosition
+from schedtrain.training.data_position import DataPosition, EpochFlag
+from schedtrain.training.device import autocast
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
-from schedtrain.training.options import Options
 from schedtrain.training.preempt import Guard
 from schedtrain.training.steps import PlainStep, Step, make_step
 
@@ -66,6 +68,7 @@ class Loop:
         position: DataPosition,
         step: PlainStep | Step,
         guard: Guard,
+        epoch: EpochFlag,
         max_epochs: int | None,
         max_steps: int | None,
         steps_in_epoch: int | None,
@@ -80,18 +83,17 @@ class Loop:
         self.steps_in_epoch, self.exact = steps_in_epoch, exact
         self._publish_loss, self.agreement = publish_loss, agreement
         agreement.exact = exact
-        #: an epoch was started and has not ended (a checkpoint taken now resumes inside it)
-        self.epoch_open = False
-        self.resume_inside_epoch = False
+        #: whether an epoch is open (shared with the run's state, which checkpoints it)
+        self.epoch = epoch
 
     @classmethod
     def build(cls, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loss_fn: Callable[[Any, Any], torch.Tensor] | None, step_fn: Any,
-              options: Options, device: torch.device, scaler: Any,
+              config: RunConfig, device: torch.device, scaler: Any,
               variable_accum: bool = False, **parts: Any) -> Loop:
         """The loop for a run, with the step strategy its options and hooks need.
 
-        ``options`` gives accumulation, clipping and precision; ``parts`` are the other
+        ``config`` gives accumulation, clipping and precision; ``parts`` are the other
         arguments of ``Loop`` (the clock, the table, the dispatcher...). ``PlainStep``
         serves when nothing but the loss is computed on the CPU in fp32 and
         ``grad_accum`` stays 1 (``variable_accum``: a callback changes it between
@@ -105,9 +107,10 @@ class Loop:
         # Per micro-batch: a hook overridden, or a trigger naming batch_start/batch_end.
         per_batch = (any(hooks[h] for h in BATCH_HOOKS) or table.needs_batch_start
                      or table.needs_batch_end)
-        grad_accum, grad_clip = options.grad_accum, options.grad_clip
-        autocast = options.autocast if options.precision != "fp32" else None
-        plain = (grad_accum == 1 and scaler is None and autocast is None and grad_clip is None
+        grad_accum, grad_clip, precision = config.grad_accum, config.grad_clip, config.precision
+        in_autocast = (None if precision == "fp32"
+                       else functools.partial(autocast, precision, device))
+        plain = (grad_accum == 1 and scaler is None and in_autocast is None and grad_clip is None
                  and device.type == "cpu" and not per_step and not per_batch
                  and step_fn is None and not variable_accum)
 
@@ -120,7 +123,7 @@ class Loop:
                          **({} if plain else {
                              "accum": grad_accum, "scaler": scaler, "clip": grad_clip,
                              "device": device if device.type != "cpu" else None,
-                             "autocast": autocast,
+                             "autocast": in_autocast,
                              "batch_events": (BatchEvents(
                                  clock, dispatch, fire_start=table.needs_batch_start,
                                  fire_end=table.needs_batch_end) if per_batch else None),
@@ -132,12 +135,12 @@ class Loop:
     # -- epochs --------------------------------------------------------------------------------
     def run(self) -> None:
         """Epochs until ``max_epochs``/``max_steps`` (exceptions end it early)."""
-        clock, dispatch = self.clock, self.dispatch
+        clock, dispatch, flag = self.clock, self.dispatch, self.epoch
         # A run resumed inside an epoch finishes it, even at max_steps: the checkpoint
         # may be of the epoch's last step, taken before its epoch_end.
-        while self.resume_inside_epoch or (clock.epoch < self.max_epochs
-                                           and clock.step < self.max_steps):
-            inside, self.resume_inside_epoch = self.resume_inside_epoch, False
+        while flag.resume_inside or (clock.epoch < self.max_epochs
+                                     and clock.step < self.max_steps):
+            inside, flag.resume_inside = flag.resume_inside, False
             if not inside:
                 clock.start_epoch()  # before the hooks: they see step_in_epoch == 0
             dispatch.run_hooks("_before_epoch", clock.now())
@@ -145,7 +148,7 @@ class Loop:
                 clock.in_epoch = True  # resumed inside it: no start_epoch, the epoch is open
                 it = self.position.resume_epoch(clock.step_in_epoch * self._accum, clock.epoch)
             else:
-                self.epoch_open = True
+                flag.open = True
                 dispatch.fire("epoch_start")
                 it = self.position.start_epoch(clock.epoch)
             # At max_steps already (resumed there): the epoch ends as the uninterrupted run
@@ -154,7 +157,7 @@ class Loop:
             if not ends:
                 return  # max_steps reached mid-epoch: no epoch_end for a partial epoch
             clock.end_epoch()
-            self.epoch_open = False
+            flag.open = False
             now = clock.now()
             self._publish_loss()  # the epoch's own train/loss, for its hooks and triggers
             dispatch.run_hooks("_after_epoch", now)
@@ -188,7 +191,8 @@ class Loop:
         # A plain step's body runs inline for the common batch (a tuple or list whose
         # inputs are a tensor): one Python call a step costs about 2,400 instructions,
         # half a percent of a small model's step (docs/performance.md); any other batch
-        # goes through `PlainStep.run`, the strategy's definition.
+        # goes through `PlainStep.run`, the strategy's definition (kept equal to this copy:
+        # tests/test_inline_step.py).
         plain = step_obj if type(step_obj) is PlainStep else None
         model, loss_fn, opt = ((plain.model, plain.loss_fn, plain.optimizer)
                                if plain is not None else (None, None, None))

@@ -1,6 +1,6 @@
 """A run's parts, built by one function into one record.
 
-``build_parts`` makes every part of a run from its checked ``Options`` and what the user
+``build_parts`` makes every part of a run from its checked ``RunConfig`` and what the user
 gave (model, data, callbacks, schedule): the device and process group, the compiled
 table, the metric store and its sinks, the checkpoint owner, the agreement between
 ranks, the dispatcher and the loop. ``Trainer`` is the public face over this record and
@@ -25,14 +25,13 @@ from schedtrain.callbacks.base import (
     stops_alone,
 )
 from schedtrain.callbacks.saver import ModelSaver
-from schedtrain.checkpoints import Checkpoints, checkpoint_name
-from schedtrain.checkpoints.pacing import write_share
+from schedtrain.checkpoints import Checkpoints
 from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
 from schedtrain.distributed.setup import prepare
-from schedtrain.errors import Preempted, ScheduleWarning
+from schedtrain.errors import ScheduleWarning
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.planning.changes import canonical
@@ -40,19 +39,20 @@ from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.metrics import TRAINER_METRICS
+from schedtrain.spec.run import RunConfig
 from schedtrain.training.binding import bind, check_order
-from schedtrain.training.data_position import DataPosition
+from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
-from schedtrain.training.options import Options, StepFn
 from schedtrain.training.preempt import Guard
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.run_state import RunState
 from schedtrain.training.schedule_change import ScheduleChange
+from schedtrain.training.steps import StepFn
 from schedtrain.triggers.protocol import Predicate
 
-__all__ = ["Parts", "build_parts", "epoch_length", "make_agreement", "publish_loss"]
+__all__ = ["Parts", "StepFn", "build_parts", "epoch_length", "make_agreement", "publish_loss"]
 
 
 @attrs.define(eq=False)
@@ -80,25 +80,12 @@ class Parts:
     losses: LossKeeper
     position: DataPosition
     guard: Guard
+    epoch: EpochFlag
     run_state: RunState
     checkpoints: Checkpoints
     agreement: Alone
     dispatch: Dispatcher
     loop: Loop
-
-    def preempt(self, signal_name: str) -> None:
-        """Fire ``preempt``, checkpoint (with a run directory) and raise ``Preempted``."""
-        self.dispatch.fire("preempt")
-        written: Path | str | None = None
-        checkpoints = self.checkpoints
-        if checkpoints.run_dir is not None:
-            path = checkpoints.write(
-                checkpoints.run_dir / "checkpoints" / checkpoint_name(self.clock.step),
-                "preempt")
-            checkpoints.wait()  # committed before the process exits
-            mount = checkpoints.mount
-            written = path if mount.stored(path) is None else mount.shown(path)
-        raise Preempted(signal_name, self.clock.step, written)
 
 
 def publish_loss(losses: LossKeeper, metrics: MetricStore, clock: LoopClock) -> None:
@@ -116,27 +103,28 @@ def epoch_length(train_data: Iterable[Any], grad_accum: int) -> int | None:
     return -(-n // grad_accum)
 
 
-def _shape(options: Options, train_data: Iterable[Any]) -> RunShape | None:
+def _shape(config: RunConfig, train_data: Iterable[Any]) -> RunShape | None:
     """The run's shape as a simulation sees it (``None``: epochs of unknown length)."""
-    per_epoch = epoch_length(train_data, options.grad_accum)
+    per_epoch = epoch_length(train_data, config.grad_accum)
     if per_epoch is None:
         return None
-    epochs = options.max_epochs or -(-(options.max_steps or 0) // per_epoch)
+    epochs = config.max_epochs or -(-(config.max_steps or 0) // per_epoch)
     return RunShape.build(epochs=epochs, steps_per_epoch=per_epoch,
-                          max_steps=options.max_steps)
+                          max_steps=config.max_steps)
 
 
-def build_parts(options: Options, *, model: torch.nn.Module,
+def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Module,
                 optimizer: torch.optim.Optimizer, train_data: Iterable[Any],
                 val_data: Iterable[Any] | None, loss_fn: Callable[[Any, Any], torch.Tensor] | None,
                 step_fn: StepFn | None, callbacks: Iterable[Any] | Schedule | None,
                 schedule: Schedule | None, bindings: Mapping[str, Any] | None,
                 sinks: Iterable[Sink], predicates: Mapping[str, Predicate] | None,
                 clock: LoopClock | None) -> Parts:
-    """The parts of a run, wired together (several processes: the group set up)."""
+    """The parts of a run on ``device`` (``config.device`` resolved), wired together
+    (several processes: the group set up)."""
     ready = prepare(model=model, optimizer=optimizer, train_data=train_data,
-                    val_data=val_data, device=options.device, strategy=options.strategy,
-                    shard_data=options.shard_data, seed=options.seed)
+                    val_data=val_data, device=device, strategy=config.strategy,
+                    shard_data=config.shard_data, seed=config.seed)
     comm, device = ready.comm, ready.device
     clock = clock if clock is not None else LoopClock()
     # An empty mapping, not None: at run time conditions are decided, never "unknown".
@@ -147,71 +135,63 @@ def build_parts(options: Options, *, model: torch.nn.Module,
     table = bound.compile(predicates=known, produced_metrics=produced)
     # The run's last epoch, as a simulation of it sees it (PeriodicCallback's last step).
     try:
-        shape = _shape(options, ready.train_data)
+        shape = _shape(config, ready.train_data)
     except ValueError:  # longer than the library counts: the loop says so in its turn
         shape = None
-    table.final_epoch = shape.epochs if shape is not None else options.max_epochs
+    table.final_epoch = shape.epochs if shape is not None else config.max_epochs
     table.final_step = shape.total_steps if shape is not None and not shape.cut_short else None
-    _warn_sanity(options.sanity_eval_batches, table)
+    _warn_sanity(config.sanity_eval_batches, table)
     by_name = dict(zip(bound.names, cbs, strict=True))
     chief = comm is None or comm.is_chief
     # The chief alone writes the run directory and the logs.
-    directory = (RunDirectory(options.run_dir) if options.run_dir is not None and chief
-                 else None)
-    events = JsonlWriter(directory.events) if directory and options.log_events else None
+    run_dir = config.run_path
+    directory = RunDirectory(run_dir) if run_dir is not None and chief else None
+    events = JsonlWriter(directory.events) if directory and config.log_events else None
     metrics = MetricStore(clock.now, [w for w in (events,) if w]
                           + (list(sinks) if chief else []))
     losses, position, guard = LossKeeper(), DataPosition(ready.train_data), Guard()
+    epoch = EpochFlag()
     if comm is not None:
         losses.reduce, losses.reduce_number = comm.mean_tensor, comm.mean_number
     losses.watch = any(getattr(cb, "watches_loss", False) for cb in cbs)
     scaler = (torch.amp.GradScaler(device.type)
-              if options.precision == "fp16" else None)
-    parts: Parts  # the callables below reach the record once it is made
+              if config.precision == "fp16" else None)
     publish = functools.partial(publish_loss, losses, metrics, clock)
     run_state = RunState(
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
-        epoch_open=lambda: parts.loop.epoch_open, events=events)
+        epoch=epoch, events=events)
     run_state.change = ScheduleChange(
-        canonical(bound), options.schedule_change,
-        functools.partial(_shape, options, ready.train_data),
+        canonical(bound), config.schedule_change,
+        functools.partial(_shape, config, ready.train_data),
         lambda: {n: cb.keep for n, cb in by_name.items() if isinstance(cb, ModelSaver)})
-    storage = (open_storage(options.checkpoint_dir, options.storage_options)
-               if options.checkpoint_dir is not None else None)
-    checkpoints = Checkpoints(run_state, run_dir=options.run_dir, comm=comm, storage=storage,
-                              mode=options.checkpoint_mode, busy=options.checkpoint_busy)
-    checkpoints.on_background_done = guard.wake
-    run_state.change.present = functools.partial(_present, checkpoints, by_name,
-                                                 options.run_dir)
-    checkpoints.writer.staging.mode = options.checkpoint_staging
-    checkpoints.writer.share = write_share(options.checkpoint_write_share,
-                                          options.device.type)
-    checkpoints.export = options.export
-    if directory is not None:
-        record = directory.checkpoint_written
-        checkpoints.on_written = lambda path, *at: record(checkpoints.mount.shown(path), *at)
-    agreement = make_agreement(comm, callbacks=by_name, reduce=options.reduce, clock=clock,
-                               guard=guard, on_preempt=lambda s: parts.preempt(s),  # noqa: PLW0108
-                               table=table, losses=losses, max_steps=options.max_steps)
+    storage = (open_storage(config.checkpoint_dir, config.storage_options)
+               if config.checkpoint_dir is not None else None)
+    checkpoints = Checkpoints(
+        run_state, config, device_type=device.type, comm=comm, storage=storage,
+        on_background_done=guard.wake,
+        on_written=directory.checkpoint_written if directory is not None else None)
+    run_state.change.present = functools.partial(_present, checkpoints, by_name, run_dir)
+    agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
+                               guard=guard, table=table, losses=losses,
+                               max_steps=config.max_steps)
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
         gates={e.default_name(): e.gate for e in bound.entries}, metrics=metrics,
         trigger_epoch={e.default_name(): e.trigger_epoch for e in bound.entries},
-        before_firing=publish, keep_firings=options.keep_firings)
+        before_firing=publish, keep_firings=config.keep_firings)
     loop = Loop.build(
         model=ready.train_model, optimizer=ready.optimizer, loss_fn=loss_fn, step_fn=step_fn,
-        options=options, device=device, scaler=scaler,
+        config=config, device=device, scaler=scaler,
         variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in cbs),
         clock=clock, table=table, dispatch=dispatch, losses=losses, position=position,
-        guard=guard, max_epochs=options.max_epochs, max_steps=options.max_steps,
-        steps_in_epoch=epoch_length(ready.train_data, options.grad_accum),
+        guard=guard, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
+        steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
         publish_loss=publish, agreement=agreement)
-    parts = Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
+    return Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
                   ready.train_data, ready.val_data, scaler, clock, bound, cbs, table, known,
-                  directory, events, metrics, losses, position, guard, run_state, checkpoints,
-                  agreement, dispatch, loop)
-    return parts
+                  directory, events, metrics, losses, position, guard, epoch, run_state,
+                  checkpoints, agreement, dispatch, loop)
 
 
 def _warn_sanity(batches: int, table: TriggerTable) -> None:
@@ -231,18 +211,18 @@ def _warn_sanity(batches: int, table: TriggerTable) -> None:
 
 def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],
                    reduce: Mapping[str, str], clock: LoopClock, guard: Guard,
-                   on_preempt: Callable[[str], None], table: TriggerTable,
+                   table: TriggerTable,
                    losses: LossKeeper, max_steps: int | None) -> Alone:
     """What the loop and the dispatcher settle with other ranks (``Alone`` without any)."""
     if comm is None:
-        return Alone(clock=clock, guard=guard, on_preempt=on_preempt)
+        return Alone(clock=clock, guard=guard)
     # A stop flag is agreed after an event only where a callback that may stop alone ran
     # (or could have asked outside its trigger): decided from the classes, the same on
     # every rank.
     alone = {n: stops_alone(cb) for n, cb in callbacks.items()}
     hooks_alone = any(alone[n] and any(overrides(cb, h) for h in STOP_PLACES_BEYOND_TRIGGER)
                       for n, cb in callbacks.items())
-    return Agreement(clock=clock, guard=guard, on_preempt=on_preempt, comm=comm, table=table,
+    return Agreement(clock=clock, guard=guard, comm=comm, table=table,
                      losses=losses, max_steps=max_steps, alone=alone, hooks_alone=hooks_alone,
                      reduce_ops=reduce)
 

@@ -12,15 +12,20 @@ Handlers are installed only in the main thread, and only while ``fit`` runs.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
+import time
+import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
 from schedtrain.distributed.agreement import PREEMPT_CHECK
+from schedtrain.distributed.comm import Comm
+from schedtrain.spec.deadlines import SLURM_END, deadline_ns, resolve_deadline
 
-__all__ = ["PREEMPT_CHECK", "Guard", "handle_signals"]
+__all__ = ["PREEMPT_CHECK", "Guard", "deadline_on_clock", "handle_signals"]
 
 class Guard:
     """The loop's next due step, and whether a signal asked to stop.
@@ -76,3 +81,23 @@ def handle_signals(guard: Guard,
     finally:
         for old, handler in previous.items():
             signal.signal(old, handler)
+
+
+def deadline_on_clock(comm: Comm | None, time_ns: int, deadline: str | None) -> int | None:
+    """A run's deadline on its clock's time axis (the clock at ``time_ns`` now),
+    worked out on the chief so every rank counts down to the same point (one broadcast,
+    only when a deadline is known somewhere), from ``[run] deadline`` and the
+    scheduler's job end."""
+    if comm is not None and not comm.is_chief:
+        found = None
+    else:
+        start = time.time()
+        try:
+            end = resolve_deadline(deadline, start=start, env=os.environ)
+        except ValueError as exc:  # the scheduler's value, not the user's: go on
+            warnings.warn(f"{exc}; it is ignored", RuntimeWarning, stacklevel=3)
+            end = resolve_deadline(deadline, start=start, env={})
+        found = None if end is None else deadline_ns(end, time_ns=time_ns, now=time.time())
+    if comm is not None and comm.size > 1 and (deadline is not None or SLURM_END in os.environ):
+        found = comm.broadcast(found)
+    return found

@@ -23,7 +23,7 @@ holds no file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from schedtrain.clock import LoopClock
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore
 from schedtrain.schedule.table import TriggerTable
-from schedtrain.training.data_position import DataPosition
+from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.schedule_change import ScheduleChange
 
@@ -48,19 +48,19 @@ class RunState:
     Args:
         model, optimizer, scaler, clock, table, callbacks, metrics, losses, position: the
             run's parts.
-        epoch_open: whether an epoch is in progress now (checked at save time).
+        epoch: whether an epoch is in progress (the loop's flag, read at save time).
         events: the ``events.jsonl`` writer, or ``None`` without a run directory.
     """
 
     def __init__(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scaler: Any, clock: LoopClock, table: TriggerTable,
                  callbacks: Mapping[str, Callback], metrics: MetricStore, losses: LossKeeper,
-                 data: DataPosition, epoch_open: Callable[[], bool],
+                 data: DataPosition, epoch: EpochFlag,
                  events: JsonlWriter | None) -> None:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.clock, self.table, self.callbacks = clock, table, callbacks
         self.metrics, self.losses, self.data = metrics, losses, data
-        self.epoch_open, self.events = epoch_open, events
+        self.epoch, self.events = epoch, events
         self.events_offset: int | None = None
         #: why the run stopped (``StopTraining``), once it has: a checkpoint taken at its
         #: ``train_end`` then resumes to that stop instead of training on
@@ -91,7 +91,7 @@ class RunState:
             "losses": self.losses.state_dict(),
             "rng": rng_state(),
             "data": self.data.state_dict(),
-            "epoch_open": self.epoch_open(),
+            "epoch_open": self.epoch.open,
             "events_offset": self.events.position() if self.events is not None else None,
             "stopped": self.stopped,
             "schedule": self.change.text,

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from schedtrain.errors import SpecError, describe, one_line, shorten, summarized
+from schedtrain.errors import Error, SpecError, describe, one_line, shorten, summarized
 from schedtrain.planning.changes import Carry, ScheduleDiff, carry, diff_texts
 from schedtrain.planning.deletions import Present, saved_records
 from schedtrain.retention import Policy
@@ -30,7 +30,7 @@ __all__ = ["RULES", "ScheduleChange", "ScheduleChanged", "StoredScheduleError"]
 RULES: Final = ("refuse", "apply")
 
 
-class ScheduleChanged(ValueError):
+class ScheduleChanged(Error, ValueError):
     """A resume refused: the checkpoint was saved with another schedule."""
 
     def __init__(self, message: str, diff: ScheduleDiff | None) -> None:

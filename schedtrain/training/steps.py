@@ -26,7 +26,10 @@ from schedtrain.callbacks.payloads import BatchInfo
 from schedtrain.training.batch_events import BatchEvents
 from schedtrain.training.batches import count_batch, to_device
 
-__all__ = ["PlainStep", "Step", "StepResult", "make_step"]
+__all__ = ["PlainStep", "Step", "StepFn", "StepResult", "make_step"]
+
+#: ``step_fn(model, batch)``: the loss, or a mapping with a ``"loss"`` entry.
+StepFn = Callable[[torch.nn.Module, Any], "torch.Tensor | Mapping[str, Any]"]
 
 StepResult = tuple[torch.Tensor, Any, int, int, int]
 _PLAIN_SEQ: Final = (tuple, list)
@@ -45,6 +48,9 @@ class PlainStep:
         self._graph: Any = None
 
     def run(self, batch: Any, it: Iterator[Any]) -> StepResult:
+        # Inlined: `Loop._steps` (training/loop.py) runs this body itself for a plain
+        # `(tensor, target)` tuple or list, and calls this method for any other batch. A
+        # change here is made there too; tests/test_inline_step.py compares the two.
         # A tuple subclass (a NamedTuple) is a pair too, and may report `num_tokens`.
         bare = type(batch) in _PLAIN_SEQ
         if not (bare or isinstance(batch, tuple)) or len(batch) != 2:

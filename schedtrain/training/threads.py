@@ -18,7 +18,7 @@ from typing import Final
 
 import torch
 
-from schedtrain.training.options import Options
+from schedtrain.training.device import resolve_device
 
 __all__ = ["THREAD_VARIABLES", "cpu_threads", "limit_cpu_threads"]
 
@@ -43,7 +43,7 @@ def limit_cpu_threads(device: str) -> int | None:
     if any(os.environ.get(name) for name in THREAD_VARIABLES):
         return None
     try:
-        if Options.resolve_device(device).type != "cpu":
+        if resolve_device(device).type != "cpu":
             return None
     except ValueError:
         return None  # refused with its key path when the trainer is built

@@ -1,13 +1,14 @@
 """``Trainer``: a PyTorch training run whose callbacks fire on a compiled trigger table.
 
 The trainer is the run's public face and what callbacks see (a ``TrainingContext``). Its
-options are checked once (``training.options``), its parts built by one function into
+options are one ``RunConfig`` checked once (``spec.config``), its parts built by one function into
 one record (``training.parts``: the loop, the dispatcher, the checkpoint owner, the
 agreement between ranks...), and its lifecycle is ``training.fit``.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,17 +18,20 @@ import torch
 
 from schedtrain.checkpoints import Checkpoints
 from schedtrain.clock import LoopClock
+from schedtrain.errors import ArgumentError
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.spec.config import check_config, run_config
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS
+from schedtrain.spec.run import DEFAULT_KEEP_FIRINGS, RunConfig
 from schedtrain.training.batches import to_device
 from schedtrain.training.data_position import seed_everything
-from schedtrain.training.dispatch import DEFAULT_KEEP_FIRINGS, Dispatcher
+from schedtrain.training.device import autocast, resolve_device
+from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.fit import Lifecycle
-from schedtrain.training.options import Options, StepFn
-from schedtrain.training.parts import build_parts, epoch_length
+from schedtrain.training.parts import StepFn, build_parts, epoch_length
 from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
 
@@ -146,27 +150,34 @@ class Trainer:
         deadline: str | None = None,
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
         schedule_change: str = "refuse",
+        config: RunConfig | None = None,
     ) -> None:
-        #: the run's checked options
-        self.options = Options.check(
-            loss_fn=loss_fn, step_fn=step_fn, max_epochs=max_epochs, max_steps=max_steps,
-            precision=precision, grad_accum=grad_accum, grad_clip=grad_clip, device=device,
-            reduce=reduce, run_dir=run_dir, seed=seed, overwrite=overwrite,
-            strategy=strategy, shard_data=shard_data, keep_firings=keep_firings,
-            handle_signals=handle_signals, log_events=log_events,
-            sanity_eval_batches=sanity_eval_batches, checkpoint_dir=checkpoint_dir,
-            storage_options=dict(storage_options or {}), checkpoint_mode=checkpoint_mode,
-            checkpoint_busy=checkpoint_busy, checkpoint_staging=checkpoint_staging,
-            checkpoint_write_share=checkpoint_write_share, export=export, deadline=deadline,
-            preempt_signals=tuple(preempt_signals), schedule_change=schedule_change)
-        seed_everything(seed)
-        parts = build_parts(self.options, model=model, optimizer=optimizer,
+        options = {k: v for k, v in locals().items() if k in _OPTION_KEYWORDS}
+        if (loss_fn is None) == (step_fn is None):
+            raise TypeError("give exactly one of `loss_fn` and `step_fn`")
+        if config is None:
+            if isinstance(device, torch.device):
+                options["device"] = str(device)
+            config = run_config(**options)
+        else:
+            changed = sorted(k for k, v in options.items() if v != _OPTION_DEFAULTS[k])
+            if changed:
+                raise TypeError(f"give the run's options in `config` or as keywords, not "
+                                f"both: {', '.join(changed)} given beside config=")
+            check_config(config)
+        _check_python_rules(config)
+        #: the run's options, checked (``[run]``'s keys, or the keywords of the same names)
+        self.config: RunConfig = config
+        resolved = resolve_device(device if isinstance(device, torch.device)
+                                  else config.device)
+        seed_everything(config.seed)
+        parts = build_parts(config, resolved, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
                             step_fn=step_fn, callbacks=callbacks, schedule=schedule,
                             bindings=bindings, sinks=sinks, predicates=predicates,
                             clock=clock)
         self._parts = parts
-        self._run = Lifecycle(parts, self.options, self)
+        self._run = Lifecycle(parts, config, self)
         self.loss_fn, self.step_fn = loss_fn, step_fn
         self.comm, self.device, self.model = parts.comm, parts.device, parts.model
         #: the module steps run through (DDP's wrapper on several processes)
@@ -180,35 +191,16 @@ class Trainer:
         self.checkpoints: Checkpoints = parts.checkpoints
         self.steps_in_epoch: int | None = parts.loop.steps_in_epoch
 
-    # -- options -------------------------------------------------------------------------------
-    @property
-    def max_epochs(self) -> int | None:
-        return self.options.max_epochs
-
-    @property
-    def max_steps(self) -> int | None:
-        return self.options.max_steps
-
+    # -- options (the rest: ``trainer.config``) ------------------------------------------------
     @property
     def precision(self) -> str:
-        return self.options.precision
-
-    @property
-    def grad_accum(self) -> int:
-        return self.options.grad_accum
-
-    @property
-    def grad_clip(self) -> float | None:
-        return self.options.grad_clip
-
-    @property
-    def seed(self) -> int:
-        return self.options.seed
+        """``config.precision``."""
+        return self.config.precision
 
     @property
     def run_dir(self) -> Path | None:
         """Where ``events.jsonl``, ``run.json`` and checkpoints go (``None``: nowhere)."""
-        return self.options.run_dir
+        return self.config.run_path
 
     def set_grad_accum(self, n: int) -> None:
         """Micro-batches per optimizer step from the next epoch on (called before it starts,
@@ -220,7 +212,7 @@ class Trainer:
             raise RuntimeError("this trainer's step keeps one micro-batch per step: give the "
                                "callback that changes it a class attribute sets_grad_accum = "
                                "True")
-        self.options = self._run.options = attrs.evolve(self.options, grad_accum=n)
+        self.config = self._run.config = attrs.evolve(self.config, grad_accum=n)
         loop.step.accum = n
         self.steps_in_epoch = loop.steps_in_epoch = epoch_length(self.train_data, n)
 
@@ -245,7 +237,7 @@ class Trainer:
 
     def autocast(self) -> Any:
         """The autocast context of the configured precision (a no-op for fp32)."""
-        return self.options.autocast()
+        return autocast(self.config.precision, self.device)
 
     def to_device(self, batch: Any) -> Any:
         """``batch`` with every tensor moved to the training device."""
@@ -330,9 +322,19 @@ class Trainer:
         at ``path`` (on the chief; ``None`` when nothing is written here)."""
         return self.checkpoints.export_checkpoint(Path(checkpoint), Path(path))
 
-    def resume(self, path: str | Path) -> None:
-        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it."""
+    def resume(self, path: str | Path) -> Path | str | None:
+        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
+
+        ``"auto"`` picks as ``schedtrain train --resume auto`` does: the newest checkpoint
+        of ``RUN_DIR/checkpoints`` (or of ``checkpoint_dir``) that loads, matches its
+        checksum and is finite, each one passed over logged; with none, the run starts
+        over in its directory. Returns the checkpoint restored, as a path or URL
+        (``None``: started over).
+        """
+        if path == "auto":
+            return self._run.resume_newest()
         self._run.resume(Path(path))
+        return Path(path)
 
     def start_over(self) -> None:
         """Fit from the start in a run directory that holds a run with nothing valid to
@@ -374,3 +376,22 @@ class Trainer:
     def __repr__(self) -> str:
         return (f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}, "
                 f"epoch {self.clock.epoch}>")
+
+
+#: ``Trainer``'s keywords that are options (``RunConfig``'s fields), and their defaults.
+#: ``sinks`` is not: ``Trainer`` takes sink objects, ``[run] sinks`` names them.
+_OPTION_DEFAULTS: dict[str, Any] = {
+    name: p.default for name, p in inspect.signature(Trainer.__init__).parameters.items()
+    if name in {a.name for a in attrs.fields(RunConfig)} and name != "sinks"}
+_OPTION_KEYWORDS = frozenset(_OPTION_DEFAULTS)
+
+
+def _check_python_rules(config: RunConfig) -> None:
+    """What Python's keywords need beyond ``[run]``'s rules (a spec always has a run
+    directory, and ``train`` checks it ends)."""
+    if config.max_epochs is None and config.max_steps is None:
+        raise ArgumentError("max_epochs", "give `max_epochs` or `max_steps` (or both): "
+                            "training must end")
+    if config.checkpoint_dir is not None and config.run_dir is None:
+        raise ArgumentError("checkpoint_dir", "`checkpoint_dir` needs a `run_dir` (which "
+                            "holds run.json and the log); give Trainer(run_dir=...)")

@@ -1,0 +1,137 @@
+"""``RunConfig``: a run's options, one record from ``[run]`` or ``Trainer(...)`` to the parts.
+
+Torch-free, in the spec layer, so ``check`` and ``plan`` read it without torch. The TOML
+keys of ``[run]`` are its fields; the few that only Python and the command line set
+(``PYTHON_ONLY``) are refused in a spec. One rule set checks it from either side
+(``spec.config``): a bad value is a ``SpecError`` with its key path from TOML and an
+``ArgumentError`` naming the keyword from Python, with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS
+
+__all__ = ["BUSY_RULES", "DEFAULT_KEEP_FIRINGS", "EXPORT_FORMATS", "MODES", "PRECISIONS",
+           "PYTHON_ONLY", "SCHEDULE_CHANGES", "STAGING", "RunConfig", "toml_fields"]
+
+# The vocabularies of the checkpoint options live here, not beside their torch-side
+# users (checkpoints.background, .staging, .export import them), so `check` reads them
+# without torch.
+#: ``checkpoint_mode`` values: a background write, or the loop writes.
+MODES: Final = ("async", "sync")
+#: ``checkpoint_busy`` values: a save asked for while one is in flight waits or is skipped.
+BUSY_RULES: Final = ("wait", "skip")
+#: ``checkpoint_staging`` values: an async save's host buffers kept for the next or fresh.
+STAGING: Final = ("reuse", "fresh")
+#: ``export`` formats.
+EXPORT_FORMATS: Final = ("safetensors",)
+#: ``precision`` values.
+PRECISIONS: Final = ("fp32", "bf16", "fp16")
+#: ``schedule_change`` values: what a resume with another schedule does.
+SCHEDULE_CHANGES: Final = ("refuse", "apply")
+#: Firings a trainer keeps in memory for ``trainer.firings`` (``None``: all).
+DEFAULT_KEEP_FIRINGS: Final = 100_000
+#: Options set from Python or the command line, never by a spec's ``[run]``.
+PYTHON_ONLY: Final = frozenset({"overwrite", "keep_firings", "handle_signals", "log_events",
+                                "schedule_change"})
+
+
+@attrs.frozen
+class RunConfig:
+    """A run's options: the ``[run]`` table, or ``Trainer``'s keywords of the same names.
+
+    Args:
+        task: ``"module:function"`` building the model, data and optimizer (``train``).
+        max_epochs: stop after this many epochs.
+        max_steps: stop after this many optimizer steps.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+        grad_accum: micro-batches per optimizer step.
+        grad_clip: clip the gradient norm to this value.
+        seed: random seed, 0 to 2**63 - 1.
+        run_dir: where checkpoints and logs go; ``train``'s default ``runs/<spec stem>``.
+        strategy: on several processes: ``"auto"`` (``"ddp"``), ``"ddp"`` or ``"fsdp"``.
+        shard_data: on several processes, shard a plain ``DataLoader`` across ranks.
+        reduce: metric name -> how it is combined across ranks (``"mean"`` by default,
+            ``"sum"``, ``"max"``, ``"min"``).
+        sinks: where scalars go: ``"jsonl"`` (``RUN_DIR/events.jsonl``), ``"console"``
+            (a line per report on stdout), ``"tensorboard"`` (``RUN_DIR/tensorboard``).
+        sink_every: sink name -> at most one report per this period (``"1 epoch"``,
+            ``"100 steps"``); a sink not named reports every value.
+        sanity_eval_batches: with N > 0, ``sanity_eval`` fires once before ``train_start``
+            (not on resume); an ``InferenceRunner`` it fires evaluates at most N batches.
+        checkpoint_dir: where ``RUN_DIR/checkpoints`` really is: a folder or an fsspec
+            URL (``s3://bucket/run/checkpoints``); default the run directory's.
+        storage_options: the URL's filesystem options (``client_kwargs``, credentials).
+        checkpoint_mode: ``"async"`` (the loop blocks only for a host copy; a background
+            thread writes) or ``"sync"``.
+        checkpoint_busy: a save asked for while another is in flight ``"wait"``s for it
+            or is ``"skip"``ped.
+        checkpoint_staging: ``"reuse"`` the host buffers of an async save's snapshot for
+            the next one (held between saves) or take ``"fresh"`` ones each time.
+        checkpoint_write_share: the most of the time (0 < x <= 1) a background write is
+            busy while the loop does not wait for it; not given: 1 when training runs on a
+            device, 0.25 on the CPU (where the write and the step share the cores).
+        export: also write the model's weights in these formats (``"safetensors"``).
+        deadline: an ISO time or a duration from the start (``"23 h"``); the earlier of
+            it and SLURM's ``SLURM_JOB_END_TIME`` is the run's deadline.
+        preempt_signals: the signals that checkpoint and stop the run (exit code 75).
+        overwrite: start afresh in a run directory that holds a run (Python, ``--overwrite``).
+        keep_firings: firings kept in memory for ``trainer.firings`` (``None``: all).
+        handle_signals: install the preemption signal handlers.
+        log_events: write ``RUN_DIR/events.jsonl`` (``sinks`` holds ``"jsonl"`` in a spec).
+        schedule_change: resuming a checkpoint saved with another schedule: ``"refuse"``
+            or ``"apply"`` the new one (``--schedule-change``).
+    """
+
+    task: str | None = None
+    max_epochs: int | None = None
+    max_steps: int | None = None
+    device: str = "auto"
+    precision: str = "fp32"
+    grad_accum: int = 1
+    grad_clip: float | None = None
+    seed: int = 0
+    run_dir: str | None = None
+    strategy: str = "auto"
+    shard_data: bool = True
+    reduce: Mapping[str, str] = attrs.field(factory=dict)
+    sinks: tuple[str, ...] = ("jsonl",)
+    sink_every: Mapping[str, str] = attrs.field(factory=dict)
+    sanity_eval_batches: int = 0
+    checkpoint_dir: str | None = None
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    checkpoint_mode: str = "async"
+    checkpoint_busy: str = "wait"
+    checkpoint_staging: str = "reuse"
+    checkpoint_write_share: float | None = None
+    export: tuple[str, ...] = ()
+    deadline: str | None = None
+    preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
+    overwrite: bool = False
+    keep_firings: int | None = DEFAULT_KEEP_FIRINGS
+    handle_signals: bool = True
+    log_events: bool = True
+    schedule_change: str = "refuse"
+
+    @property
+    def run_path(self) -> Path | None:
+        """``run_dir`` as a path (``None``: the run writes nothing)."""
+        return Path(self.run_dir) if self.run_dir is not None else None
+
+    def ended(self, step: int, epoch: int) -> bool:
+        """Whether a clock at ``step``, ``epoch`` has reached ``max_epochs`` or ``max_steps``."""
+        return ((self.max_epochs is not None and epoch >= self.max_epochs)
+                or (self.max_steps is not None and step >= self.max_steps))
+
+
+def toml_fields(config: RunConfig) -> dict[str, Any]:
+    """The fields a ``[run]`` table writes (``PYTHON_ONLY`` ones left out)."""
+    return {k: v for k, v in attrs.asdict(config, recurse=False).items()
+            if k not in PYTHON_ONLY}
