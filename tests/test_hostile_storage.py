@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedtrain.checkpoints import storage as storage_module
-from schedtrain.checkpoints.format import FORMAT, CheckpointError
+from schedtrain.checkpoints.format import ALGORITHM, FORMAT, CheckpointError
 from schedtrain.checkpoints.lease import LEASE, Lease
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.storage import FsspecStorage, StorageError, manifest_name
@@ -267,15 +267,22 @@ def _checkpoint(step: int) -> bytes:
     return buffer.getvalue()
 
 
+def _text(value: str) -> bytes:
+    """A pickled string (BINUNICODE)."""
+    return b"X" + len(value.encode()).to_bytes(4, "little") + value.encode()
+
+
 def _deep_pickle(depth: int) -> bytes:
     """A checkpoint whose content nests ``depth`` lists deep, as a crafted file could:
-    written opcode by opcode (pickling it would recurse), in torch's zip layout."""
+    written opcode by opcode (pickling it would recurse), in torch's zip layout. It
+    carries a well-formed checksum, so reading it gets as far as hashing the content."""
     plain = io.BytesIO()
     torch.save({"format": FORMAT, "x": 0}, plain)
     source = zipfile.ZipFile(io.BytesIO(plain.getvalue()))
-    data = (b"\x80\x02}(X" + len(b"format").to_bytes(4, "little") + b"format"
-            + b"X" + len(FORMAT.encode()).to_bytes(4, "little") + FORMAT.encode()
-            + b"X\x01\x00\x00\x00x" + b"]" * depth + b"a" * (depth - 1) + b"u.")
+    checksum = (b"}(" + _text("algorithm") + _text(ALGORITHM) + _text("digest")
+                + _text("0" * 64) + b"u")
+    data = (b"\x80\x02}(" + _text("format") + _text(FORMAT) + _text("checksum") + checksum
+            + _text("x") + b"]" * depth + b"a" * (depth - 1) + b"u.")
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as target:
         for info in source.infolist():

@@ -49,7 +49,7 @@ def _change(run_dir: Path, old: int, new: int, first: int, second: int,
             **kwargs: Any) -> None:
     _trainer(run_dir, old, first, **kwargs).fit()
     t = _trainer(run_dir, new, second, schedule_change="apply", **kwargs)
-    t.resume(t.checkpoints.mount.newest_to_resume(run_dir / "checkpoints"))
+    t.resume("auto")
     t.fit()
 
 
