@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from schedtrain.errors import describe, one_line
+from schedtrain.errors import Error, describe, one_line
 from schedtrain.time import MAX_COUNT
 
 __all__ = ["DriverStateError", "check_driver_state"]
@@ -20,7 +20,7 @@ _FIELDS: Final = ("step", "batch", "epoch", "step_in_epoch", "sample", "token", 
 _KEYS: Final = ("clock", "pending", "table", "metrics", "started", "in_epoch")
 
 
-class DriverStateError(ValueError):
+class DriverStateError(Error, ValueError):
     """A loaded driver state that cannot be this driver's: one line, with its key path."""
 
     def __init__(self, path: str, expected: str, found: object) -> None:
