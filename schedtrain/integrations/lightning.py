@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import lightning.pytorch as pl
@@ -37,9 +37,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[lightning]'") from exc
 import torch
 
-from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.hosted import (
+    CallbackDriver,
+    check_bound,
+    driver_for,
+    refuse_uncounted,
+    spec_bindings,
+    split_actions,
+)
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
+
+if TYPE_CHECKING:
+    from schedtrain.spec import Spec
 
 __all__ = ["VALIDATE_KNOWN", "VERBS", "ScheduleCallback", "batch_size"]
 
@@ -128,6 +138,11 @@ class ScheduleCallback(pl.Callback):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
+        check_bound(schedule, [*self.actions, *callbacks], record=record)
+        for counter, given in (("sample", samples), ("token", tokens)):
+            if given is None:
+                refuse_uncounted(schedule, counter, f"nothing counts: pass {counter}s=, a "
+                                 f"function of a batch returning its {counter}s")
         self._samples, self._tokens = samples, tokens
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.driver = driver_for(
@@ -146,6 +161,16 @@ class ScheduleCallback(pl.Callback):
         self._batch_idx = -1  # of the epoch's last batch end so far (-1: none yet)
         self._steps: Any = None  # Lightning's optimizer-step counter (see _step_counter)
         self._first_batch = False
+
+    @classmethod
+    def from_spec(cls, spec: Spec | str | Path,
+                  actions: Mapping[str, Hook | str | Any] | None = None,
+                  **kwargs: Any) -> ScheduleCallback:
+        """The callback for a spec (or its path): its typed callbacks (``type =
+        "EarlyStopping"``) built as ``schedtrain train`` builds them, ``actions`` binding
+        the others; ``kwargs`` as the constructor's."""
+        schedule, bound = spec_bindings(spec, actions)
+        return cls(schedule, bound, **kwargs)
 
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
@@ -196,15 +221,22 @@ class ScheduleCallback(pl.Callback):
         late = d.epoch_end() if d.in_epoch and trainer.current_epoch > d.clock.epoch else ()
         return late + d.epoch_start()
 
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if self._first_batch:
+            # Resumed from a checkpoint of an epoch's last batch, Lightning calls neither
+            # epoch hook: the saved epoch ends and the next starts here, before the next
+            # step trains, so their actions see the weights and global_step they would
+            # have seen in the uninterrupted fit.
+            self._first_batch = False
+            self._event(trainer, pl_module, lambda: self._catch_up(trainer))
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         # Runs every batch: the quiet step reads global_step once and compares it with the
         # clock; what is the same all epoch (num_training_batches) is read at the epoch end.
         d = self.driver
         self._host = (trainer, pl_module)
-        if self._first_batch:  # resumed: Lightning may skip on_train_epoch_start
-            self._first_batch = False
-            self._catch_up(trainer)
         samples, tokens = self._samples, self._tokens
         n = samples(batch) if samples is not None else 0
         t = tokens(batch) if tokens is not None else 0

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -41,9 +42,20 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[transformers]'") from exc
 
 from schedtrain.integrations.context import HostError
-from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.hosted import (
+    CallbackDriver,
+    check_bound,
+    counters_read,
+    driver_for,
+    refuse_uncounted,
+    spec_bindings,
+    split_actions,
+)
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
+
+if TYPE_CHECKING:
+    from schedtrain.spec import Spec
 
 __all__ = ["FLAGS", "ScheduleCallback"]
 
@@ -107,6 +119,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 "callback restores its own state when training resumes")
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
+        check_bound(schedule, [*self.actions, *callbacks], record=record)
+        refuse_uncounted(schedule, "sample", "the HF Trainer does not count (no callback "
+                         "sees the batch): count steps or tokens instead")
+        #: the callback whose trigger counts tokens (checked against the Trainer's args)
+        self._counts_tokens = counters_read(schedule).get("token")
         # On several processes the Trainer gathers what it logs and evaluates (and
         # num_input_tokens_seen) over the ranks itself: the driver takes them as they are
         # (a collective runs only where a trigger reads time).
@@ -120,6 +137,16 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
 
+    @classmethod
+    def from_spec(cls, spec: Spec | str | Path,
+                  actions: Mapping[str, str | Callable[..., Any] | Any] | None = None,
+                  **kwargs: Any) -> ScheduleCallback:
+        """The callback for a spec (or its path): its typed callbacks (``type =
+        "EarlyStopping"``) built as ``schedtrain train`` builds them, ``actions`` binding
+        the others; ``kwargs`` as the constructor's."""
+        schedule, bound = spec_bindings(spec, actions)
+        return cls(schedule, bound, **kwargs)
+
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
 
@@ -131,6 +158,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     # -- the Trainer's events ----------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
+        name = self._counts_tokens
+        if name is not None and args.include_num_input_tokens_seen in ("no", False):
+            raise ValueError(
+                f"callback {name!r}: its trigger counts tokens, which the HF Trainer counts "
+                "only with TrainingArguments(include_num_input_tokens_seen=True)")
         stored: Any = state.stateful_callbacks or {}  # typed as a list, loaded as a dict
         saved = stored.get(type(self).__name__)
         if isinstance(saved, list):
