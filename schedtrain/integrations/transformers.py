@@ -82,7 +82,10 @@ def _check_bindings(schedule: Schedule, actions: Mapping[str, Any]) -> None:
                 raise ValueError(
                     f"actions[{name!r}] = {action!r} sets control.{FLAGS[action]}, which "
                     f"the Trainer acts on only after step_end and epoch_end; the trigger "
-                    f"{schedule[name]!r} can also fire at {wrong}")
+                    f"{schedule[name]!r} can also fire at {wrong}: drop those parts (the "
+                    "last epoch's end is where training ends, so every('1 epoch') covers "
+                    "it), or bind a function fn(args, state, control, **kw) that acts "
+                    "there itself (kw['model'].save_pretrained(args.output_dir))")
         elif not callable(action):
             raise TypeError(f"actions[{name!r}] must be a function or one of "
                             f"{sorted(FLAGS)}, got {action!r}")
