@@ -23,7 +23,7 @@ from ignite.engine import Engine
 from torch.utils.data import DataLoader
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from schedtrain import Schedule, ScheduleWarning, at, every, window
+from schedtrain import Schedule, ScheduleWarning, at, every, on, window
 from schedtrain.callbacks import EarlyStopping
 from schedtrain.integrations import ignite as ig
 from schedtrain.integrations import lightning as li
@@ -216,3 +216,16 @@ class TestUncountedRefused:
         with pytest.raises(ValueError, match=message):
             ig.trigger_event(trigger)
         ig.trigger_event(trigger, **given)
+
+
+class TestHFFlagRefusalSaysWhatToDo:
+    """D16: a flag bound to a trigger that can fire where the Trainer does not act on it
+    is refused, saying what to do instead."""
+
+    @pytest.mark.parametrize("flag", sorted(hf.FLAGS))
+    def test_train_end(self, flag: str) -> None:
+        with pytest.raises(ValueError, match=r"can also fire at \['train_end'\]: drop those "
+                                             r"parts .*every\('1 epoch'\) covers it\), or "
+                                             r"bind a function fn\(args, state, control"):
+            hf.ScheduleCallback(Schedule({"s": every("1 epoch") | on("train_end")}),
+                                {"s": flag})
