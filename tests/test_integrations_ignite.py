@@ -205,7 +205,7 @@ class TestBadInput:
         """A schedule attached after the engine ran says how to attach it."""
         engine = make_engine(1)
         engine.run(data(2, 1, 1, 1), max_epochs=1)
-        attach_schedule(engine, Schedule({"save": every("2 steps")}))
+        attach_schedule(engine, Schedule({"save": every("2 steps")}), record=True)
         with pytest.raises(RuntimeError, match="attach the schedule before the engine runs"):
             engine.run(data(2, 1, 1, 1), max_epochs=2)
 
@@ -213,7 +213,7 @@ class TestBadInput:
         """Ignite restarts a finished engine from iteration 0: the schedule refuses to
         count on from where it ended."""
         engine = make_engine(1)
-        attach_schedule(engine, Schedule({"save": every("2 steps")}))
+        attach_schedule(engine, Schedule({"save": every("2 steps")}), record=True)
         engine.run(data(2, 1, 1, 1), max_epochs=1)
         with pytest.raises(RuntimeError, match="a new run needs a new schedule"):
             engine.run(data(2, 1, 1, 1), max_epochs=1)
@@ -222,4 +222,4 @@ class TestBadInput:
         """``batches_per_step`` must be a whole number >= 1."""
         with pytest.raises(ValueError, match="batches_per_step"):
             attach_schedule(make_engine(1), Schedule({"s": every("2 steps")}),
-                            batches_per_step=0)
+                            batches_per_step=0, record=True)

@@ -95,9 +95,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for path in args.specs:
         try:
             spec = load_spec(path, imports=args.do_import)
-            prepared, notes = check_spec(spec, args.do_import)
+            prepared, notes = check_spec(spec, args.do_import, args.host)
             task = prepared.task if prepared is not None else None
-            spec, shape_notes = derived_clock(spec, args.do_import, task)
+            # a host's run has no schedtrain task to count
+            counts = args.do_import and not preflight.hosted(spec, args.host)
+            spec, shape_notes = derived_clock(spec, counts, task)
             notes += shape_notes + stale_notes(spec, prepared)
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
@@ -121,8 +123,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from schedtrain.simulation.metric_stream import read_metrics
 
     spec = load_spec(args.spec, imports=args.do_import)
-    task = preflight.plan_task(spec) if args.do_import else None
-    spec, notes = derived_clock(spec, args.do_import, task)
+    counts = args.do_import and not preflight.hosted(spec, args.host)
+    task = preflight.plan_task(spec) if counts else None
+    spec, notes = derived_clock(spec, counts, task)
     _warn(args.spec, notes, sys.stderr)
     size = args.checkpoint_size
     if size is None and task is not None:
@@ -149,7 +152,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         return EXIT_OK
     text = (plan_render.render_json(plan, size) if args.format == "json"
-            else plan_render.render_table(plan, args.first, size))
+            else plan_render.render_table(plan, args.first, size, saves=bool(
+                plan.keep) or not preflight.hosted(spec, args.host)))
     if args.costs:
         text = _with_costs(plan, args, text)
     if args.out:

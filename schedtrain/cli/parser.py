@@ -22,6 +22,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message}")
 
 
+#: ``--host``: the schedule runs inside one of them (docs/integrations.md).
+HOSTS = ("lightning", "transformers", "ignite")
+HOST_HELP = ("the schedule runs inside this host (lightning, transformers, ignite), as a "
+             "spec without [run] does: the host produces the metrics and writes the "
+             "checkpoints, [run] is not checked")
 _CHECK_EPILOG = """\
 examples:
   schedtrain check specs/resnet_tensorpack.toml
@@ -73,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=fmt,
                            description="Validate spec files; exit 0, or 2 listing every problem.")
     check.add_argument("specs", nargs="+", metavar="SPEC", help="TOML spec files")
+    check.add_argument("--host", choices=HOSTS, metavar="HOST",
+                       help=HOST_HELP)
     check.add_argument("--import", dest="do_import", action="store_true",
                        help="import 'module:Class' callback and trigger classes and check "
                             "their arguments (this runs code from those modules)")
@@ -103,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
                       help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
                            "peak disk its ModelSavers' files take")
+    plan.add_argument("--host", choices=HOSTS, metavar="HOST", help=HOST_HELP)
     plan.add_argument("--import", dest="do_import", action="store_true",
                       help="import custom trigger classes ({ custom = \"module:Class\" }); "
                            "this runs code from those modules")

@@ -10,7 +10,7 @@ from typing import Any
 from schedtrain.errors import Error, ScheduleError
 from schedtrain.spec import Spec
 
-__all__ = ["UsageError", "check_spec", "derived_clock", "plan_task", "size_argument",
+__all__ = ["UsageError", "check_spec", "derived_clock", "hosted", "plan_task", "size_argument",
            "stale_notes"]
 
 
@@ -18,27 +18,40 @@ class UsageError(Error):
     """Bad input found after argument parsing (exit 2, message only)."""
 
 
-def check_spec(spec: Spec, do_import: bool) -> tuple[Any, list[str]]:
+def hosted(spec: Spec, host: str | None) -> bool:
+    """Whether ``spec``'s schedule runs inside a host (``--host``, or no ``[run]``): the
+    host then produces the metrics and writes the checkpoints, not schedtrain's Trainer."""
+    return host is not None or spec.run is None
+
+
+def check_spec(spec: Spec, do_import: bool, host: str | None = None
+               ) -> tuple[Any, list[str]]:
     """What ``train`` would refuse in ``spec``: without ``--import`` what is known without
     importing anything; with it, ``train``'s own checks (``prepare_run``), which build
     the callbacks and the task. Returns what ``prepare_run`` built (or ``None``) and
-    warnings."""
-    from schedtrain.spec.metrics import metric_problems, static_producers
+    warnings. A schedule for a host (``hosted``) has its typed callbacks checked, and no
+    metric read is judged: the host's own metrics are unknown here."""
+    from schedtrain.spec.metrics import gate_notes, metric_problems, static_producers
     from schedtrain.spec.readiness import train_problems
 
+    notes = gate_notes(spec)
     if not do_import:
-        problems = train_problems(spec) if spec.run is not None else []
-        more, notes = metric_problems(spec, *static_producers(spec))
+        if hosted(spec, host):
+            return None, notes
+        problems = train_problems(spec)
+        more, found = metric_problems(spec, *static_producers(spec))
         if problems or more:
             raise ScheduleError([*problems, *more])
-        return None, notes
+        return None, found + notes
     try:
-        from schedtrain.training.from_spec import prepare_run
+        from schedtrain.training.from_spec import Prepared, build_callbacks, prepare_run
     except ImportError as exc:
         raise UsageError(f"--import checks callbacks and the task with schedtrain.training "
                          f"(and torch), which cannot be imported: {exc}") from None
+    if hosted(spec, host):
+        return Prepared(build_callbacks(spec, untyped_ok=True), None), notes
     prepared = prepare_run(spec)
-    return prepared, list(prepared.notes)
+    return prepared, list(prepared.notes) + notes
 
 
 def stale_notes(spec: Spec, prepared: Any) -> list[str]:

@@ -18,8 +18,9 @@ host to act on once the event is over; the callbacks' state rides in ``state_dic
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedtrain.callbacks.base import Callback, overrides
 from schedtrain.errors import StopTraining, locate_failure
@@ -27,9 +28,14 @@ from schedtrain.integrations.context import HOST_HOOKS, HostContext, check_callb
 from schedtrain.integrations.driver import Action, ScheduleDriver
 from schedtrain.monitors.store import MetricStore
 from schedtrain.schedule.schedule import HookGate, Schedule, Scheduled
+from schedtrain.time import Time
 from schedtrain.triggers.protocol import Predicate
 
-__all__ = ["CallbackDriver", "driver_for", "split_actions"]
+if TYPE_CHECKING:
+    from schedtrain.spec import Spec
+
+__all__ = ["CallbackDriver", "check_bound", "counters_read", "driver_for", "refuse_uncounted",
+           "spec_bindings", "split_actions"]
 
 
 def split_actions(actions: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Callback]]:
@@ -39,6 +45,70 @@ def split_actions(actions: Mapping[str, Any] | None) -> tuple[dict[str, Any], di
     for name, value in (actions or {}).items():
         (callbacks if isinstance(value, Callback) else own)[name] = value
     return own, callbacks
+
+
+def spec_bindings(spec: Spec | str | Path, actions: Mapping[str, Any] | None
+                  ) -> tuple[Schedule, dict[str, Any]]:
+    """A spec's schedule and what runs at each firing: its typed callbacks built as
+    ``schedtrain train`` builds them (``build_callbacks``), ``actions`` for the others.
+
+    Raises:
+        SpecError: the spec does not load, or a typed callback cannot be built.
+        ValueError: ``actions`` binds a callback the spec builds from its ``type``.
+    """
+    from schedtrain.spec import Spec, load_spec
+    from schedtrain.training.from_spec import build_callbacks
+
+    loaded = spec if isinstance(spec, Spec) else load_spec(spec)
+    built = build_callbacks(loaded, untyped_ok=True)
+    given = dict(actions or {})
+    twice = sorted(set(built) & set(given))
+    if twice:
+        raise ValueError(f"actions bind {twice}, which the spec builds from their `type`: "
+                         "drop them from actions, or the `type` from the spec")
+    return loaded.schedule(), {**built, **given}
+
+
+def check_bound(schedule: Schedule, bound: Iterable[str], *, record: bool) -> None:
+    """Refuse callbacks of ``schedule`` that nothing runs (no object, no action): they
+    would fire and do nothing (a spec's typed callback passed through ``schedule()``).
+    With ``record`` their firings are what the caller reads: kept."""
+    if record:
+        return
+    names = set(bound)
+    loose = [e.default_name() for e in schedule.entries
+             if e.callback is None and e.default_name() not in names]
+    if loose:
+        raise ValueError(
+            f"schedule callbacks {loose} have neither a type nor an action, so they would "
+            "fire and do nothing: bind each in actions (a spec's typed callbacks are built "
+            "by from_spec(spec, actions))")
+
+
+def counters_read(schedule: Schedule) -> dict[str, str]:
+    """Counter ("sample", "token", ...) -> the first callback whose trigger reads it (a
+    period, points or a window in that unit; a user's trigger class is not seen into)."""
+    found: dict[str, str] = {}
+    for e in schedule.entries:
+        todo = [e.trigger]
+        while todo:
+            t = todo.pop()
+            todo.extend(t.children())
+            for f in getattr(type(t), "__attrs_attrs__", ()):
+                value = getattr(t, f.name, None)
+                for v in value if isinstance(value, tuple) else (value,):
+                    if isinstance(v, Time):
+                        found.setdefault(v.counter, e.default_name())
+    return found
+
+
+def refuse_uncounted(schedule: Schedule, counter: str, why: str) -> None:
+    """Refuse a schedule whose trigger reads ``counter`` the host does not count, saying
+    ``why`` (what to pass, or why the host cannot count it)."""
+    name = counters_read(schedule).get(counter)
+    if name is not None:
+        raise ValueError(f"callback {name!r}: its trigger {schedule[name]!r} counts "
+                         f"{counter}s, which {why}")
 
 
 def _entries(schedule: Schedule, callbacks: Mapping[str, Callback]) -> list[Scheduled]:
@@ -137,6 +207,18 @@ class CallbackDriver(ScheduleDriver):
         self._set_up = False
         self._resumed_in_epoch = False
         self._saved: dict[str, Any] | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Spec | str | Path, actions: Mapping[str, Any] | None = None,
+                  **kwargs: Any) -> CallbackDriver:
+        """A driver for a spec (or its path): its typed callbacks built as ``schedtrain
+        train`` builds them, ``actions`` (functions or ``Callback`` objects) for the
+        others; an untyped callback left unbound is only reported by the event calls.
+        ``kwargs``: as the constructor."""
+        schedule, bound = spec_bindings(spec, actions)
+        callbacks = {n: a for n, a in bound.items() if isinstance(a, Callback)}
+        own = {n: a for n, a in bound.items() if n not in callbacks}
+        return cls(schedule, callbacks, actions=own, **kwargs)
 
     @property
     def stop_reason(self) -> str | None:

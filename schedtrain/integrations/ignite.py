@@ -23,8 +23,9 @@ so train_start and the epoch's epoch_start do not fire twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from ignite.engine import Engine, Events, EventsList
@@ -36,13 +37,23 @@ import torch
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.integrations.driver import ScheduleDriver
-from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.hosted import (
+    CallbackDriver,
+    check_bound,
+    driver_for,
+    refuse_uncounted,
+    spec_bindings,
+    split_actions,
+)
 from schedtrain.integrations.ranks import reads_time
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import Predicate
 
-__all__ = ["ScheduleHandle", "attach_schedule", "trigger_event"]
+if TYPE_CHECKING:
+    from schedtrain.spec import Spec
+
+__all__ = ["ScheduleHandle", "attach_schedule", "attach_spec", "trigger_event"]
 
 Counter = Callable[[Any], int]
 """Reads a count (samples, tokens) from one iteration's ``engine.state.batch``."""
@@ -256,6 +267,8 @@ def attach_schedule(
         raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
                          f"(the schedule has {list(schedule.names)})")
     own, callbacks = split_actions(actions)
+    check_bound(schedule, [*own, *callbacks], record=record)
+    _refuse_uncounted(schedule, samples, tokens)
     driver = driver_for(schedule, {}, callbacks, host="Ignite",
                         gives=("loss",) if loss is not None else (), predicates=predicates,
                         record=record, reduce=reduce,
@@ -267,6 +280,24 @@ def attach_schedule(
     for event in _EVENTS:
         engine.add_event_handler(event, _follow(handle, event.name))
     return handle
+
+
+def attach_spec(engine: Engine, spec: Spec | str | Path,
+                actions: Mapping[str, Callable[[Engine], Any] | Callback] | None = None,
+                **kwargs: Any) -> ScheduleHandle:
+    """``attach_schedule`` for a spec (or its path): its typed callbacks (``type =
+    "EarlyStopping"``) built as ``schedtrain train`` builds them, ``actions`` binding the
+    others; ``kwargs`` as ``attach_schedule``'s."""
+    schedule, bound = spec_bindings(spec, actions)
+    return attach_schedule(engine, schedule, bound, **kwargs)
+
+
+def _refuse_uncounted(schedule: Schedule, samples: Counter | None,
+                      tokens: Counter | None) -> None:
+    for counter, given in (("sample", samples), ("token", tokens)):
+        if given is None:
+            refuse_uncounted(schedule, counter, f"nothing counts: pass {counter}s=, a "
+                             f"function of engine.state.batch returning its {counter}s")
 
 
 def _follow(handle: ScheduleHandle, event: str) -> Callable[[Engine], object]:
@@ -297,7 +328,9 @@ def trigger_event(
     wall time) costs one comparison on each iteration before its next due step: those
     iterations are counted when that step or another event comes.
     """
-    driver = ScheduleDriver(Schedule({"trigger": trigger}))
+    schedule = Schedule({"trigger": trigger})
+    _refuse_uncounted(schedule, samples, tokens)
+    driver = ScheduleDriver(schedule)
     return _events(ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,
                                   tokens=tokens))
 

@@ -16,7 +16,9 @@ epoch cut by ``max_steps`` or ``should_stop`` has no epoch_end, as in schedtrain
 
 Each callback of the schedule is bound to a function ``fn(trainer, pl_module)`` or to
 one of Lightning's verbs: ``"validate"`` (runs the validation loop there and then; the
-callback turns off Lightning's own validation cadence), ``"checkpoint"``
+callback turns off Lightning's own validation cadence), ``"log"`` (the values
+``self.log`` gathered in the step go to the loggers after it, where
+``log_every_n_steps`` would send them: the schedule replaces it), ``"checkpoint"``
 (``trainer.save_checkpoint`` once the event is evaluated) or ``"stop"``
 (``trainer.should_stop``). The schedule's state rides in Lightning's checkpoint, so a
 resumed fit fires what the uninterrupted one would.
@@ -28,7 +30,7 @@ import sys
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import lightning.pytorch as pl
@@ -37,14 +39,36 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[lightning]'") from exc
 import torch
 
-from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.hosted import (
+    CallbackDriver,
+    check_bound,
+    driver_for,
+    refuse_uncounted,
+    spec_bindings,
+    split_actions,
+)
+from schedtrain.integrations.lightning_loop import (
+    VALIDATE_KNOWN,
+    check_version,
+    set_log_every,
+    step_counter,
+    synced,
+    validate,
+)
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
+
+if TYPE_CHECKING:
+    from schedtrain.spec import Spec
 
 __all__ = ["VALIDATE_KNOWN", "VERBS", "ScheduleCallback", "batch_size"]
 
 #: What a callback of the schedule may be bound to, besides a function.
-VERBS = ("validate", "checkpoint", "stop")
+VERBS = ("validate", "log", "checkpoint", "stop")
+#: Where Lightning acts on a verb: only the schedule's step ends and epoch ends, or only
+#: its step ends (the loggers get a step's values after its on_train_batch_end).
+_ACTS_AT = {"validate": ("step_end", "epoch_end"), "log": ("step_end",)}
+_EVENTS = ("train_start", "epoch_start", "batch_end", "step_end", "epoch_end", "train_end")
 Hook = Callable[["pl.Trainer", "pl.LightningModule"], Any]
 Counter = Callable[[Any], int]
 
@@ -72,16 +96,18 @@ def _check_bindings(schedule: Schedule, actions: Mapping[str, Hook | str]) -> No
             if action not in VERBS:
                 raise ValueError(f"actions[{name!r}]: unknown Lightning verb {action!r}; "
                                  f"expected a function (trainer, pl_module) or one of {VERBS}")
-            if action == "validate":
-                _check_validate(name, str(getattr(pl, "__version__", "unknown")))
+            acts_at = _ACTS_AT.get(action)
+            if acts_at is not None:
+                check_version(name, action, str(getattr(pl, "__version__", "unknown")))
                 events = schedule[name].events()
-                wrong = sorted(e for e in ("train_start", "epoch_start", "train_end",
-                                           "batch_end") if e in events)
+                wrong = sorted(e for e in _EVENTS if e in events and e not in acts_at)
                 if wrong:
+                    what = ("runs Lightning's validation loop, which runs" if action ==
+                            "validate" else "sends the step's self.log values to the loggers, "
+                            "which Lightning does (on_epoch values: at every epoch end itself)")
                     raise ValueError(
-                        f"actions[{name!r}] = 'validate' runs Lightning's validation loop, "
-                        f"which runs only at step_end and epoch_end; the trigger "
-                        f"{schedule[name]!r} can also fire at {wrong}")
+                        f"actions[{name!r}] = {action!r} {what} only at {' and '.join(acts_at)}"
+                        f"; the trigger {schedule[name]!r} can also fire at {wrong}")
         elif not callable(action):
             raise TypeError(f"actions[{name!r}] must be a function (trainer, pl_module) or "
                             f"one of {VERBS}, got {action!r}")
@@ -128,6 +154,11 @@ class ScheduleCallback(pl.Callback):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
+        check_bound(schedule, [*self.actions, *callbacks], record=record)
+        for counter, given in (("sample", samples), ("token", tokens)):
+            if given is None:
+                refuse_uncounted(schedule, counter, f"nothing counts: pass {counter}s=, a "
+                                 f"function of a batch returning its {counter}s")
         self._samples, self._tokens = samples, tokens
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.driver = driver_for(
@@ -144,8 +175,19 @@ class ScheduleCallback(pl.Callback):
         self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
         self._deferred: list[str] = []
         self._batch_idx = -1  # of the epoch's last batch end so far (-1: none yet)
-        self._steps: Any = None  # Lightning's optimizer-step counter (see _step_counter)
+        self._steps: Any = None  # Lightning's optimizer-step counter (see step_counter)
         self._first_batch = False
+        self._logging = False  # a "log" firing set log_every_n_steps for this step
+
+    @classmethod
+    def from_spec(cls, spec: Spec | str | Path,
+                  actions: Mapping[str, Hook | str | Any] | None = None,
+                  **kwargs: Any) -> ScheduleCallback:
+        """The callback for a spec (or its path): its typed callbacks (``type =
+        "EarlyStopping"``) built as ``schedtrain train`` builds them, ``actions`` binding
+        the others; ``kwargs`` as the constructor's."""
+        schedule, bound = spec_bindings(spec, actions)
+        return cls(schedule, bound, **kwargs)
 
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
@@ -166,10 +208,14 @@ class ScheduleCallback(pl.Callback):
         if "validate" in self.actions.values():
             # The schedule decides when to validate: Lightning's cadence never comes round.
             trainer.check_val_every_n_epoch = sys.maxsize
+        if "log" in self.actions.values():
+            # ... and when to log a step: Lightning's should_update_logs is false while
+            # log_every_n_steps is 0, true for the step a firing sets it to 1 for.
+            set_log_every(trainer, 0)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._first_batch = True
-        self._steps = _step_counter(trainer)
+        self._steps = step_counter(trainer)
         if self._hosted is not None:
             accumulate = max(int(trainer.accumulate_grad_batches), 1)
             batches = trainer.num_training_batches
@@ -196,15 +242,25 @@ class ScheduleCallback(pl.Callback):
         late = d.epoch_end() if d.in_epoch and trainer.current_epoch > d.clock.epoch else ()
         return late + d.epoch_start()
 
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if self._logging:  # the step a "log" firing logged has been logged
+            self._logging = False
+            set_log_every(trainer, 0)
+        if self._first_batch:
+            # Resumed from a checkpoint of an epoch's last batch, Lightning calls neither
+            # epoch hook: the saved epoch ends and the next starts here, before the next
+            # step trains, so their actions see the weights and global_step they would
+            # have seen in the uninterrupted fit.
+            self._first_batch = False
+            self._event(trainer, pl_module, lambda: self._catch_up(trainer))
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         # Runs every batch: the quiet step reads global_step once and compares it with the
         # clock; what is the same all epoch (num_training_batches) is read at the epoch end.
         d = self.driver
         self._host = (trainer, pl_module)
-        if self._first_batch:  # resumed: Lightning may skip on_train_epoch_start
-            self._first_batch = False
-            self._catch_up(trainer)
         samples, tokens = self._samples, self._tokens
         n = samples(batch) if samples is not None else 0
         t = tokens(batch) if tokens is not None else 0
@@ -262,8 +318,11 @@ class ScheduleCallback(pl.Callback):
         assert self._host is not None
         trainer, module = self._host
         if action == "validate":
-            _validate(trainer)
+            validate(trainer)
             self._read_metrics(trainer)
+        elif action == "log":
+            self._logging = True
+            set_log_every(trainer, 1)
         elif isinstance(action, str):  # checkpoint, stop: once the event is evaluated
             self._deferred.append(name)
         else:
@@ -291,7 +350,7 @@ class ScheduleCallback(pl.Callback):
             if value is None:
                 continue
             number = float(value)
-            if ranks is not None and not _synced(trainer, name):
+            if ranks is not None and not synced(trainer, name):
                 # this rank's value: reduced over the ranks, then new if it changed
                 self.driver.put(name, number)
             elif self._last_read.get(name) != number:
@@ -310,75 +369,3 @@ class ScheduleCallback(pl.Callback):
 def _precision(lightning: str) -> str:
     """schedtrain's name of Lightning's precision ("bf16-mixed" -> "bf16")."""
     return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"
-
-
-#: The Lightning versions whose fit loop ``_validate`` and ``_step_counter`` know:
-#: [first, last] (major, minor).
-VALIDATE_KNOWN = ((2, 2), (2, 6))
-
-
-def _check_validate(name: str, version: str) -> None:
-    """Refuse the ``validate`` verb on a Lightning whose fit loop ``_validate`` does not know."""
-    try:
-        major, minor = (int(p) for p in version.split(".")[:2])
-    except ValueError:
-        major, minor = -1, -1
-    (a, b), (c, d) = VALIDATE_KNOWN
-    if not (a, b) <= (major, minor) <= (c, d):
-        raise ValueError(
-            f"actions[{name!r}] = 'validate' runs Lightning's validation loop through its fit "
-            f"loop, known for lightning {a}.{b} to {c}.{d}, and this is lightning {version}: "
-            "install a known version, or set Lightning's own val_check_interval instead")
-
-
-def _step_counter(trainer: pl.Trainer) -> Any:
-    """The progress record whose ``completed`` is ``trainer.global_step``, or ``None``.
-
-    ``global_step`` walks six properties (about 6 k instructions, most of a quiet batch
-    end); the record it ends at is updated in place all fit long, checkpoint loads
-    included. Taken only on the Lightning versions ``VALIDATE_KNOWN`` names and checked
-    against ``global_step`` here and at each epoch start; otherwise the property is read.
-    """
-    try:
-        major, minor = (int(p) for p in str(getattr(pl, "__version__", "")).split(".")[:2])
-        if not VALIDATE_KNOWN[0] <= (major, minor) <= VALIDATE_KNOWN[1]:
-            return None
-        loop = trainer.fit_loop.epoch_loop
-        module = trainer.lightning_module
-        counter = (loop.automatic_optimization.optim_progress.optimizer.step.total
-                   if module is None or module.automatic_optimization
-                   else loop.manual_optimization.optim_step_progress.total)
-        return counter if counter.completed == trainer.global_step else None
-    except (AttributeError, ValueError):
-        return None
-
-
-def _synced(trainer: pl.Trainer, name: str) -> bool:
-    """Whether Lightning reduced ``name`` across ranks itself (``self.log(...,
-    sync_dist=True)``) in training or validation; its value is then used as it is."""
-    loop = trainer.fit_loop.epoch_loop
-    try:
-        results = [*loop._results.values(), *loop.val_loop._results.values()]
-        return any(r.meta.sync.should for r in results
-                   if name in (r.meta.name, f"{r.meta.name}_step", f"{r.meta.name}_epoch"))
-    except AttributeError:  # Lightning's internals moved: reduce it (the same on all ranks)
-        return False
-
-
-def _validate(trainer: pl.Trainer) -> None:
-    """Run the fit's validation loop now, as Lightning's epoch loop does at its checks.
-
-    Lightning has no public call for this: ``trainer.validate`` called inside ``fit`` fails
-    (an assertion in Lightning 2.6), and its cadence flags (``val_check_interval``,
-    ``check_val_every_n_epoch``) are read after every callback's ``on_train_batch_end``,
-    too late for the schedule's step end (whose metrics later callbacks read), and
-    before ``on_train_epoch_end``, too early for its epoch end. So this is the one place
-    that uses the fit loop's internals, for the versions ``VALIDATE_KNOWN`` names (checked
-    when the verb is bound; docs/integrations.md).
-    """
-    loop = trainer.fit_loop.epoch_loop
-    trainer.validating = True
-    first = trainer._logger_connector._first_loop_iter
-    loop.val_loop.run()
-    trainer.training = True
-    trainer._logger_connector._first_loop_iter = first

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -41,9 +42,20 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[transformers]'") from exc
 
 from schedtrain.integrations.context import HostError
-from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.hosted import (
+    CallbackDriver,
+    check_bound,
+    counters_read,
+    driver_for,
+    refuse_uncounted,
+    spec_bindings,
+    split_actions,
+)
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
+
+if TYPE_CHECKING:
+    from schedtrain.spec import Spec
 
 __all__ = ["FLAGS", "ScheduleCallback"]
 
@@ -70,7 +82,10 @@ def _check_bindings(schedule: Schedule, actions: Mapping[str, Any]) -> None:
                 raise ValueError(
                     f"actions[{name!r}] = {action!r} sets control.{FLAGS[action]}, which "
                     f"the Trainer acts on only after step_end and epoch_end; the trigger "
-                    f"{schedule[name]!r} can also fire at {wrong}")
+                    f"{schedule[name]!r} can also fire at {wrong}: drop those parts (the "
+                    "last epoch's end is where training ends, so every('1 epoch') covers "
+                    "it), or bind a function fn(args, state, control, **kw) that acts "
+                    "there itself (kw['model'].save_pretrained(args.output_dir))")
         elif not callable(action):
             raise TypeError(f"actions[{name!r}] must be a function or one of "
                             f"{sorted(FLAGS)}, got {action!r}")
@@ -107,6 +122,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 "callback restores its own state when training resumes")
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
+        check_bound(schedule, [*self.actions, *callbacks], record=record)
+        refuse_uncounted(schedule, "sample", "the HF Trainer does not count (no callback "
+                         "sees the batch): count steps or tokens instead")
+        #: the callback whose trigger counts tokens (checked against the Trainer's args)
+        self._counts_tokens = counters_read(schedule).get("token")
         # On several processes the Trainer gathers what it logs and evaluates (and
         # num_input_tokens_seen) over the ranks itself: the driver takes them as they are
         # (a collective runs only where a trigger reads time).
@@ -120,6 +140,16 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
 
+    @classmethod
+    def from_spec(cls, spec: Spec | str | Path,
+                  actions: Mapping[str, str | Callable[..., Any] | Any] | None = None,
+                  **kwargs: Any) -> ScheduleCallback:
+        """The callback for a spec (or its path): its typed callbacks (``type =
+        "EarlyStopping"``) built as ``schedtrain train`` builds them, ``actions`` binding
+        the others; ``kwargs`` as the constructor's."""
+        schedule, bound = spec_bindings(spec, actions)
+        return cls(schedule, bound, **kwargs)
+
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
 
@@ -131,6 +161,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     # -- the Trainer's events ----------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
+        name = self._counts_tokens
+        if name is not None and args.include_num_input_tokens_seen in ("no", False):
+            raise ValueError(
+                f"callback {name!r}: its trigger counts tokens, which the HF Trainer counts "
+                "only with TrainingArguments(include_num_input_tokens_seen=True)")
         stored: Any = state.stateful_callbacks or {}  # typed as a list, loaded as a dict
         saved = stored.get(type(self).__name__)
         if isinstance(saved, list):

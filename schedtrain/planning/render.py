@@ -94,7 +94,10 @@ def _saves_line(spec: Spec) -> str:
             f"in flight {rule} (checkpoint_busy = {busy!r})")
 
 
-def render_table(plan: Plan, first: int, checkpoint_size: int | None = None) -> str:
+def render_table(plan: Plan, first: int, checkpoint_size: int | None = None, *,
+                 saves: bool = True) -> str:
+    """The plan as text; ``saves``: with the line on how checkpoints are written (not for
+    a host's schedule without a schedtrain saver: the host writes its own)."""
     spec, shape = plan.spec, plan.shape
     names = plan.table.names
     lengths = sorted({n for n, _ in shape.runs}) or [0]
@@ -117,7 +120,8 @@ def render_table(plan: Plan, first: int, checkpoint_size: int | None = None) -> 
                      + "  " + r[3])
     lines.append("")
     lines.append("evaluated at every step: " + (", ".join(plan.always) or "none"))
-    lines.append(_saves_line(spec))
+    if saves:
+        lines.append(_saves_line(spec))
     if any(f.conditional for f in plan.log):
         lines.append("'?': conditional, fires only if its runtime condition or metric "
                      "allows (--metrics FILE resolves them)")

@@ -12,14 +12,16 @@ no metric part would stop the first time it fires: refused too.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Final
 
-from schedtrain.errors import Problem
+from schedtrain.errors import Problem, ScheduleError
 from schedtrain.spec.model import Spec
+from schedtrain.triggers.metric import MetricTrigger
 
-__all__ = ["TRAINER_METRICS", "check_early_stopping", "metric_problems", "metric_reads",
-           "static_producers"]
+__all__ = ["TRAINER_METRICS", "check_early_stopping", "gate_notes", "metric_problems",
+           "metric_reads", "static_producers"]
 
 #: What the trainer itself puts, whatever the callbacks.
 TRAINER_METRICS: Final = ("train/loss",)
@@ -149,3 +151,33 @@ def check_early_stopping(spec: Spec) -> list[Problem]:
                 expected="a trigger with a metric part, or `patience`",
                 found=repr(cb.trigger)))
     return problems
+
+
+def gate_notes(spec: Spec) -> list[str]:
+    """A callback whose trigger judges a metric (``plateau``, ``improved``) and has no
+    clock part is evaluated at every event, every step included: a note suggesting a
+    clock gate, so it is judged where the metric has a new value."""
+    if spec.unimported:  # a custom trigger not imported: its table cannot be built
+        return []
+    try:
+        with warnings.catch_warnings():  # the spec's own warnings are reported by check
+            warnings.simplefilter("ignore")
+            table = spec.schedule().compile()
+    except ScheduleError:  # reported by check itself
+        return []
+    notes = []
+    for name in table.always_evaluated:
+        trigger = table.triggers[table.names.index(name)]
+        todo, judged = [trigger], set[str]()
+        while todo:
+            t = todo.pop()
+            todo.extend(t.children())
+            if isinstance(t, MetricTrigger):
+                judged |= t.metrics()
+        if judged:
+            metric = sorted(judged)[0]
+            notes.append(
+                f"callbacks.{name}.trigger: {trigger!r} has no clock part, so it is "
+                f"evaluated at every event, every step included; gate it where {metric!r} "
+                f"is new: trigger = {{ all = [{{ every = \"1 epoch\" }}, ...] }}")
+    return notes

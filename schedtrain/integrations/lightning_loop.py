@@ -1,0 +1,96 @@
+"""What the Lightning integration reads from, and drives in, Lightning's fit loop beyond its
+public API, kept in one place and taken only on the Lightning versions ``VALIDATE_KNOWN``
+names (the verbs that need them are refused on others, in one line)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+
+__all__ = ["VALIDATE_KNOWN", "check_version", "set_log_every", "step_counter", "synced",
+           "validate"]
+
+
+def set_log_every(trainer: pl.Trainer, n: int) -> None:
+    """Set ``trainer.log_every_n_steps`` (Trainer's argument; its logger connector sets the
+    attribute, which the Trainer class does not declare): Lightning's
+    ``should_update_logs`` reads it for each step (0: never)."""
+    setattr(trainer, "log_every_n_steps", n)  # noqa: B010 - undeclared on the class
+
+
+#: The Lightning versions whose fit loop ``validate`` and ``step_counter`` know:
+#: [first, last] (major, minor).
+VALIDATE_KNOWN = ((2, 2), (2, 6))
+
+
+def check_version(name: str, verb: str, version: str) -> None:
+    """Refuse the ``validate`` and ``log`` verbs on a Lightning whose fit loop they do not
+    know (``validate``; where ``should_update_logs`` is read)."""
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        major, minor = -1, -1
+    (a, b), (c, d) = VALIDATE_KNOWN
+    if not (a, b) <= (major, minor) <= (c, d):
+        how, own = (("runs Lightning's validation loop through its fit loop",
+                     "val_check_interval") if verb == "validate" else
+                    ("drives when Lightning's logger connector logs a step",
+                     "log_every_n_steps"))
+        raise ValueError(
+            f"actions[{name!r}] = {verb!r} {how}, known for lightning {a}.{b} to {c}.{d}, "
+            f"and this is lightning {version}: install a known version, or set "
+            f"Lightning's own {own} instead")
+
+
+def step_counter(trainer: pl.Trainer) -> Any:
+    """The progress record whose ``completed`` is ``trainer.global_step``, or ``None``.
+
+    ``global_step`` walks six properties (about 6 k instructions, most of a quiet batch
+    end); the record it ends at is updated in place all fit long, checkpoint loads
+    included. Taken only on the Lightning versions ``VALIDATE_KNOWN`` names and checked
+    against ``global_step`` here and at each epoch start; otherwise the property is read.
+    """
+    try:
+        major, minor = (int(p) for p in str(getattr(pl, "__version__", "")).split(".")[:2])
+        if not VALIDATE_KNOWN[0] <= (major, minor) <= VALIDATE_KNOWN[1]:
+            return None
+        loop = trainer.fit_loop.epoch_loop
+        module = trainer.lightning_module
+        counter = (loop.automatic_optimization.optim_progress.optimizer.step.total
+                   if module is None or module.automatic_optimization
+                   else loop.manual_optimization.optim_step_progress.total)
+        return counter if counter.completed == trainer.global_step else None
+    except (AttributeError, ValueError):
+        return None
+
+
+def synced(trainer: pl.Trainer, name: str) -> bool:
+    """Whether Lightning reduced ``name`` across ranks itself (``self.log(...,
+    sync_dist=True)``) in training or validation; its value is then used as it is."""
+    loop = trainer.fit_loop.epoch_loop
+    try:
+        results = [*loop._results.values(), *loop.val_loop._results.values()]
+        return any(r.meta.sync.should for r in results
+                   if name in (r.meta.name, f"{r.meta.name}_step", f"{r.meta.name}_epoch"))
+    except AttributeError:  # Lightning's internals moved: reduce it (the same on all ranks)
+        return False
+
+
+def validate(trainer: pl.Trainer) -> None:
+    """Run the fit's validation loop now, as Lightning's epoch loop does at its checks.
+
+    Lightning has no public call for this: ``trainer.validate`` called inside ``fit`` fails
+    (an assertion in Lightning 2.6), and its cadence flags (``val_check_interval``,
+    ``check_val_every_n_epoch``) are read after every callback's ``on_train_batch_end``,
+    too late for the schedule's step end (whose metrics later callbacks read), and
+    before ``on_train_epoch_end``, too early for its epoch end. So this is the one place
+    that uses the fit loop's internals, for the versions ``VALIDATE_KNOWN`` names (checked
+    when the verb is bound; docs/integrations.md).
+    """
+    loop = trainer.fit_loop.epoch_loop
+    trainer.validating = True
+    first = trainer._logger_connector._first_loop_iter
+    loop.val_loop.run()
+    trainer.training = True
+    trainer._logger_connector._first_loop_iter = first
