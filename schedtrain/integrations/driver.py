@@ -165,6 +165,7 @@ class ScheduleDriver:
         #: the agreement with the other ranks (``None``: one process), set at train start
         self.ranks: RankAgreement | None = None
         self._agreed: tuple[int, int] | None = None  # a resumed state's agreed counters
+        self._held: list[str] | None = None  # events reported under ``held``, not decided
 
     # -- what the loop reports -----------------------------------------------------------
     def train_start(self) -> tuple[str, ...]:
@@ -249,6 +250,9 @@ class ScheduleDriver:
     def fire(self, event: str) -> tuple[str, ...]:
         """Evaluate the schedule at ``event`` now (a custom event declared on the schedule,
         or ``eval_start``...); the names that fire, their actions run."""
+        if self._held is not None:
+            self._held.append(event)
+            return ()
         self._event = event
         ranks = self.ranks
         # Every rank settles at the same events: the frequent ones once the driver reports
@@ -259,6 +263,18 @@ class ScheduleDriver:
             if event == "step_end":
                 self._at_step = (clock.batch, clock.sample, clock.token)
         return self.table.decide(event, self._run)
+
+    def held(self, report: Callable[[], object]) -> tuple[str, ...]:
+        """Run ``report`` (a loop event: the clock moves, hooks run) without deciding: the
+        events it would have evaluated, for ``fire`` later. A host whose metrics for this
+        point arrive after its callbacks ran (the HF Trainer evaluates after on_step_end)
+        decides once they have arrived."""
+        self._held = []
+        try:
+            report()
+        finally:
+            events, self._held = self._held, None
+        return tuple(events)
 
     def put(self, name: str, value: Any, *, agreed: bool = False) -> None:
         """Record a metric value for conditions and metric triggers; ``agreed``: the host

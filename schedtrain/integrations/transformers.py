@@ -18,16 +18,24 @@ Each callback of the schedule is bound to a function ``fn(args, state, control, 
 or to a flag: ``"evaluate"``, ``"save"``, ``"log"``, ``"stop"`` (``should_evaluate``,
 ``should_save``, ``should_log``, ``should_training_stop``), which the Trainer acts on right
 after on_step_end and on_epoch_end: so a flag's trigger may fire only at step_end and
-epoch_end. Turn HF's own cadence off (``eval_strategy``, ``save_strategy``,
-``logging_strategy`` = ``"no"``) and the schedule decides. Metrics the schedule reads come
-from ``on_log`` and ``on_evaluate``: a value logged after step ``s`` is seen from step
-``s + 1`` (and at the end of the epoch when ``s`` was its last step). The schedule's state
-is kept in ``trainer_state.json`` through ``ExportableState`` and restored when training
-resumes from a checkpoint.
+epoch_end. A bound flag turns HF's own cadence for it off (``eval_strategy``,
+``save_strategy``, ``logging_strategy`` left at their defaults become ``"no"``; one set to
+anything else is refused), and HF evaluates or saves at most once per step.
+
+Metrics the schedule reads come from ``on_log`` and ``on_evaluate``: a value logged after
+step ``s`` is seen from step ``s + 1`` (and at the end of the epoch when ``s`` was its last
+step). An evaluation's metrics are seen at the evaluation's own step: where HF evaluates
+after an event (``should_evaluate`` set by then, or an ``"evaluate"`` callback firing there)
+the schedule decides that event in ``on_evaluate``, between HF's evaluation and its save,
+as ``simulate()`` with the metrics stamped at that step predicts; the ``"evaluate"`` and
+``"log"`` flags are decided before it (HF acts on them first). The schedule's state is kept
+in ``trainer_state.json`` through ``ExportableState`` and restored when training resumes
+from a checkpoint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
@@ -43,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.triggers.protocol import Predicate
+from schedtrain.triggers.protocol import Point, Predicate
 
 __all__ = ["FLAGS", "ScheduleCallback"]
 
@@ -51,6 +59,29 @@ __all__ = ["FLAGS", "ScheduleCallback"]
 FLAGS = {"evaluate": "should_evaluate", "save": "should_save", "log": "should_log",
          "stop": "should_training_stop"}
 _ACTED_ON = ("step_end", "epoch_end")
+#: The TrainingArguments whose cadence a bound flag replaces.
+STRATEGIES = {"evaluate": "eval_strategy", "save": "save_strategy", "log": "logging_strategy"}
+#: Flags HF acts on before it evaluates: decided before the evaluation's metrics arrive.
+_BEFORE_EVALUATION = ("evaluate", "log")
+
+
+def switch_off_strategies(args: TrainingArguments, flags: set[str]) -> None:
+    """Set HF's own cadence for each bound flag to ``"no"``: one at its default (HF's
+    ``save_strategy="steps"`` saves every 500 steps and at the end); one set to another
+    value is refused, naming it (it would evaluate or save besides the schedule)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    for flag in sorted(flags & set(STRATEGIES)):
+        arg = STRATEGIES[flag]
+        value = getattr(args, arg)
+        text = str(getattr(value, "value", value))
+        if text == "no":
+            continue
+        if text != str(getattr(defaults[arg], "value", defaults[arg])):
+            raise ValueError(
+                f"TrainingArguments({arg}={text!r}) makes the Trainer {flag} on its own "
+                f"cadence, and the schedule binds {flag!r} too: set {arg}=\"no\" and let "
+                f"the schedule decide (or bind {flag!r} to nothing)")
+        setattr(args, arg, type(value)("no") if not isinstance(value, str) else "no")
 
 
 def _check_bindings(schedule: Schedule, actions: Mapping[str, Any]) -> None:
@@ -119,6 +150,17 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self._watched = self.driver.metric_names
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
+        #: flag -> the global step it was last set at (HF evaluates or saves once a step)
+        self._acted: dict[str, int] = {}
+        self._flags = {a for a in self.actions.values() if isinstance(a, str)}
+        #: indexes of callbacks bound to the flags HF acts on before evaluating
+        self._early = tuple(i for i, n in enumerate(self.driver.table.names)
+                            if self.actions.get(n) in _BEFORE_EVALUATION)
+        #: decide an event HF evaluates after once the evaluation's metrics are in: only
+        #: when a trigger reads metrics (else nothing an evaluation puts changes a firing)
+        self._late = bool(self._watched)
+        self._pending: list[str] = []  # events held for on_evaluate
+        self._logged: list[Mapping[str, Any]] = []  # what on_log gave while they wait
 
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
@@ -129,8 +171,14 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         return self.driver.firings
 
     # -- the Trainer's events ----------------------------------------------------------------
+    def on_init_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        switch_off_strategies(args, self._flags)
+
     def on_train_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
+        # again: a callback added after the Trainer was built had no on_init_end
+        switch_off_strategies(args, self._flags)
         stored: Any = state.stateful_callbacks or {}  # typed as a list, loaded as a dict
         saved = stored.get(type(self).__name__)
         if isinstance(saved, list):
@@ -151,6 +199,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
+        self._decide_pending()
         self._event(args, state, control, kwargs, lambda: self._catch_up(state))
 
     def _ran_out(self, state: TrainerState) -> bool:
@@ -168,6 +217,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         late = d.epoch_end() if d.in_epoch and self._ran_out(state) else ()
         return late + d.epoch_start()
 
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
+                      control: TrainerControl, **kwargs: Any) -> None:
+        if self._pending:  # the evaluation they waited for did not come
+            self._decide_pending()
+
     def on_substep_end(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
         self._event(args, state, control, kwargs, lambda: self.driver.batch_end(
@@ -178,28 +232,95 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         # Runs every step: one call into the driver (batch_end + step_end), the stop inlined.
         d = self.driver
         self._hook = (args, state, control, kwargs)
-        d.step(0, state.num_input_tokens_seen - d.clock.token)
+        tokens = state.num_input_tokens_seen - d.clock.token
+        if self._late:
+            d.batch_end(0, tokens)
+            self._hold(control, d.step_end)
+        else:
+            d.step(0, tokens)
         hosted = self._hosted
         if hosted is not None and hosted.stop_reason is not None:
             control.should_training_stop = True
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
+        self._decide_pending()
         if self._ran_out(state):
-            self._event(args, state, control, kwargs, self.driver.epoch_end)
+            self._event(args, state, control, kwargs,
+                        lambda: self._hold(control, self.driver.epoch_end))
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                **kwargs: Any) -> None:
+        self._decide_pending()
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
+        self._decide_pending()
         self._event(args, state, control, kwargs, self.driver.train_end)
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        self._put(logs)
+        if self._pending:  # the step's own log: seen after the step, as without evaluation
+            self._logged.append(dict(logs or {}))
+        else:
+            self._put(logs)
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, metrics: Mapping[str, Any] | None = None,
                     **kwargs: Any) -> None:
         self._put(metrics)
+        if self._pending:
+            self._hook = (args, state, control, kwargs)
+            evaluated = set(metrics or {})
+            logged, self._logged = self._logged, []
+            self._decide_pending()
+            for logs in logged:  # the training loss HF logged before evaluating
+                self._put({k: v for k, v in logs.items() if k not in evaluated})
+
+    # -- deciding after HF's evaluation -------------------------------------------------------
+    def _hold(self, control: TrainerControl, report: Callable[[], tuple[str, ...]]
+              ) -> tuple[str, ...]:
+        """Report an event HF acts on next; when HF evaluates then, decide it in on_evaluate
+        (the flags HF acts on before evaluating are set now)."""
+        if not self._late:
+            return report()
+        d = self.driver
+        for event in d.held(report):
+            evaluates = self._evaluates(event)
+            if evaluates or control.should_evaluate:
+                control.should_evaluate = True
+                self._pending.append(event)
+            else:
+                d.fire(event)
+        return ()
+
+    def _evaluates(self, event: str) -> bool:
+        """Whether a callback bound to "evaluate" or "log" fires at ``event`` (looked at
+        without changing any trigger's state): sets those flags now, says whether HF
+        evaluates."""
+        d = self.driver
+        table = d.table
+        clock = d.clock
+        listening = set(table.listeners(event))
+        pt = Point(event, clock.now(), clock.previous(event), d.metrics, table.predicates,
+                   table.deadline_ns)
+        evaluates = False
+        for i in self._early:
+            if i in listening and table.nodes[i].explain(pt).value:
+                self._act(table.names[i])
+                evaluates = evaluates or self.actions[table.names[i]] == "evaluate"
+        return evaluates
+
+    def _decide_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for event in pending:
+            self.driver.fire(event)
+        if self._logged and not self._pending:
+            logged, self._logged = self._logged, []
+            for logs in logged:
+                self._put(logs)
+        if pending and self._hook is not None:
+            self._stop(self._hook[2])
 
     def _put(self, values: Mapping[str, Any] | None) -> None:
         for name in self._watched:
@@ -221,6 +342,10 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         args, state, control, kwargs = self._hook
         action = self.actions[name]
         if isinstance(action, str):
+            if action in STRATEGIES:  # once a step (a step end that ends an epoch too)
+                if self._acted.get(action) == state.global_step:
+                    return
+                self._acted[action] = state.global_step
             setattr(control, FLAGS[action], True)
         else:
             action(args, state, control, **kwargs)
