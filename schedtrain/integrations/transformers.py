@@ -35,9 +35,9 @@ from a checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
@@ -48,8 +48,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("schedtrain.integrations.transformers needs transformers: "
                       "pip install 'schedtrain[transformers]'") from exc
 
+from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.context import HostError
+from schedtrain.integrations.hf_strategies import STRATEGIES, switch_off_strategies
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.keeping import HostKeep, KeepArg
+from schedtrain.retention import parse_keep
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Point, Predicate
 
@@ -59,29 +63,8 @@ __all__ = ["FLAGS", "ScheduleCallback"]
 FLAGS = {"evaluate": "should_evaluate", "save": "should_save", "log": "should_log",
          "stop": "should_training_stop"}
 _ACTED_ON = ("step_end", "epoch_end")
-#: The TrainingArguments whose cadence a bound flag replaces.
-STRATEGIES = {"evaluate": "eval_strategy", "save": "save_strategy", "log": "logging_strategy"}
 #: Flags HF acts on before it evaluates: decided before the evaluation's metrics arrive.
 _BEFORE_EVALUATION = ("evaluate", "log")
-
-
-def switch_off_strategies(args: TrainingArguments, flags: set[str]) -> None:
-    """Set HF's own cadence for each bound flag to ``"no"``: one at its default (HF's
-    ``save_strategy="steps"`` saves every 500 steps and at the end); one set to another
-    value is refused, naming it (it would evaluate or save besides the schedule)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    for flag in sorted(flags & set(STRATEGIES)):
-        arg = STRATEGIES[flag]
-        value = getattr(args, arg)
-        text = str(getattr(value, "value", value))
-        if text == "no":
-            continue
-        if text != str(getattr(defaults[arg], "value", defaults[arg])):
-            raise ValueError(
-                f"TrainingArguments({arg}={text!r}) makes the Trainer {flag} on its own "
-                f"cadence, and the schedule binds {flag!r} too: set {arg}=\"no\" and let "
-                f"the schedule decide (or bind {flag!r} to nothing)")
-        setattr(args, arg, type(value)("no") if not isinstance(value, str) else "no")
 
 
 def _check_bindings(schedule: Schedule, actions: Mapping[str, Any]) -> None:
@@ -119,6 +102,15 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         predicates: predicates registered by name for ``when(name)`` conditions.
         time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
         record: keep every firing in ``firings``.
+        keep: which of the ``"save"`` flag's checkpoints (``checkpoint-STEP``) to keep: a
+            retention policy (``schedtrain.retention``), ``N`` (the newest N) or its TOML
+            table (``{"any": [{"latest": 2}, {"best": 1, "monitor": "eval_loss"}]}``);
+            ``None``: all (or HF's ``save_total_limit``). Only those saves are pruned,
+            never ``state.best_model_checkpoint``.
+
+    With ``metric_for_best_model`` set, a save right after an evaluation that gave a new
+    ``best_metric`` becomes ``state.best_model_checkpoint``, so ``load_best_model_at_end``
+    loads it (HF sets it only for its own save strategies).
     """
 
     def __init__(
@@ -129,6 +121,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         predicates: Mapping[str, Predicate] | None = None,
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
+        keep: KeepArg | None = None,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(
@@ -147,7 +140,14 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             record=record, global_counts=True, reduce="host")
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
-        self._watched = self.driver.metric_names
+        policy = parse_keep(keep)
+        if policy is not None and "save" not in self.actions.values():
+            raise ValueError(f"keep={keep!r}: only the checkpoints of a callback bound to "
+                             "'save' are kept by it, and none is")
+        #: the "save" flag's checkpoints and which to keep (``None``: HF's own rules)
+        self.keep = None if policy is None else HostKeep(policy)
+        self._watched = self.driver.metric_names | set(self.keep.monitors if self.keep else ())
+        self._evaluated: tuple[int, Any] | None = None  # step, metric_for_best_model
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
         #: flag -> the global step it was last set at (HF evaluates or saves once a step)
@@ -186,6 +186,12 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         mine = (saved or {}).get("attributes", {}).get("schedule_state")
         if state.global_step > 0 and mine is not None:  # resuming from a checkpoint
             self.driver.load_state_dict(mine)
+            if self.keep is not None:
+                self.keep.load(saved["attributes"].get("keep", []))
+        if self.keep is not None and args.save_total_limit:
+            raise ValueError(f"TrainingArguments(save_total_limit={args.save_total_limit}) "
+                             "and ScheduleCallback(keep=...) both prune checkpoints: set "
+                             "save_total_limit=None, or leave keep out")
         if self._hosted is not None:
             loader = kwargs.get("train_dataloader")
             accumulate = max(int(args.gradient_accumulation_steps), 1)
@@ -252,6 +258,20 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
         self._decide_pending()
+        if self._acted.get("save") != state.global_step:
+            return  # not the schedule's save
+        folder = Path(args.output_dir or "")
+        name = f"checkpoint-{state.global_step}"
+        best = self._evaluated
+        if (args.metric_for_best_model and best is not None and best[0] == state.global_step
+                and best[1] is not None and state.best_metric == best[1]):
+            # the weights this save holds are the ones evaluated best so far
+            state.best_global_step = state.global_step
+            state.best_model_checkpoint = str(folder / name)
+        if self.keep is not None and args.should_save:
+            spare = Path(state.best_model_checkpoint or "").name
+            self.keep.prune(lambda n: (folder / n).is_dir(),
+                            lambda n: remove(folder / n), [spare])
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
@@ -269,6 +289,10 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                     control: TrainerControl, metrics: Mapping[str, Any] | None = None,
                     **kwargs: Any) -> None:
         self._put(metrics)
+        key = args.metric_for_best_model
+        if key:
+            key = key if key.startswith("eval_") else f"eval_{key}"
+            self._evaluated = (state.global_step, (metrics or {}).get(key))
         if self._pending:
             self._hook = (args, state, control, kwargs)
             evaluated = set(metrics or {})
@@ -346,9 +370,20 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 if self._acted.get(action) == state.global_step:
                     return
                 self._acted[action] = state.global_step
+                if action == "save" and self.keep is not None:  # before HF writes its state
+                    self.keep.record(f"checkpoint-{state.global_step}", self.driver.now,
+                                     self._values(self.keep.monitors))
             setattr(control, FLAGS[action], True)
         else:
             action(args, state, control, **kwargs)
+
+    def _values(self, names: tuple[str, ...]) -> dict[str, float]:
+        out = {}
+        for name in names:
+            got = self.driver.metrics.latest(name)
+            if got is not None:
+                out[name] = got.value
+        return out
 
     # -- state (ExportableState: kept in trainer_state.json) -----------------------------------
     def state(self) -> dict[str, Any]:
@@ -359,4 +394,5 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             except (TypeError, ValueError) as exc:
                 raise HostError(f"callback {name!r}: its state_dict is not JSON data ({exc}), "
                                 "and the HF Trainer keeps it in trainer_state.json") from None
-        return {"args": {}, "attributes": {"schedule_state": mine}}
+        kept = {} if self.keep is None else {"keep": self.keep.state()}
+        return {"args": {}, "attributes": {"schedule_state": mine, **kept}}
