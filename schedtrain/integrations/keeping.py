@@ -12,6 +12,7 @@ one the host still needs (``spare``: HF's ``best_model_checkpoint``). Torch-free
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from schedtrain.retention import Policy, Saved, parse_keep, retained
@@ -58,17 +59,17 @@ class HostKeep:
         self.saved.pop(name, None)
         self.saved[name] = Saved(name, at, True, dict(values))
 
-    def prune(self, exists: Callable[[str], bool], delete: Callable[[str], object],
+    def prune(self, folder: Path, delete: Callable[[Path], object],
               spare: Iterable[str] = ()) -> list[str]:
-        """Delete the recorded files the policy does not keep (of those that exist,
-        sparing ``spare``); the names deleted."""
-        mine = [s for s in self.saved.values() if exists(s.name)]
+        """Delete (``delete(path)``) the recorded files of ``folder`` the policy does not
+        keep (of those that exist, sparing the names ``spare``); the names deleted."""
+        mine = [s for s in self.saved.values() if (folder / s.name).exists()]
         keep = retained(self.policy, mine)
         kept = set(spare)
         gone = []
         for i, s in enumerate(mine):
             if i not in keep and s.name not in kept:
-                delete(s.name)
+                delete(folder / s.name)
                 self.saved.pop(s.name, None)
                 gone.append(s.name)
         return gone

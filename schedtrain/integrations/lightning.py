@@ -37,7 +37,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[lightning]'") from exc
 import torch
 
+from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
+from schedtrain.integrations.keeping import HostKeep, KeepArg, host_policies
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
 
@@ -103,6 +105,9 @@ class ScheduleCallback(pl.Callback):
         predicates: predicates registered by name for ``when(name)`` conditions.
         time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
         record: keep every firing in ``firings``.
+        keep: name of a callback bound to ``"checkpoint"`` -> which of its files to keep:
+            a retention policy (``schedtrain.retention``), ``N`` (the newest N) or its TOML
+            table; only that callback's own files are pruned (default: all kept).
 
     Metrics that the schedule's conditions and metric triggers name are read from
     ``trainer.callback_metrics`` at each step end where a trigger is evaluated (every step
@@ -123,11 +128,15 @@ class ScheduleCallback(pl.Callback):
         predicates: Mapping[str, Predicate] | None = None,
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
+        keep: Mapping[str, KeepArg | None] | None = None,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
+        #: per "checkpoint" callback, its saves and which to keep
+        self.keep = {n: HostKeep(p) for n, p in
+                     host_policies(keep, self.actions, "checkpoint").items()}
         self._samples, self._tokens = samples, tokens
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.driver = driver_for(
@@ -279,7 +288,15 @@ class ScheduleCallback(pl.Callback):
             else:
                 now = self.driver.now
                 folder = self.checkpoint_dir or Path(trainer.default_root_dir) / "checkpoints"
-                trainer.save_checkpoint(folder / f"{name}-epoch={now.epoch}-step={now.step}.ckpt")
+                path = folder / f"{name}-epoch={now.epoch}-step={now.step}.ckpt"
+                kept = self.keep.get(name)
+                if kept is not None:  # recorded first: the checkpoint holds its own record
+                    got = {m: trainer.callback_metrics.get(m) for m in kept.monitors}
+                    kept.record(path.name, now, {m: float(v) for m, v in got.items()
+                                                 if v is not None})
+                trainer.save_checkpoint(path)
+                if kept is not None and trainer.is_global_zero:
+                    kept.prune(folder, remove)
 
     def _read_metrics(self, trainer: pl.Trainer) -> None:
         if not self._watched:
@@ -300,11 +317,15 @@ class ScheduleCallback(pl.Callback):
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"driver": self.driver.state_dict(), "last_read": dict(self._last_read)}
+        return {"driver": self.driver.state_dict(), "last_read": dict(self._last_read),
+                "keep": {n: k.state() for n, k in self.keep.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.driver.load_state_dict(state_dict["driver"])
         self._last_read = dict(state_dict["last_read"])
+        for name, rows in state_dict.get("keep", {}).items():
+            if name in self.keep:
+                self.keep[name].load(rows)
 
 
 def _precision(lightning: str) -> str:

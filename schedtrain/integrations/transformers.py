@@ -270,8 +270,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             state.best_model_checkpoint = str(folder / name)
         if self.keep is not None and args.should_save:
             spare = Path(state.best_model_checkpoint or "").name
-            self.keep.prune(lambda n: (folder / n).is_dir(),
-                            lambda n: remove(folder / n), [spare])
+            self.keep.prune(folder, remove, [spare])
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
