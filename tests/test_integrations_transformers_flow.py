@@ -293,3 +293,23 @@ class TestKeep:
         """A policy with no callback bound to ``save``: refused at construction."""
         with pytest.raises(ValueError, match="bound to 'save'"):
             ScheduleCallback(Schedule({"s": every("1 step")}), {"s": "log"}, keep=2)
+
+
+@quiet
+def test_a_function_is_told_its_event(tmp_path: Path) -> None:
+    """``fn(args, state, control, event, **kw)`` gets the event that fired it; at a
+    step's batch_end HF's ``global_step`` is already one ahead of the clock's step."""
+    schedule = Schedule({"f": every("2 steps") | every("1 epoch"), "b": every("2 batches")})
+    told: list[tuple[str, str, int]] = []
+
+    def tell(name: str) -> Any:
+        def fn(args: Any, state: Any, control: Any, event: str, **kw: Any) -> None:
+            told.append((name, event, state.global_step))
+        return fn
+
+    cb = ScheduleCallback(schedule, {"f": tell("f"), "b": tell("b")})
+    trainer(tmp_path, [cb], batches=4, accum=2, epochs=2, save_strategy="no").train()
+    log = simulate(schedule, epochs=2, steps_per_epoch=2, batches_per_step=2)
+    want = [(f.callback, f.event, f.step + (f.event == "batch_end" and f.timestamp.batch % 2 == 0))
+            for f in log]
+    assert told == want

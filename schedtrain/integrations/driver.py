@@ -27,6 +27,7 @@ no collective.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
@@ -44,7 +45,7 @@ from schedtrain.triggers.protocol import MetricValue, Predicate
 if TYPE_CHECKING:
     from schedtrain.integrations.ranks import RankAgreement
 
-__all__ = ["Action", "LatestValues", "ScheduleDriver"]
+__all__ = ["Action", "LatestValues", "ScheduleDriver", "takes_event"]
 
 _FREQUENT: Final = ("batch_end", "step_end", "epoch_end")
 
@@ -83,6 +84,16 @@ class LatestValues:
         self._values = {str(n): MetricValue(float(v), int(c)) for n, (v, c) in state.items()}
 
 
+def takes_event(fn: Callable[..., object]) -> bool:
+    """Whether ``fn`` declares a parameter ``event`` (it is then told which event fired it)."""
+    try:
+        found = inspect.signature(fn).parameters.get("event")
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return found is not None and found.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                inspect.Parameter.KEYWORD_ONLY)
+
+
 def _actions(table: TriggerTable, schedule: Schedule | TriggerTable,
              actions: Mapping[str, Action] | None) -> dict[str, Action]:
     found: dict[str, Action] = {}
@@ -111,7 +122,8 @@ class ScheduleDriver:
         schedule: a ``Schedule`` (compiled here) or a compiled ``TriggerTable``.
         actions: name -> a function of no arguments, run when that callback fires (as it
             fires: a metric it puts is seen by the triggers of callbacks declared after
-            it). Entries of a ``Schedule`` whose callback object is callable run too.
+            it); one that declares a parameter ``event`` gets the event that fired it.
+            Entries of a ``Schedule`` whose callback object is callable run too.
         predicates: predicates registered by name, for ``when(name)`` conditions.
         time_source: monotonic nanoseconds (default ``time.perf_counter_ns``) for time
             triggers; a test passes a fake one.
@@ -149,7 +161,8 @@ class ScheduleDriver:
         self.clock = LoopClock(time_source)
         self.metrics = LatestValues()
         self.firings: list[Firing] = []
-        self._actions = _actions(self.table, schedule, actions)
+        self._actions = {n: self.telling_event(a)
+                         for n, a in _actions(self.table, schedule, actions).items()}
         self._record = record
         self._event = ""
         self._run: Runner | None = self._runner if (self._actions or record) else None
@@ -293,7 +306,19 @@ class ScheduleDriver:
             if self.ranks is not None:  # what it put, reduced before later triggers read
                 self.ranks.settle_metrics(self.metrics)
 
+    def telling_event(self, action: Callable[..., object]) -> Action:
+        """``action`` as a function of no arguments; one that declares ``event`` is called
+        with ``event=`` the event that fired it (``"step_end"``, ``"epoch_end"``...)."""
+        if takes_event(action):
+            return lambda: action(event=self._event)
+        return action
+
     # -- introspection and state ---------------------------------------------------------
+    @property
+    def event(self) -> str:
+        """The event being evaluated (or last evaluated): what fired an action running now."""
+        return self._event
+
     @property
     def now(self) -> Timestamp:
         """The clock's counters at this moment."""

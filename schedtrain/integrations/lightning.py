@@ -38,6 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import torch
 
 from schedtrain.checkpoints.files import remove
+from schedtrain.integrations.driver import takes_event
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
 from schedtrain.integrations.keeping import HostKeep, KeepArg, host_policies
 from schedtrain.schedule.schedule import Schedule
@@ -95,7 +96,8 @@ class ScheduleCallback(pl.Callback):
     Args:
         schedule: the schedule (Python, or ``load_spec(path).schedule()``); an entry whose
             object is a schedtrain ``Callback`` runs it.
-        actions: callback name -> ``fn(trainer, pl_module)``, a verb of ``VERBS``, or a
+        actions: callback name -> ``fn(trainer, pl_module)`` (also given ``event=``, the
+            event that fired it, when it declares ``event``), a verb of ``VERBS``, or a
             schedtrain ``Callback`` (it sees the LightningModule as ``self.model``, the
             first optimizer, and stops the fit through ``trainer.should_stop``).
         samples: counts a batch's samples (default ``batch_size``); ``None``: not counted.
@@ -134,6 +136,7 @@ class ScheduleCallback(pl.Callback):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
+        self._told = {n for n, a in self.actions.items() if callable(a) and takes_event(a)}
         #: per "checkpoint" callback, its saves and which to keep
         self.keep = {n: HostKeep(p) for n, p in
                      host_policies(keep, self.actions, "checkpoint").items()}
@@ -275,6 +278,8 @@ class ScheduleCallback(pl.Callback):
             self._read_metrics(trainer)
         elif isinstance(action, str):  # checkpoint, stop: once the event is evaluated
             self._deferred.append(name)
+        elif name in self._told:
+            action(trainer, module, event=self.driver.event)
         else:
             action(trainer, module)
 

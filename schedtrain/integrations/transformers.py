@@ -50,6 +50,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.context import HostError
+from schedtrain.integrations.driver import takes_event
 from schedtrain.integrations.hf_strategies import STRATEGIES, switch_off_strategies
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
 from schedtrain.integrations.keeping import HostKeep, KeepArg
@@ -95,7 +96,8 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     Args:
         schedule: the schedule (Python, or ``load_spec(path).schedule()``).
-        actions: callback name -> a flag of ``FLAGS``, ``fn(args, state, control, **kw)``,
+        actions: callback name -> a flag of ``FLAGS``, ``fn(args, state, control, **kw)``
+            (given ``event=`` the event that fired it when it declares ``event``),
             or a schedtrain ``Callback`` (it sees the Trainer's model and optimizer, and
             stops training through ``should_training_stop``; its state must be JSON data,
             as ``trainer_state.json`` keeps it).
@@ -153,6 +155,8 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         #: flag -> the global step it was last set at (HF evaluates or saves once a step)
         self._acted: dict[str, int] = {}
         self._flags = {a for a in self.actions.values() if isinstance(a, str)}
+        #: functions that declare ``event``: told which event fired them
+        self._told = {n for n, a in self.actions.items() if callable(a) and takes_event(a)}
         #: indexes of callbacks bound to the flags HF acts on before evaluating
         self._early = tuple(i for i, n in enumerate(self.driver.table.names)
                             if self.actions.get(n) in _BEFORE_EVALUATION)
@@ -373,6 +377,8 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                     self.keep.record(f"checkpoint-{state.global_step}", self.driver.now,
                                      self._values(self.keep.monitors))
             setattr(control, FLAGS[action], True)
+        elif name in self._told:
+            action(args, state, control, **kwargs, event=self.driver.event)
         else:
             action(args, state, control, **kwargs)
 

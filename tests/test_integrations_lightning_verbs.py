@@ -106,3 +106,20 @@ class TestKeep:
         with pytest.raises(ValueError, match=r"keep\['s'\]: keep.latest"):
             ScheduleCallback(Schedule({"s": every("1 step")}), {"s": "checkpoint"},
                              keep={"s": {"latest": 0}})
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(("batches", "epochs"), [(4, 2), (3, 1)])
+def test_a_function_is_told_its_event(tmp_path: Path, batches: int, epochs: int) -> None:
+    """``fn(trainer, pl_module, event)`` gets the event that fired it, and
+    ``trainer.global_step`` there is the clock's step (one ahead at a batch_end)."""
+    schedule = Schedule({"f": every("2 steps") | every("1 epoch"), "b": every("3 batches")})
+    told: list[tuple[str, str, int]] = []
+
+    def tell(name: str) -> Any:
+        return lambda trainer, module, event: told.append((name, event, trainer.global_step))
+
+    cb = ScheduleCallback(schedule, {"f": tell("f"), "b": tell("b")}, record=True)
+    fit(tmp_path, cb, batches, epochs)
+    log = simulate(schedule, epochs=epochs, steps_per_epoch=batches)
+    assert told == [(f.callback, f.event, f.step + (f.event == "batch_end")) for f in log]
