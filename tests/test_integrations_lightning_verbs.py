@@ -123,3 +123,34 @@ def test_a_function_is_told_its_event(tmp_path: Path, batches: int, epochs: int)
     fit(tmp_path, cb, batches, epochs)
     log = simulate(schedule, epochs=epochs, steps_per_epoch=batches)
     assert told == [(f.callback, f.event, f.step + (f.event == "batch_end")) for f in log]
+
+
+@pytest.mark.filterwarnings("ignore")
+@settings(max_examples=3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(k=st.integers(1, 2), cut=st.integers(1, 4), latest=st.integers(1, 2))
+def test_resumed_fit_keeps_what_the_unbroken_one_keeps(
+        tmp_path_factory: pytest.TempPathFactory, k: int, cut: int, latest: int) -> None:
+    """Stopped at a save (``max_steps``) and resumed from the checkpoint written there, the
+    fit ends with the files the uninterrupted fit kept: the records ride in the checkpoint."""
+    keep = {"ckpt": {"any": [{"latest": latest}, {"every": "3 steps"}]}}
+    schedule = Schedule({"ckpt": every(f"{k} steps")})
+    batches, epochs = 3, 3
+    full = tmp_path_factory.mktemp("full")
+    fit(full, ScheduleCallback(schedule, {"ckpt": "checkpoint"}, keep=keep), batches, epochs)
+    cut = cut * k
+    part = tmp_path_factory.mktemp("part")
+
+    def trainer(**kw: Any) -> pl.Trainer:
+        return pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False, num_sanity_val_steps=0,
+                          accelerator="cpu", max_epochs=epochs, default_root_dir=str(part),
+                          callbacks=[ScheduleCallback(schedule, {"ckpt": "checkpoint"},
+                                                      keep=keep)], **kw)
+
+    data = DataLoader(torch.zeros(batches, 3), batch_size=1)
+    trainer(max_steps=cut).fit(Module(), data)
+    (saved,) = [p for p in (part / "checkpoints").iterdir() if step_of(p.name) == cut]
+    trainer().fit(Module(), data, ckpt_path=str(saved))
+    assert sorted(p.name for p in (part / "checkpoints").iterdir()) == \
+        sorted(p.name for p in (full / "checkpoints").iterdir())
