@@ -5,6 +5,7 @@ predicts. A tiny BERT is built from a config: nothing is downloaded."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import warnings
@@ -276,6 +277,8 @@ class TestKeep:
         t.train()
         assert t.state.best_model_checkpoint == str(tmp_path / "checkpoint-3")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3", "checkpoint-6"]
+        last = json.loads((tmp_path / "checkpoint-6" / "trainer_state.json").read_text())
+        assert last["best_model_checkpoint"] == str(tmp_path / "checkpoint-3")  # for a resume
         from safetensors.torch import load_file
 
         best = load_file(str(tmp_path / "checkpoint-3" / "model.safetensors"))

@@ -149,7 +149,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         #: the "save" flag's checkpoints and which to keep (``None``: HF's own rules)
         self.keep = None if policy is None else HostKeep(policy)
         self._watched = self.driver.metric_names | set(self.keep.monitors if self.keep else ())
-        self._evaluated: tuple[int, Any] | None = None  # step, metric_for_best_model
+        self._evaluated: tuple[int, bool] | None = None  # step, a new best_metric
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
         #: flag -> the global step it was last set at (HF evaluates or saves once a step)
@@ -265,13 +265,6 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         if self._acted.get("save") != state.global_step:
             return  # not the schedule's save
         folder = Path(args.output_dir or "")
-        name = f"checkpoint-{state.global_step}"
-        best = self._evaluated
-        if (args.metric_for_best_model and best is not None and best[0] == state.global_step
-                and best[1] is not None and state.best_metric == best[1]):
-            # the weights this save holds are the ones evaluated best so far
-            state.best_global_step = state.global_step
-            state.best_model_checkpoint = str(folder / name)
         if self.keep is not None and args.should_save:
             spare = Path(state.best_model_checkpoint or "").name
             self.keep.prune(folder, remove, [spare])
@@ -293,9 +286,14 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                     **kwargs: Any) -> None:
         self._put(metrics)
         key = args.metric_for_best_model
-        if key:
-            key = key if key.startswith("eval_") else f"eval_{key}"
-            self._evaluated = (state.global_step, (metrics or {}).get(key))
+        if key:  # a new best (as HF decides it, right after this hook)?
+            value = (metrics or {}).get(key if key.startswith("eval_") else f"eval_{key}")
+            old = state.best_metric
+            better = value is not None and (old is None or (
+                value > old if args.greater_is_better else value < old))
+            self._evaluated = (state.global_step, better)
+            if better and self._acted.get("save") == state.global_step:
+                self._best(args, state)
         if self._pending:
             self._hook = (args, state, control, kwargs)
             evaluated = set(metrics or {})
@@ -376,19 +374,25 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 if action == "save" and self.keep is not None:  # before HF writes its state
                     self.keep.record(f"checkpoint-{state.global_step}", self.driver.now,
                                      self._values(self.keep.monitors))
+                if action == "save" and self._evaluated == (state.global_step, True):
+                    self._best(args, state)
             setattr(control, FLAGS[action], True)
         elif name in self._told:
             action(args, state, control, **kwargs, event=self.driver.event)
         else:
             action(args, state, control, **kwargs)
 
+    @staticmethod
+    def _best(args: TrainingArguments, state: TrainerState) -> None:
+        """The save at this step holds the weights evaluated best so far: HF's
+        ``load_best_model_at_end`` loads it (set before HF writes trainer_state.json)."""
+        state.best_global_step = state.global_step
+        state.best_model_checkpoint = str(Path(args.output_dir or "")
+                                          / f"checkpoint-{state.global_step}")
+
     def _values(self, names: tuple[str, ...]) -> dict[str, float]:
-        out = {}
-        for name in names:
-            got = self.driver.metrics.latest(name)
-            if got is not None:
-                out[name] = got.value
-        return out
+        got = {n: self.driver.metrics.latest(n) for n in names}
+        return {n: v.value for n, v in got.items() if v is not None}
 
     # -- state (ExportableState: kept in trainer_state.json) -----------------------------------
     def state(self) -> dict[str, Any]:
