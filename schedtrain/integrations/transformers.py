@@ -24,13 +24,9 @@ anything else is refused), and HF evaluates or saves at most once per step.
 
 Metrics the schedule reads come from ``on_log`` and ``on_evaluate``: a value logged after
 step ``s`` is seen from step ``s + 1`` (and at the end of the epoch when ``s`` was its last
-step). An evaluation's metrics are seen at the evaluation's own step: where HF evaluates
-after an event (``should_evaluate`` set by then, or an ``"evaluate"`` callback firing there)
-the schedule decides that event in ``on_evaluate``, between HF's evaluation and its save,
-as ``simulate()`` with the metrics stamped at that step predicts; the ``"evaluate"`` and
-``"log"`` flags are decided before it (HF acts on them first). The schedule's state is kept
-in ``trainer_state.json`` through ``ExportableState`` and restored when training resumes
-from a checkpoint.
+step); an evaluation's, at its own step: an event HF evaluates after is decided in
+``on_evaluate``, before HF saves (the ``"evaluate"`` and ``"log"`` flags before it). The
+state is kept in ``trainer_state.json`` (``ExportableState``) and restored on resume.
 """
 
 from __future__ import annotations
