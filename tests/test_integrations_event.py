@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,3 +59,37 @@ def test_only_a_declared_event_is_passed() -> None:
     def extra(**kwargs: Any) -> None: ...
     assert [takes_event(f) for f in (plain, keyword, extra, print)] == [False, True, False,
                                                                         False]
+
+
+class TestHostKeepInSpec:
+    """A callback without type may say which of a host verb's checkpoints to keep: checked
+    like a saver's ``keep``, and ``plan`` lists the saves it leaves, as planned_files."""
+
+    def test_plan_lists_a_host_verbs_files(self, tmp_path: Any) -> None:
+        from schedtrain.planning.plan import plan_spec
+        from schedtrain.retention import parse_keep
+        from schedtrain.simulation.files import SaverFiles, planned_files
+        from schedtrain.spec import load_spec
+
+        keep = '{ any = [{ latest = 2 }, { every = "6 steps" }] }'
+        path = tmp_path / "host.toml"
+        path.write_text('[clock]\nepochs = 3\nsteps_per_epoch = 4\n[callbacks.save]\n'
+                        f'trigger = {{ every = "2 steps" }}\nkeep = {keep}\n')
+        spec = load_spec(path)
+        plan = plan_spec(spec)
+        policy = parse_keep({"any": [{"latest": 2}, {"every": "6 steps"}]})
+        want = planned_files(simulate(spec.schedule(), epochs=3, steps_per_epoch=4),
+                             {"save": SaverFiles("host", policy)})
+        assert [p.files for p in plan.files] == [p.files for p in want]
+        assert plan.files[-1].files == ("save-step=6", "save-step=10", "save-step=12")
+
+    def test_a_bad_keep_is_named(self, tmp_path: Any) -> None:
+        from schedtrain.errors import SpecError
+        from schedtrain.spec import load_spec
+
+        path = tmp_path / "host.toml"
+        path.write_text('[callbacks.save]\ntrigger = { every = "2 steps" }\n'
+                        "keep = { latest = 0 }\n")
+        with pytest.raises(SpecError, match=r"callbacks\.save\.keep\.latest: expected a "
+                                            r"whole number >= 1"):
+            load_spec(path)

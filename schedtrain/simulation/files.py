@@ -33,7 +33,8 @@ class SaverFiles:
     Args:
         kind: ``"model"`` (``ModelSaver``: ``step-00000120.pt`` at each firing),
             ``"transformers"`` (the HF ``"save"`` flag: ``checkpoint-120``), ``"lightning"``
-            (the Lightning ``"checkpoint"`` verb: ``NAME-epoch=E-step=120.ckpt``), ``"best"``
+            (the Lightning ``"checkpoint"`` verb: ``NAME-epoch=E-step=120.ckpt``), ``"host"``
+            (a host verb's saves in a plan, which knows no host: ``NAME-step=120``), ``"best"``
             (``MinSaver``/``MaxSaver``: ``filename`` at each new best, and with ``keep``
             its history ``<stem>-step-00000120.pt``) or ``"topk"`` (``TopKSaver``:
             ``<monitor>-step-00000120.pt`` where a rule keeps it, and ``last.pt``).
@@ -45,7 +46,7 @@ class SaverFiles:
         save_last: a ``TopKSaver`` writes ``last.pt`` at each firing.
     """
 
-    kind: Literal["model", "transformers", "lightning", "best", "topk"] = "model"
+    kind: Literal["model", "transformers", "lightning", "host", "best", "topk"] = "model"
     keep: Policy | None = None
     monitor: str = "val/loss"
     mode: Literal["min", "max"] = "min"
@@ -67,6 +68,8 @@ class SaverFiles:
             return f"checkpoint-{step}"
         if self.kind == "lightning":
             return f"{callback}-epoch={epoch}-step={step}.ckpt"
+        if self.kind == "host":
+            return f"{callback}-step={step}"
         stem = self.filename.removesuffix(".pt") if self.kind == "best" \
             else self.monitor.replace("/", "-")
         return f"{stem}-step-{step:08d}.pt"
