@@ -18,7 +18,7 @@ from typing import Any
 from schedtrain.retention import Policy, Saved, parse_keep, retained
 from schedtrain.time import Timestamp
 
-__all__ = ["HostKeep", "host_policies"]
+__all__ = ["HostKeep", "host_keeps", "host_policies", "load_keeps", "save_kept"]
 
 KeepArg = Policy | int | Mapping[str, Any]
 
@@ -54,10 +54,22 @@ class HostKeep:
         """The metrics whose values at a save the policy ranks by."""
         return self.policy.monitors()
 
-    def record(self, name: str, at: Timestamp, values: Mapping[str, float]) -> None:
-        """A save of ``name`` is asked for now (one at the same name replaces it)."""
+    def record(self, name: str, at: Timestamp, values: Mapping[str, Any]) -> None:
+        """A save of ``name`` is asked for now, with the monitors' ``values`` (a ``None``
+        one left out); one at the same name replaces it."""
         self.saved.pop(name, None)
-        self.saved[name] = Saved(name, at, True, dict(values))
+        self.saved[name] = Saved(name, at, True, {m: float(v) for m, v in values.items()
+                                                  if v is not None})
+
+    def save(self, path: Path, at: Timestamp, values: Mapping[str, Any],
+             write: Callable[[Path], object], *, delete: Callable[[Path], object],
+             prune: bool = True) -> None:
+        """Record a save of ``path`` (the monitors' ``values`` then; a missing one is left
+        out), ``write(path)``, then (``prune``: on the chief) prune its folder."""
+        self.record(path.name, at, {m: values.get(m) for m in self.monitors})
+        write(path)
+        if prune:
+            self.prune(path.parent, delete)
 
     def prune(self, folder: Path, delete: Callable[[Path], object],
               spare: Iterable[str] = ()) -> list[str]:
@@ -86,3 +98,26 @@ class HostKeep:
             self.record(str(name), Timestamp.make(*(int(c) for c in counters)),
                         {str(k): float(v) for k, v in values.items()})
 
+
+
+def load_keeps(keeps: Mapping[str, HostKeep], saved: Mapping[str, Any]) -> None:
+    """Restore each ``HostKeep.state()`` of ``saved`` (by callback name) that ``keeps`` has."""
+    for name, rows in saved.items():
+        if name in keeps:
+            keeps[name].load(rows)
+
+
+def host_keeps(keep: Mapping[str, KeepArg | None] | None, bound: Mapping[str, Any],
+               verb: str) -> dict[str, HostKeep]:
+    """A ``HostKeep`` per callback that ``keep`` names (``host_policies`` checks them)."""
+    return {n: HostKeep(p) for n, p in host_policies(keep, bound, verb).items()}
+
+
+def save_kept(kept: HostKeep | None, path: Path, at: Timestamp, values: Mapping[str, Any],
+              write: Callable[[Path], object], *, delete: Callable[[Path], object],
+              prune: bool = True) -> None:
+    """``write(path)``; with ``kept``, recorded first and pruned after (``HostKeep.save``)."""
+    if kept is None:
+        write(path)
+    else:
+        kept.save(path, at, values, write, delete=delete, prune=prune)

@@ -40,7 +40,7 @@ import torch
 from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.driver import takes_event
 from schedtrain.integrations.hosted import CallbackDriver, driver_for, split_actions
-from schedtrain.integrations.keeping import HostKeep, KeepArg, host_policies
+from schedtrain.integrations.keeping import KeepArg, host_keeps, load_keeps, save_kept
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.protocol import Predicate
 
@@ -107,9 +107,8 @@ class ScheduleCallback(pl.Callback):
         predicates: predicates registered by name for ``when(name)`` conditions.
         time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
         record: keep every firing in ``firings``.
-        keep: name of a callback bound to ``"checkpoint"`` -> which of its files to keep:
-            a retention policy (``schedtrain.retention``), ``N`` (the newest N) or its TOML
-            table; only that callback's own files are pruned (default: all kept).
+        keep: a ``"checkpoint"`` callback's name -> which of its own files to keep (a
+            retention policy, ``N`` or its TOML table; default: all).
 
     Metrics that the schedule's conditions and metric triggers name are read from
     ``trainer.callback_metrics`` at each step end where a trigger is evaluated (every step
@@ -137,9 +136,7 @@ class ScheduleCallback(pl.Callback):
         self.actions, callbacks = split_actions(actions)
         _check_bindings(schedule, self.actions)
         self._told = {n for n, a in self.actions.items() if callable(a) and takes_event(a)}
-        #: per "checkpoint" callback, its saves and which to keep
-        self.keep = {n: HostKeep(p) for n, p in
-                     host_policies(keep, self.actions, "checkpoint").items()}
+        self.keep = host_keeps(keep, self.actions, "checkpoint")  #: its saves, what stays
         self._samples, self._tokens = samples, tokens
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.driver = driver_for(
@@ -294,14 +291,8 @@ class ScheduleCallback(pl.Callback):
                 now = self.driver.now
                 folder = self.checkpoint_dir or Path(trainer.default_root_dir) / "checkpoints"
                 path = folder / f"{name}-epoch={now.epoch}-step={now.step}.ckpt"
-                kept = self.keep.get(name)
-                if kept is not None:  # recorded first: the checkpoint holds its own record
-                    got = {m: trainer.callback_metrics.get(m) for m in kept.monitors}
-                    kept.record(path.name, now, {m: float(v) for m, v in got.items()
-                                                 if v is not None})
-                trainer.save_checkpoint(path)
-                if kept is not None and trainer.is_global_zero:
-                    kept.prune(folder, remove)
+                save_kept(self.keep.get(name), path, now, trainer.callback_metrics,
+                          trainer.save_checkpoint, delete=remove, prune=trainer.is_global_zero)
 
     def _read_metrics(self, trainer: pl.Trainer) -> None:
         if not self._watched:
@@ -328,9 +319,7 @@ class ScheduleCallback(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.driver.load_state_dict(state_dict["driver"])
         self._last_read = dict(state_dict["last_read"])
-        for name, rows in state_dict.get("keep", {}).items():
-            if name in self.keep:
-                self.keep[name].load(rows)
+        load_keeps(self.keep, state_dict.get("keep", {}))
 
 
 def _precision(lightning: str) -> str:

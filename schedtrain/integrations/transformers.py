@@ -368,8 +368,9 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                     return
                 self._acted[action] = state.global_step
                 if action == "save" and self.keep is not None:  # before HF writes its state
+                    got = {m: self.driver.metrics.latest(m) for m in self.keep.monitors}
                     self.keep.record(f"checkpoint-{state.global_step}", self.driver.now,
-                                     self._values(self.keep.monitors))
+                                     {m: v and v.value for m, v in got.items()})
                 if action == "save" and self._evaluated == (state.global_step, True):
                     self._best(args, state)
             setattr(control, FLAGS[action], True)
@@ -385,10 +386,6 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         state.best_global_step = state.global_step
         state.best_model_checkpoint = str(Path(args.output_dir or "")
                                           / f"checkpoint-{state.global_step}")
-
-    def _values(self, names: tuple[str, ...]) -> dict[str, float]:
-        got = {n: self.driver.metrics.latest(n) for n in names}
-        return {n: v.value for n, v in got.items() if v is not None}
 
     # -- state (ExportableState: kept in trainer_state.json) -----------------------------------
     def state(self) -> dict[str, Any]:
