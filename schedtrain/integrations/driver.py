@@ -27,6 +27,7 @@ no collective.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
@@ -45,7 +46,7 @@ from schedtrain.triggers.protocol import MetricValue, Predicate
 if TYPE_CHECKING:
     from schedtrain.integrations.ranks import RankAgreement
 
-__all__ = ["Action", "LatestValues", "ScheduleDriver"]
+__all__ = ["Action", "LatestValues", "ScheduleDriver", "takes_event"]
 
 _FREQUENT: Final = ("batch_end", "step_end", "epoch_end")
 
@@ -84,6 +85,16 @@ class LatestValues:
         self._values = {str(n): MetricValue(float(v), int(c)) for n, (v, c) in state.items()}
 
 
+def takes_event(fn: Callable[..., object]) -> bool:
+    """Whether ``fn`` declares a parameter ``event`` (it is then told which event fired it)."""
+    try:
+        found = inspect.signature(fn).parameters.get("event")
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return found is not None and found.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                inspect.Parameter.KEYWORD_ONLY)
+
+
 def _actions(table: TriggerTable, schedule: Schedule | TriggerTable,
              actions: Mapping[str, Action] | None) -> dict[str, Action]:
     found: dict[str, Action] = {}
@@ -112,7 +123,8 @@ class ScheduleDriver:
         schedule: a ``Schedule`` (compiled here) or a compiled ``TriggerTable``.
         actions: name -> a function of no arguments, run when that callback fires (as it
             fires: a metric it puts is seen by the triggers of callbacks declared after
-            it). Entries of a ``Schedule`` whose callback object is callable run too.
+            it); one that declares a parameter ``event`` gets the event that fired it.
+            Entries of a ``Schedule`` whose callback object is callable run too.
         predicates: predicates registered by name, for ``when(name)`` conditions.
         time_source: monotonic nanoseconds (default ``time.perf_counter_ns``) for time
             triggers; a test passes a fake one.
@@ -150,7 +162,8 @@ class ScheduleDriver:
         self.clock = LoopClock(time_source)
         self.metrics = LatestValues()
         self.firings: list[Firing] = []
-        self._actions = _actions(self.table, schedule, actions)
+        self._actions = {n: self.telling_event(a)
+                         for n, a in _actions(self.table, schedule, actions).items()}
         self._record = record
         self._event = ""
         self._run: Runner | None = self._runner if (self._actions or record) else None
@@ -166,6 +179,7 @@ class ScheduleDriver:
         #: the agreement with the other ranks (``None``: one process), set at train start
         self.ranks: RankAgreement | None = None
         self._agreed: tuple[int, int] | None = None  # a resumed state's agreed counters
+        self._held: list[str] | None = None  # events reported under ``held``, not decided
 
     # -- what the loop reports -----------------------------------------------------------
     def train_start(self) -> tuple[str, ...]:
@@ -250,6 +264,9 @@ class ScheduleDriver:
     def fire(self, event: str) -> tuple[str, ...]:
         """Evaluate the schedule at ``event`` now (a custom event declared on the schedule,
         or ``eval_start``...); the names that fire, their actions run."""
+        if self._held is not None:
+            self._held.append(event)
+            return ()
         self._event = event
         ranks = self.ranks
         # Every rank settles at the same events: the frequent ones once the driver reports
@@ -260,6 +277,18 @@ class ScheduleDriver:
             if event == "step_end":
                 self._at_step = (clock.batch, clock.sample, clock.token)
         return self.table.decide(event, self._run)
+
+    def held(self, report: Callable[[], object]) -> tuple[str, ...]:
+        """Run ``report`` (a loop event: the clock moves, hooks run) without deciding: the
+        events it would have evaluated, for ``fire`` later. A host whose metrics for this
+        point arrive after its callbacks ran (the HF Trainer evaluates after on_step_end)
+        decides once they have arrived."""
+        self._held = []
+        try:
+            report()
+        finally:
+            events, self._held = self._held, None
+        return tuple(events)
 
     def put(self, name: str, value: Any, *, agreed: bool = False) -> None:
         """Record a metric value for conditions and metric triggers; ``agreed``: the host
@@ -278,7 +307,19 @@ class ScheduleDriver:
             if self.ranks is not None:  # what it put, reduced before later triggers read
                 self.ranks.settle_metrics(self.metrics)
 
+    def telling_event(self, action: Callable[..., object]) -> Action:
+        """``action`` as a function of no arguments; one that declares ``event`` is called
+        with ``event=`` the event that fired it (``"step_end"``, ``"epoch_end"``...)."""
+        if takes_event(action):
+            return lambda: action(event=self._event)
+        return action
+
     # -- introspection and state ---------------------------------------------------------
+    @property
+    def event(self) -> str:
+        """The event being evaluated (or last evaluated): what fired an action running now."""
+        return self._event
+
     @property
     def now(self) -> Timestamp:
         """The clock's counters at this moment."""

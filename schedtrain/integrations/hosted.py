@@ -184,7 +184,9 @@ class CallbackDriver(ScheduleDriver):
             cb.name = name
         self._fresh = False  # an outermost event has started and nothing fired at it yet
         self._depth = 0  # events fired from inside a firing (a callback's fire("eval_end"))
-        runs: dict[str, Action] = {n: self._first(a) for n, a in (actions or {}).items()}
+        self._event = ""  # read by an action that takes ``event`` (set again by super)
+        runs: dict[str, Action] = {n: self._first(self.telling_event(a))
+                                   for n, a in (actions or {}).items()}
         runs.update({n: self._firing(e.trigger_epoch == "fires", e.callback)
                      for n, e in zip(self.callbacks, entries, strict=True)})
         super().__init__(schedule, actions=runs, predicates=predicates,

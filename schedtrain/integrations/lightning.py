@@ -39,6 +39,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[lightning]'") from exc
 import torch
 
+from schedtrain.checkpoints.files import remove
+from schedtrain.integrations.driver import takes_event
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -47,6 +49,7 @@ from schedtrain.integrations.hosted import (
     spec_bindings,
     split_actions,
 )
+from schedtrain.integrations.keeping import KeepArg, host_keeps, load_keeps, save_kept
 from schedtrain.integrations.lightning_loop import (
     VALIDATE_KNOWN,
     check_version,
@@ -119,7 +122,8 @@ class ScheduleCallback(pl.Callback):
     Args:
         schedule: the schedule (Python, or ``load_spec(path).schedule()``); an entry whose
             object is a schedtrain ``Callback`` runs it.
-        actions: callback name -> ``fn(trainer, pl_module)``, a verb of ``VERBS``, or a
+        actions: callback name -> ``fn(trainer, pl_module)`` (also given ``event=``, the
+            event that fired it, when it declares ``event``), a verb of ``VERBS``, or a
             schedtrain ``Callback`` (it sees the LightningModule as ``self.model``, the
             first optimizer, and stops the fit through ``trainer.should_stop``).
         samples: counts a batch's samples (default ``batch_size``); ``None``: not counted.
@@ -129,6 +133,8 @@ class ScheduleCallback(pl.Callback):
         predicates: predicates registered by name for ``when(name)`` conditions.
         time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
         record: keep every firing in ``firings``.
+        keep: a ``"checkpoint"`` callback's name -> which of its own files to keep (a
+            retention policy, ``N`` or its TOML table; default: all).
 
     Metrics that the schedule's conditions and metric triggers name are read from
     ``trainer.callback_metrics`` at each step end where a trigger is evaluated (every step
@@ -149,6 +155,7 @@ class ScheduleCallback(pl.Callback):
         predicates: Mapping[str, Predicate] | None = None,
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
+        keep: Mapping[str, KeepArg | None] | None = None,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
@@ -159,6 +166,8 @@ class ScheduleCallback(pl.Callback):
             if given is None:
                 refuse_uncounted(schedule, counter, f"nothing counts: pass {counter}s=, a "
                                  f"function of a batch returning its {counter}s")
+        self._told = {n for n, a in self.actions.items() if callable(a) and takes_event(a)}
+        self.keep = host_keeps(keep, self.actions, "checkpoint")  #: its saves, what stays
         self._samples, self._tokens = samples, tokens
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.driver = driver_for(
@@ -325,6 +334,8 @@ class ScheduleCallback(pl.Callback):
             set_log_every(trainer, 1)
         elif isinstance(action, str):  # checkpoint, stop: once the event is evaluated
             self._deferred.append(name)
+        elif name in self._told:
+            action(trainer, module, event=self.driver.event)
         else:
             action(trainer, module)
 
@@ -338,7 +349,9 @@ class ScheduleCallback(pl.Callback):
             else:
                 now = self.driver.now
                 folder = self.checkpoint_dir or Path(trainer.default_root_dir) / "checkpoints"
-                trainer.save_checkpoint(folder / f"{name}-epoch={now.epoch}-step={now.step}.ckpt")
+                path = folder / f"{name}-epoch={now.epoch}-step={now.step}.ckpt"
+                save_kept(self.keep.get(name), path, now, trainer.callback_metrics,
+                          trainer.save_checkpoint, delete=remove, prune=trainer.is_global_zero)
 
     def _read_metrics(self, trainer: pl.Trainer) -> None:
         if not self._watched:
@@ -359,11 +372,13 @@ class ScheduleCallback(pl.Callback):
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"driver": self.driver.state_dict(), "last_read": dict(self._last_read)}
+        return {"driver": self.driver.state_dict(), "last_read": dict(self._last_read),
+                "keep": {n: k.state() for n, k in self.keep.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.driver.load_state_dict(state_dict["driver"])
         self._last_read = dict(state_dict["last_read"])
+        load_keeps(self.keep, state_dict.get("keep", {}))
 
 
 def _precision(lightning: str) -> str:

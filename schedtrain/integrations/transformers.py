@@ -10,20 +10,19 @@ HF's counters map to schedtrain's clock so (docs/integrations.md)::
     token  = state.num_input_tokens_seen (needs include_num_input_tokens_seen)
     sample = not counted (stays 0): no callback sees the batch; use steps or tokens
 
-Events: on_train_begin -> train_start, on_epoch_begin -> epoch_start, on_substep_end ->
-batch_end, on_step_end -> batch_end + step_end, on_epoch_end -> epoch_end (not for an
-epoch cut by max_steps or a stop), on_train_end -> train_end.
-
 Each callback of the schedule is bound to a function ``fn(args, state, control, **kw)``
 or to a flag: ``"evaluate"``, ``"save"``, ``"log"``, ``"stop"`` (``should_evaluate``,
 ``should_save``, ``should_log``, ``should_training_stop``), which the Trainer acts on right
 after on_step_end and on_epoch_end: so a flag's trigger may fire only at step_end and
-epoch_end. Turn HF's own cadence off (``eval_strategy``, ``save_strategy``,
-``logging_strategy`` = ``"no"``) and the schedule decides. Metrics the schedule reads come
-from ``on_log`` and ``on_evaluate``: a value logged after step ``s`` is seen from step
-``s + 1`` (and at the end of the epoch when ``s`` was its last step). The schedule's state
-is kept in ``trainer_state.json`` through ``ExportableState`` and restored when training
-resumes from a checkpoint.
+epoch_end. A bound flag turns HF's own cadence for it off (``eval_strategy``,
+``save_strategy``, ``logging_strategy`` left at their defaults become ``"no"``; one set to
+anything else is refused), and HF evaluates or saves at most once per step.
+
+Metrics the schedule reads come from ``on_log`` and ``on_evaluate``: a value logged after
+step ``s`` is seen from step ``s + 1`` (and at the end of the epoch when ``s`` was its last
+step); an evaluation's, at its own step: an event HF evaluates after is decided in
+``on_evaluate``, before HF saves (the ``"evaluate"`` and ``"log"`` flags before it). The
+state is kept in ``trainer_state.json`` (``ExportableState``) and restored on resume.
 """
 
 from __future__ import annotations
@@ -41,7 +40,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("schedtrain.integrations.transformers needs transformers: "
                       "pip install 'schedtrain[transformers]'") from exc
 
+from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.context import HostError
+from schedtrain.integrations.driver import takes_event
+from schedtrain.integrations.hf_strategies import (
+    FLAGS,
+    STRATEGIES,
+    check_flag_bindings,
+    mark_best,
+    switch_off_strategies,
+)
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -51,44 +59,18 @@ from schedtrain.integrations.hosted import (
     spec_bindings,
     split_actions,
 )
+from schedtrain.integrations.keeping import HostKeep, KeepArg
+from schedtrain.retention import parse_keep
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.triggers.protocol import Predicate
+from schedtrain.triggers.protocol import Point, Predicate
 
 if TYPE_CHECKING:
     from schedtrain.spec import Spec
 
 __all__ = ["FLAGS", "ScheduleCallback"]
 
-#: The control flags a callback of the schedule may be bound to.
-FLAGS = {"evaluate": "should_evaluate", "save": "should_save", "log": "should_log",
-         "stop": "should_training_stop"}
 _ACTED_ON = ("step_end", "epoch_end")
-
-
-def _check_bindings(schedule: Schedule, actions: Mapping[str, Any]) -> None:
-    unknown = sorted(set(actions) - set(schedule.names))
-    if unknown:
-        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
-                         f"(the schedule has {list(schedule.names)})")
-    for name, action in actions.items():
-        if isinstance(action, str):
-            if action not in FLAGS:
-                raise ValueError(f"actions[{name!r}]: unknown flag {action!r}; expected a "
-                                 f"function or one of {sorted(FLAGS)}")
-            events = schedule[name].events()
-            wrong = sorted(e for e in ("train_start", "epoch_start", "train_end",
-                                       "batch_end") if e in events)
-            if wrong:
-                raise ValueError(
-                    f"actions[{name!r}] = {action!r} sets control.{FLAGS[action]}, which "
-                    f"the Trainer acts on only after step_end and epoch_end; the trigger "
-                    f"{schedule[name]!r} can also fire at {wrong}: drop those parts (the "
-                    "last epoch's end is where training ends, so every('1 epoch') covers "
-                    "it), or bind a function fn(args, state, control, **kw) that acts "
-                    "there itself (kw['model'].save_pretrained(args.output_dir))")
-        elif not callable(action):
-            raise TypeError(f"actions[{name!r}] must be a function or one of "
-                            f"{sorted(FLAGS)}, got {action!r}")
+_BEFORE_EVALUATION = ("evaluate", "log")  # flags HF acts on before its metrics arrive
 
 
 class ScheduleCallback(TrainerCallback, ExportableState):
@@ -96,13 +78,23 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     Args:
         schedule: the schedule (Python, or ``load_spec(path).schedule()``).
-        actions: callback name -> a flag of ``FLAGS``, ``fn(args, state, control, **kw)``,
+        actions: callback name -> a flag of ``FLAGS``, ``fn(args, state, control, **kw)``
+            (given ``event=`` the event that fired it when it declares ``event``),
             or a schedtrain ``Callback`` (it sees the Trainer's model and optimizer, and
             stops training through ``should_training_stop``; its state must be JSON data,
             as ``trainer_state.json`` keeps it).
         predicates: predicates registered by name for ``when(name)`` conditions.
         time_source: monotonic nanoseconds for time triggers (tests pass a fake one).
         record: keep every firing in ``firings``.
+        keep: which of the ``"save"`` flag's checkpoints (``checkpoint-STEP``) to keep: a
+            retention policy (``schedtrain.retention``), ``N`` (the newest N) or its TOML
+            table (``{"any": [{"latest": 2}, {"best": 1, "monitor": "eval_loss"}]}``);
+            ``None``: all (or HF's ``save_total_limit``). Only those saves are pruned,
+            never ``state.best_model_checkpoint``.
+
+    With ``metric_for_best_model`` set, a save right after an evaluation that gave a new
+    ``best_metric`` becomes ``state.best_model_checkpoint``, so ``load_best_model_at_end``
+    loads it (HF sets it only for its own save strategies).
     """
 
     def __init__(
@@ -113,6 +105,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         predicates: Mapping[str, Predicate] | None = None,
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
+        keep: KeepArg | None = None,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(
@@ -121,7 +114,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 "from saved arguments, which a schedule cannot be: leave it False, this "
                 "callback restores its own state when training resumes")
         self.actions, callbacks = split_actions(actions)
-        _check_bindings(schedule, self.actions)
+        check_flag_bindings(schedule, self.actions)
         check_bound(schedule, [*self.actions, *callbacks], record=record)
         refuse_uncounted(schedule, "sample", "the HF Trainer does not count (no callback "
                          "sees the batch): count steps or tokens instead")
@@ -136,9 +129,29 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             record=record, global_counts=True, reduce="host")
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
-        self._watched = self.driver.metric_names
+        policy = parse_keep(keep)
+        if policy is not None and "save" not in self.actions.values():
+            raise ValueError(f"keep={keep!r}: only the checkpoints of a callback bound to "
+                             "'save' are kept by it, and none is")
+        #: the "save" flag's checkpoints and which to keep (``None``: HF's own rules)
+        self.keep = None if policy is None else HostKeep(policy)
+        self._watched = self.driver.metric_names | set(self.keep.monitors if self.keep else ())
+        self._evaluated: tuple[int, bool] | None = None  # step, a new best_metric
         self._hook: tuple[TrainingArguments, TrainerState, TrainerControl, dict[str, Any]] | None
         self._hook = None
+        #: flag -> the global step it was last set at (HF evaluates or saves once a step)
+        self._acted: dict[str, int] = {}
+        self._flags = {a for a in self.actions.values() if isinstance(a, str)}
+        #: functions that declare ``event``: told which event fired them
+        self._told = {n for n, a in self.actions.items() if callable(a) and takes_event(a)}
+        #: indexes of callbacks bound to the flags HF acts on before evaluating
+        self._early = tuple(i for i, n in enumerate(self.driver.table.names)
+                            if self.actions.get(n) in _BEFORE_EVALUATION)
+        #: decide an event HF evaluates after once the evaluation's metrics are in: only
+        #: when a trigger reads metrics (else nothing an evaluation puts changes a firing)
+        self._late = bool(self._watched)
+        self._pending: list[str] = []  # events held for on_evaluate
+        self._logged: list[Mapping[str, Any]] = []  # what on_log gave while they wait
 
     @classmethod
     def from_spec(cls, spec: Spec | str | Path,
@@ -159,6 +172,10 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         return self.driver.firings
 
     # -- the Trainer's events ----------------------------------------------------------------
+    def on_init_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        switch_off_strategies(args, self._flags)
+
     def on_train_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
         name = self._counts_tokens
@@ -166,6 +183,8 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             raise ValueError(
                 f"callback {name!r}: its trigger counts tokens, which the HF Trainer counts "
                 "only with TrainingArguments(include_num_input_tokens_seen=True)")
+        # again: a callback added after the Trainer was built had no on_init_end
+        switch_off_strategies(args, self._flags)
         stored: Any = state.stateful_callbacks or {}  # typed as a list, loaded as a dict
         saved = stored.get(type(self).__name__)
         if isinstance(saved, list):
@@ -173,6 +192,12 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         mine = (saved or {}).get("attributes", {}).get("schedule_state")
         if state.global_step > 0 and mine is not None:  # resuming from a checkpoint
             self.driver.load_state_dict(mine)
+            if self.keep is not None:
+                self.keep.load(saved["attributes"].get("keep", []))
+        if self.keep is not None and args.save_total_limit:
+            raise ValueError(f"TrainingArguments(save_total_limit={args.save_total_limit}) "
+                             "and ScheduleCallback(keep=...) both prune checkpoints: set "
+                             "save_total_limit=None, or leave keep out")
         if self._hosted is not None:
             loader = kwargs.get("train_dataloader")
             accumulate = max(int(args.gradient_accumulation_steps), 1)
@@ -186,6 +211,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
+        self._decide_pending()
         self._event(args, state, control, kwargs, lambda: self._catch_up(state))
 
     def _ran_out(self, state: TrainerState) -> bool:
@@ -203,6 +229,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         late = d.epoch_end() if d.in_epoch and self._ran_out(state) else ()
         return late + d.epoch_start()
 
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
+                      control: TrainerControl, **kwargs: Any) -> None:
+        if self._pending:  # the evaluation they waited for did not come
+            self._decide_pending()
+
     def on_substep_end(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
         self._event(args, state, control, kwargs, lambda: self.driver.batch_end(
@@ -213,28 +244,110 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         # Runs every step: one call into the driver (batch_end + step_end), the stop inlined.
         d = self.driver
         self._hook = (args, state, control, kwargs)
-        d.step(0, state.num_input_tokens_seen - d.clock.token)
+        tokens = state.num_input_tokens_seen - d.clock.token
+        if self._late:
+            d.batch_end(0, tokens)
+            self._hold(control, d.step_end)
+        else:
+            d.step(0, tokens)
         hosted = self._hosted
         if hosted is not None and hosted.stop_reason is not None:
             control.should_training_stop = True
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
+        self._decide_pending()
         if self._ran_out(state):
-            self._event(args, state, control, kwargs, self.driver.epoch_end)
+            self._event(args, state, control, kwargs,
+                        lambda: self._hold(control, self.driver.epoch_end))
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                **kwargs: Any) -> None:
+        self._decide_pending()
+        if self._acted.get("save") != state.global_step:
+            return  # not the schedule's save
+        folder = Path(args.output_dir or "")
+        if self.keep is not None and args.should_save:
+            spare = Path(state.best_model_checkpoint or "").name
+            self.keep.prune(folder, remove, [spare])
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
+        self._decide_pending()
         self._event(args, state, control, kwargs, self.driver.train_end)
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        self._put(logs)
+        if self._pending:  # the step's own log: seen after the step, as without evaluation
+            self._logged.append(dict(logs or {}))
+        else:
+            self._put(logs)
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, metrics: Mapping[str, Any] | None = None,
                     **kwargs: Any) -> None:
         self._put(metrics)
+        key = args.metric_for_best_model
+        if key:  # a new best (as HF decides it, right after this hook)?
+            value = (metrics or {}).get(key if key.startswith("eval_") else f"eval_{key}")
+            old = state.best_metric
+            better = value is not None and (old is None or (
+                value > old if args.greater_is_better else value < old))
+            self._evaluated = (state.global_step, better)
+            if better and self._acted.get("save") == state.global_step:
+                mark_best(args, state)
+        if self._pending:
+            self._hook = (args, state, control, kwargs)
+            evaluated = set(metrics or {})
+            logged, self._logged = self._logged, []
+            self._decide_pending()
+            for logs in logged:  # the training loss HF logged before evaluating
+                self._put({k: v for k, v in logs.items() if k not in evaluated})
+
+    # -- deciding after HF's evaluation -------------------------------------------------------
+    def _hold(self, control: TrainerControl, report: Callable[[], tuple[str, ...]]
+              ) -> tuple[str, ...]:
+        """Report an event HF acts on next; when HF evaluates then, decide it in on_evaluate
+        (the flags HF acts on before evaluating are set now)."""
+        if not self._late:
+            return report()
+        d = self.driver
+        for event in d.held(report):
+            evaluates = self._evaluates(event)
+            if evaluates or control.should_evaluate:
+                control.should_evaluate = True
+                self._pending.append(event)
+            else:
+                d.fire(event)
+        return ()
+
+    def _evaluates(self, event: str) -> bool:
+        """Whether a callback bound to "evaluate" or "log" fires at ``event`` (looked at
+        without changing any trigger's state): sets those flags now, says whether HF
+        evaluates."""
+        d = self.driver
+        table = d.table
+        clock = d.clock
+        listening = set(table.listeners(event))
+        pt = Point(event, clock.now(), clock.previous(event), d.metrics, table.predicates,
+                   table.deadline_ns)
+        evaluates = False
+        for i in self._early:
+            if i in listening and table.nodes[i].explain(pt).value:
+                self._act(table.names[i])
+                evaluates = evaluates or self.actions[table.names[i]] == "evaluate"
+        return evaluates
+
+    def _decide_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for event in pending:
+            self.driver.fire(event)
+        if self._logged and not self._pending:
+            logged, self._logged = self._logged, []
+            for logs in logged:
+                self._put(logs)
+        if pending and self._hook is not None:
+            self._stop(self._hook[2])
 
     def _put(self, values: Mapping[str, Any] | None) -> None:
         for name in self._watched:
@@ -256,7 +369,19 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         args, state, control, kwargs = self._hook
         action = self.actions[name]
         if isinstance(action, str):
+            if action in STRATEGIES:  # once a step (a step end that ends an epoch too)
+                if self._acted.get(action) == state.global_step:
+                    return
+                self._acted[action] = state.global_step
+                if action == "save" and self.keep is not None:  # before HF writes its state
+                    got = {m: self.driver.metrics.latest(m) for m in self.keep.monitors}
+                    self.keep.record(f"checkpoint-{state.global_step}", self.driver.now,
+                                     {m: v and v.value for m, v in got.items()})
+                if action == "save" and self._evaluated == (state.global_step, True):
+                    mark_best(args, state)
             setattr(control, FLAGS[action], True)
+        elif name in self._told:
+            action(args, state, control, **kwargs, event=self.driver.event)
         else:
             action(args, state, control, **kwargs)
 
@@ -269,4 +394,5 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             except (TypeError, ValueError) as exc:
                 raise HostError(f"callback {name!r}: its state_dict is not JSON data ({exc}), "
                                 "and the HF Trainer keeps it in trainer_state.json") from None
-        return {"args": {}, "attributes": {"schedule_state": mine}}
+        kept = {} if self.keep is None else {"keep": self.keep.state()}
+        return {"args": {}, "attributes": {"schedule_state": mine, **kept}}

@@ -43,7 +43,7 @@ def format_size(n: float) -> str:
 
 def describe_saver(saver: SaverFiles) -> str:
     """What a saver writes and keeps, in the spec's words."""
-    if saver.kind == "model":
+    if saver.kind in ("model", "transformers", "lightning", "host"):
         return f"keep = {spell(saver.keep)}"
     if saver.kind == "best":
         history = "no history" if saver.keep is None else \

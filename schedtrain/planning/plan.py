@@ -165,12 +165,15 @@ def plan_spec(
 
 
 def _policies(spec: Spec) -> dict[str, SaverFiles]:
-    """Each saver's files and ``keep`` (a ``ModelSaver``'s default: the newest 3)."""
+    """Each saver's files and ``keep`` (a ``ModelSaver``'s default: the newest 3; a
+    callback without type that has ``keep``: a host verb's saves)."""
     out = {}
     for name, cb in spec.callbacks.items():
         args = cb.args
         if cb.type == "ModelSaver":
             out[name] = SaverFiles("model", parse_keep(args.get("keep", 3)))
+        elif cb.type is None and "keep" in args:  # a host verb's saves (by its step)
+            out[name] = SaverFiles("host", parse_keep(args["keep"]))
         elif cb.type in ("MinSaver", "MaxSaver"):
             mode: Literal["min", "max"] = "min" if cb.type == "MinSaver" else "max"
             monitor = args.get("monitor", "val/loss" if mode == "min" else "val/accuracy")

@@ -34,7 +34,10 @@ class SaverFiles:
     """How one saver names and keeps its files, for a plan.
 
     Args:
-        kind: ``"model"`` (``ModelSaver``: ``step-00000120.pt`` at each firing), ``"best"``
+        kind: ``"model"`` (``ModelSaver``: ``step-00000120.pt`` at each firing),
+            ``"transformers"`` (the HF ``"save"`` flag: ``checkpoint-120``), ``"lightning"``
+            (the Lightning ``"checkpoint"`` verb: ``NAME-epoch=E-step=120.ckpt``), ``"host"``
+            (a host verb's saves in a plan, which knows no host: ``NAME-step=120``), ``"best"``
             (``MinSaver``/``MaxSaver``: ``filename`` at each new best, and with ``keep``
             its history ``<stem>-step-00000120.pt``) or ``"topk"`` (``TopKSaver``:
             ``<monitor>-step-00000120.pt`` where a rule keeps it, and ``last.pt``).
@@ -46,7 +49,7 @@ class SaverFiles:
         save_last: a ``TopKSaver`` writes ``last.pt`` at each firing.
     """
 
-    kind: Literal["model", "best", "topk"] = "model"
+    kind: Literal["model", "transformers", "lightning", "host", "best", "topk"] = "model"
     keep: Policy | None = None
     monitor: str = "val/loss"
     mode: Literal["min", "max"] = "min"
@@ -55,14 +58,21 @@ class SaverFiles:
 
     def monitors(self) -> tuple[str, ...]:
         """The metrics whose values at a save decide its files."""
-        own = (self.monitor,) if self.kind != "model" else ()
+        own = (self.monitor,) if self.kind in ("best", "topk") else ()
         rules = self.keep.monitors() if self.keep is not None else ()
         return tuple(dict.fromkeys((*own, *rules)))
 
-    def name(self, step: int) -> str:
-        """The file a save at ``step`` writes (the history's, for a best saver)."""
+    def name(self, step: int, epoch: int = 0, callback: str = "") -> str:
+        """The file a save at ``step`` writes (the history's, for a best saver); a
+        Lightning verb's name also has the epoch counter and the callback's name."""
         if self.kind == "model":
             return f"step-{step:08d}.pt"
+        if self.kind == "transformers":
+            return f"checkpoint-{step}"
+        if self.kind == "lightning":
+            return f"{callback}-epoch={epoch}-step={step}.ckpt"
+        if self.kind == "host":
+            return f"{callback}-step={step}"
         stem = self.filename.removesuffix(".pt") if self.kind == "best" \
             else self.monitor.replace("/", "-")
         return f"{stem}-step-{step:08d}.pt"
@@ -127,7 +137,7 @@ def planned_files(
             continue
         saver = savers[firing.callback]
         got = dict(values(firing)) if values is not None else {}
-        name = saver.name(firing.step)
+        name = saver.name(firing.step, firing.timestamp.epoch, firing.callback)
         # Between epochs (``epoch_end``, ``train_end`` after one) as a saver records it.
         at = saved_at(firing.timestamp, between_epochs=firing.event in _BETWEEN)
         made = Saved(name, at, True, got)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from schedtrain.errors import did_you_mean
+from schedtrain.retention import policy_problems
 from schedtrain.schedule.analysis import Located
 from schedtrain.spec import registry
 from schedtrain.spec.problems import Problems, nesting
@@ -81,11 +82,16 @@ def read_callback(name: str, table: object, reader: TriggerReader,
     if type_name is not None:
         _check_type(type_name, args, name, problems)
     else:
-        # Without a type the callback is bound from Python, so any other key is a typo.
-        for key in args:
+        # Without a type the callback is bound from Python, so any other key is a typo; but
+        # `keep`: which of a host verb's checkpoints to keep (planned; the host applies it).
+        if "keep" in args:
+            for at, message in policy_problems(args["keep"], (*rel, "keep")):
+                problems.add(at, message)
+        for key in (k for k in args if k != "keep"):
             problems.add((*rel, key), f"unknown key {key!r}{did_you_mean(key, CALLBACK_KEYS)}; "
                                       "a callback without `type` is bound from Python by its "
-                                      "name and takes no arguments here", found=key)
+                                      "name and takes no arguments here (only `keep`, for a "
+                                      "host verb's checkpoints)", found=key)
     located: Located | None = None
     if "trigger" not in table:
         near = [k for k in table if did_you_mean(k, ["trigger"])]
