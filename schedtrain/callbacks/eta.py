@@ -98,9 +98,10 @@ class RunEta:
             trainer: Any = cb.trainer
             schedule = getattr(trainer, "schedule", None)
             per_epoch = trainer.steps_in_epoch
-            epochs, cap = getattr(trainer, "max_epochs", None), getattr(trainer, "max_steps", None)
-            if schedule is None:
+            config = getattr(trainer, "config", None)  # a host's context has none
+            if schedule is None or config is None:
                 return None
+            epochs, cap = config.max_epochs, config.max_steps
             if epochs is None and cap is not None and per_epoch:
                 epochs = math.ceil(cap / per_epoch)
             if per_epoch and epochs:
