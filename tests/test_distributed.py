@@ -540,8 +540,8 @@ trigger = { every = "1 epoch" }
 
 
 @pytest.mark.parametrize(("run", "path", "expected"), [
-    ('strategy = "dp"', "run.strategy", "'auto' or 'ddp' or 'fsdp'"),
-    ('reduce = { "val/loss" = "median" }', "run.reduce.val/loss", "'mean' or 'sum'"),
+    ('strategy = "dp"', "run.strategy", "'auto', 'ddp' or 'fsdp'"),
+    ('reduce = { "val/loss" = "median" }', "run.reduce.val/loss", "'mean', 'sum', 'max' or 'min'"),
     ("shard_data = 1", "run.shard_data", "true or false"),
 ])
 def test_bad_run_settings_for_several_processes_are_named(tmp_path: Path, run: str,

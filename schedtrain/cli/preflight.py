@@ -44,12 +44,18 @@ def check_spec(spec: Spec, do_import: bool, host: str | None = None
             raise ScheduleError([*problems, *more])
         return None, found + notes
     try:
-        from schedtrain.training.from_spec import Prepared, build_callbacks, prepare_run
+        from schedtrain.training.from_spec import (
+            Prepared,
+            build_callbacks,
+            porting_notes,
+            prepare_run,
+        )
     except ImportError as exc:
         raise UsageError(f"--import checks callbacks and the task with schedtrain.training "
                          f"(and torch), which cannot be imported: {exc}") from None
-    if hosted(spec, host):
-        return Prepared(build_callbacks(spec, untyped_ok=True), None), notes
+    if hosted(spec, host):  # its typed callbacks, and the lineage hooks they define
+        bindings = build_callbacks(spec, untyped_ok=True)
+        return Prepared(bindings, None), porting_notes(bindings) + notes
     prepared = prepare_run(spec)
     return prepared, list(prepared.notes) + notes
 
