@@ -116,6 +116,18 @@ def _strict_list(value: object, t: Any) -> tuple[Any, ...]:
     return tuple(_converter.structure(v, item) for v in value)
 
 
+def _is_int_or_list(t: object) -> bool:
+    args = set(getattr(t, "__args__", ()))
+    return int in args and tuple[int, ...] in args
+
+
+def _int_or_list(value: object, _t: object) -> int | tuple[int, ...] | None:
+    """A per-batch amount: one whole number, or a list of them (one epoch's batches)."""
+    if value is None or isinstance(value, list):
+        return None if value is None else _strict_list(value, tuple[int, ...])
+    return _strict_int(value, int)
+
+
 def _table(value: object, _t: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _Invalid(f"expected a table, found {describe(value)}")
@@ -128,6 +140,7 @@ _converter.register_structure_hook(float, _strict_float)
 _converter.register_structure_hook(str, _strict_str)
 _converter.register_structure_hook(bool, _strict_bool)
 _converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _strict_str_map)
+_converter.register_structure_hook_func(_is_int_or_list, _int_or_list)
 _converter.register_structure_hook_func(
     lambda t: getattr(t, "__origin__", None) is tuple, _strict_list)
 _converter.register_structure_hook_func(
@@ -241,8 +254,17 @@ def _whole(problems: Problems, where: Rel, value: int | None, least: int) -> Non
 def _check_clock(clock: ClockSpec, problems: Problems) -> None:
     for key in ("epochs", "steps_per_epoch", "batches_per_step", "max_steps"):
         _whole(problems, ("clock", key), getattr(clock, key), 1)
+    _whole(problems, ("clock", "batches_per_epoch"), clock.batches_per_epoch, 1)
     for key in ("samples_per_batch", "tokens_per_batch"):
-        _whole(problems, ("clock", key), getattr(clock, key), 0)
+        value = getattr(clock, key)
+        if not isinstance(value, tuple):
+            _whole(problems, ("clock", key), value, 0)
+            continue
+        if not value:
+            problems.expect(("clock", key), "a number, or a non-empty list of one epoch's "
+                            "batches", [])
+        for i, n in enumerate(value):
+            _whole(problems, ("clock", key, i), n, 0)
     for i, n in enumerate(clock.epoch_lengths or ()):
         _whole(problems, ("clock", "epoch_lengths", i), n, 1)
     if clock.epoch_lengths is not None:
@@ -255,6 +277,8 @@ def _check_clock(clock: ClockSpec, problems: Problems) -> None:
             problems.add(("clock", "epochs"), f"epochs = {clock.epochs} but epoch_lengths has "
                          f"{len(clock.epoch_lengths)} entries",
                          expected=f"{len(clock.epoch_lengths)}", found=clock.epochs)
+    if not problems and (why := clock.per_batch_problem()) is not None:
+        problems.add(("clock", "batches_per_epoch"), why)
     sps = clock.seconds_per_step
     if sps is not None and not (math.isfinite(sps) and 0 <= sps <= 1e9):
         problems.add(("clock", "seconds_per_step"), f"expected a number >= 0 and at most 1e9, "
