@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -17,9 +18,10 @@ from test_agreement import METRICS, VALUES, _as_tuples, _checked, _stream, sched
 
 from schedtrain import Schedule, simulate
 from schedtrain.cli import main
+from schedtrain.errors import SpecError
 from schedtrain.schedule import FiringLog
 from schedtrain.simulation import RunShape
-from schedtrain.spec import schedule_to_toml, toml_value
+from schedtrain.spec import loads_spec, schedule_to_toml, toml_value
 
 pytestmark = pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
 _SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -143,3 +145,47 @@ def test_lists_need_epochs_of_one_length() -> None:
     with pytest.raises(TypeError, match="not epoch_lengths"):
         RunShape.build(epoch_lengths=[2, 3], samples_per_batch=[1, 2])
 
+
+
+CALLBACK = '[callbacks.a]\ntrigger = { every = "1 step" }\n'
+
+
+@pytest.mark.parametrize(("clock", "words"), [
+    ("epochs = 2\nbatches_per_epoch = 3\nsamples_per_batch = [1, 2]",
+     "clock.batches_per_epoch: samples_per_batch lists 2 batches but batches_per_epoch is 3"),
+    ("epoch_lengths = [2, 3]\nsamples_per_batch = [1, 2]",
+     "clock.batches_per_epoch: give batches_per_epoch (or per-batch lists) with epochs"),
+    ("epochs = 2\nsteps_per_epoch = 2\nbatches_per_epoch = 7\nbatches_per_step = 2",
+     "clock.batches_per_epoch: steps_per_epoch=2 but 7 batches per epoch, 2 a step, make 4"),
+    ("epochs = 2\nsamples_per_batch = [4, -1]",
+     "clock.samples_per_batch[1]: expected a whole number >= 0, found -1"),
+    ("epochs = 2\ntokens_per_batch = []",
+     "clock.tokens_per_batch: expected a number, or a non-empty list"),
+    ("epochs = 2\nsamples_per_batch = [4, \"a\"]", "clock.samples_per_batch: expected an integer"),
+    ("epochs = 2\nbatches_per_epoch = 0", "clock.batches_per_epoch: expected a whole number >= 1"),
+])
+def test_bad_clock_tables_are_refused(clock: str, words: str) -> None:
+    """Each in one line naming the key path, found when the spec is read."""
+    with pytest.raises(SpecError) as info:
+        loads_spec(f"[clock]\n{clock}\n\n{CALLBACK}")
+    assert words in str(info.value)
+
+
+def test_a_problem_elsewhere_still_checks_the_clock() -> None:
+    """The keys' fit is checked whatever else the spec gets wrong."""
+    with pytest.raises(SpecError) as info:
+        loads_spec("[clock]\nepochs = 2\nbatches_per_epoch = 3\nsamples_per_batch = [1, 2]"
+                   f"\n\n{CALLBACK}\n[nonsense]\n")
+    assert "clock.batches_per_epoch" in str(info.value)
+    assert "nonsense" in str(info.value)
+
+
+def test_plan_refuses_a_bad_clock_in_one_line(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"[clock]\nepochs = 2\nbatches_per_epoch = 3\nsamples_per_batch = [1, 2]"
+                    f"\n\n{CALLBACK}")
+    assert main(["plan", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "clock.batches_per_epoch" in err
+    assert "Traceback" not in err

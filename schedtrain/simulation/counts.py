@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["Rate", "batches_for", "ceil_div", "count_at", "epoch_batches", "rate_of",
-           "sums_of", "whole"]
+__all__ = ["Rate", "batches_for", "ceil_div", "count_at", "cut_runs", "epoch_batches",
+           "rate_of", "sums_of", "whole"]
 
 #: What each micro-batch adds: one number, or one epoch's batches in order.
 Rate = int | tuple[int, ...]
@@ -89,3 +89,23 @@ def epoch_batches(batches: int | None, per_step: int, samples: Rate, tokens: Rat
         raise TypeError("give batches_per_epoch (or per-batch lists) with epochs, "
                         "not epoch_lengths")
     return batches, -(-batches // per_step)
+
+
+def cut_runs(runs: list[tuple[int, int]], max_steps: int) -> tuple[list[tuple[int, int]], bool]:
+    """``runs`` (``(steps per epoch, epochs)``) ended right after step ``max_steps``, and
+    whether an epoch was cut short there."""
+    done, kept = 0, []
+    for length, count in runs:
+        if done + length * count < max_steps:
+            kept.append((length, count))
+            done += length * count
+            continue
+        full = (max_steps - done) // length
+        if full:
+            kept.append((length, full))
+        rest = max_steps - done - full * length
+        if rest:
+            kept.append((rest, 1))
+            return kept, True
+        break
+    return kept, False

@@ -23,6 +23,7 @@ from schedtrain.simulation.counts import (
     batches_for,
     ceil_div,
     count_at,
+    cut_runs,
     epoch_batches,
     rate_of,
     sums_of,
@@ -164,22 +165,7 @@ class RunShape:
             raise ValueError(f"seconds_per_step: {exc}") from None
         cut = False
         if max_steps is not None:
-            whole("max_steps", max_steps, 1)
-            done, kept = 0, []
-            for length, count in runs:
-                if done + length * count < max_steps:
-                    kept.append((length, count))
-                    done += length * count
-                    continue
-                full = (max_steps - done) // length
-                if full:
-                    kept.append((length, full))
-                rest = max_steps - done - full * length
-                if rest:
-                    kept.append((rest, 1))
-                    cut = True
-                break
-            runs = kept
+            runs, cut = cut_runs(runs, whole("max_steps", max_steps, 1))
         return cls(tuple(runs), batches_per_step, samples, tokens, ns, cut,
                    batches_per_epoch)
 
