@@ -47,12 +47,20 @@ class RunSpec:
 
     epoch_lengths: tuple[int, ...]
     batches_per_step: int = 1
-    samples_per_batch: int = 0
-    tokens_per_batch: int = 0
+    #: one number for every batch, or a tuple: one epoch's batches in order
+    samples_per_batch: int | tuple[int, ...] = 0
+    tokens_per_batch: int | tuple[int, ...] = 0
     seconds_per_step: float = 0.0
     max_steps: int | None = None
     #: (("step" | "epoch", k), metric name, value), in the order they are put
     metrics: tuple[tuple[tuple[str, int], str, float], ...] = ()
+    #: micro-batches in each epoch: its last step takes what is left (``None``: whole steps)
+    batches_per_epoch: int | None = None
+
+
+def _per_batch(rate: int | tuple[int, ...], index: int) -> int:
+    """What the ``index``-th batch of an epoch adds."""
+    return rate if isinstance(rate, int) else rate[index]
 
 
 def _events(t: Trigger) -> tuple[set[str], bool]:
@@ -218,11 +226,14 @@ def firings(schedule: Schedule, run: RunSpec) -> list[tuple[str, str, Timestamp]
         now = ts(step, batch, e, 0, sample, token)
         emit("epoch_start", now, now)
         cut = False
+        in_epoch = 0  # batches of this epoch done
         for i in range(length):
-            for _ in range(B):
+            left = B if run.batches_per_epoch is None else run.batches_per_epoch - in_epoch
+            for _ in range(min(B, left)):
                 batch += 1
-                sample += run.samples_per_batch
-                token += run.tokens_per_batch
+                sample += _per_batch(run.samples_per_batch, in_epoch)
+                token += _per_batch(run.tokens_per_batch, in_epoch)
+                in_epoch += 1
                 emit("batch_end", ts(step, batch, e, i, sample, token),
                      ts(step, batch - 1, e, i, sample, token))
             step += 1

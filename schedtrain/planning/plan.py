@@ -86,7 +86,8 @@ def _shape(spec: Spec, epochs: int | None, steps_per_epoch: int | None) -> RunSh
     missing = []
     if epochs is None and clock.epochs is None and clock.epoch_lengths is None:
         missing.append("epochs")
-    if steps_per_epoch is None and clock.steps_per_epoch is None and not clock.epoch_lengths:
+    if (steps_per_epoch is None and clock.steps_per_epoch is None and not clock.epoch_lengths
+            and not clock.per_batch):
         missing.append("steps_per_epoch")
     hint = ""
     if "steps_per_epoch" in missing and spec.run is not None and spec.run.task:

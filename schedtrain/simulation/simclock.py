@@ -18,9 +18,20 @@ from typing import Any
 import attrs
 
 from schedtrain.clock import Clock, step_back
+from schedtrain.simulation.counts import (
+    Rate,
+    batches_for,
+    ceil_div,
+    count_at,
+    cut_runs,
+    epoch_batches,
+    rate_of,
+    sums_of,
+    whole,
+)
 from schedtrain.time import MAX_COUNT, Timestamp, exact_ns
 
-__all__ = ["Key", "RunShape", "SimClock", "batch_key"]
+__all__ = ["Key", "RunShape", "SimClock", "batch_key", "ceil_div"]
 
 #: Position of a point in a run: (completed steps, phase, sub-position).
 Key = tuple[int, int, int]
@@ -32,23 +43,7 @@ def batch_key(batch: int, shape: RunShape, *, start: bool = False) -> Key:
     """The position of micro-batch ``batch``'s end (or start): under ``PH_BATCH`` of the
     step it belongs to, sub-position ``2 * batch`` for its end and one less for its start,
     so each batch's start falls between the previous batch's end and its own."""
-    return ((batch - 1) // shape.batches_per_step + 1, PH_BATCH, 2 * batch - start)
-
-
-def ceil_div(due: float, rate: int) -> float:
-    """Smallest whole n >= 0 with n * rate >= due (inf when unreachable)."""
-    if due <= 0:
-        return 0
-    if rate <= 0 or math.isinf(due):
-        return math.inf
-    d = math.ceil(due)
-    return -(-d // rate)
-
-
-def _whole(name: str, value: object, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_COUNT:
-        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return value
+    return (shape.step_of_batch(batch), PH_BATCH, 2 * batch - start)
 
 
 @attrs.frozen
@@ -58,38 +53,62 @@ class RunShape:
     Args:
         runs: ``(steps per epoch, number of such epochs)`` in order; ``build`` makes them.
         batches_per_step: micro-batches per optimizer step (gradient accumulation).
-        samples_per_batch, tokens_per_batch: what each micro-batch adds to the counters.
+        samples_per_batch, tokens_per_batch: what each micro-batch adds to the counters:
+            one number, or a tuple of one epoch's batches in order (an uneven last batch:
+            ``(4, 4, 2)``), the same each epoch.
         ns_per_step: training wall time per optimizer step, in nanoseconds.
         cut_short: the last epoch was cut by ``max_steps``: it starts but does not end
             (no ``epoch_end``), as in the training loop.
+        batches_per_epoch: micro-batches in each epoch, when an epoch ends on a partial
+            accumulation step (10 batches, 3 a step: steps of 3, 3, 3 and 1); ``None``:
+            every step takes ``batches_per_step``.
     """
 
     runs: tuple[tuple[int, int], ...]
     batches_per_step: int = 1
-    samples_per_batch: int = 0
-    tokens_per_batch: int = 0
+    samples_per_batch: Rate = 0
+    tokens_per_batch: Rate = 0
     ns_per_step: int = 0
     cut_short: bool = False
+    batches_per_epoch: int | None = None
     _epoch_at: tuple[int, ...] = attrs.field(init=False, eq=False, repr=False)
     _step_at: tuple[int, ...] = attrs.field(init=False, eq=False, repr=False)
+    _sample_sums: tuple[int, ...] = attrs.field(init=False, eq=False, repr=False)
+    _token_sums: tuple[int, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         for i, (length, count) in enumerate(self.runs):
-            _whole(f"epoch_lengths (run {i})", length, 1)
-            _whole(f"epochs (run {i})", count, 1)
-        _whole("batches_per_step", self.batches_per_step, 1)
-        _whole("samples_per_batch", self.samples_per_batch, 0)
-        _whole("tokens_per_batch", self.tokens_per_batch, 0)
-        _whole("ns_per_step", self.ns_per_step, 0)
+            whole(f"epoch_lengths (run {i})", length, 1)
+            whole(f"epochs (run {i})", count, 1)
+        whole("batches_per_step", self.batches_per_step, 1)
+        for name in ("samples_per_batch", "tokens_per_batch"):
+            object.__setattr__(self, name, rate_of(name, getattr(self, name)))
+        whole("ns_per_step", self.ns_per_step, 0)
+        bpe = self.batches_per_epoch
+        if bpe is not None:
+            whole("batches_per_epoch", bpe, 1)
+            spe = self._spe
+            if any(n != spe for n, _ in self.runs[:-1]) or (
+                    self.runs and not (self.runs[-1][0] == spe
+                                       or (self.cut_short and self.runs[-1][0] < spe))):
+                raise ValueError(f"batches_per_epoch={bpe} makes epochs of {spe} steps; "
+                                 "give epochs of that length")
+        for name in ("samples_per_batch", "tokens_per_batch"):
+            rate = getattr(self, name)
+            if isinstance(rate, tuple) and len(rate) != bpe:
+                raise ValueError(f"{name} lists {len(rate)} batches but batches_per_epoch "
+                                 f"is {bpe}; list one number per batch of an epoch")
+        object.__setattr__(self, "_sample_sums", sums_of(self.samples_per_batch))
+        object.__setattr__(self, "_token_sums", sums_of(self.tokens_per_batch))
         epoch_at, step_at = [0], [0]
         for length, count in self.runs:
             epoch_at.append(epoch_at[-1] + count)
             step_at.append(step_at[-1] + length * count)
-        if step_at[-1] * self.batches_per_step > MAX_COUNT:
-            raise ValueError(f"a run of {step_at[-1]} steps is longer than this library "
-                             f"counts ({MAX_COUNT} batches)")
         object.__setattr__(self, "_epoch_at", tuple(epoch_at))
         object.__setattr__(self, "_step_at", tuple(step_at))
+        if self.batches_at(step_at[-1]) > MAX_COUNT:
+            raise ValueError(f"a run of {step_at[-1]} steps is longer than this library "
+                             f"counts ({MAX_COUNT} batches)")
 
     @classmethod
     def build(
@@ -99,21 +118,37 @@ class RunShape:
         steps_per_epoch: int | None = None,
         epoch_lengths: Sequence[int] | None = None,
         batches_per_step: int = 1,
-        samples_per_batch: int = 0,
-        tokens_per_batch: int = 0,
+        samples_per_batch: int | Sequence[int] = 0,
+        tokens_per_batch: int | Sequence[int] = 0,
         seconds_per_step: float = 0.0,
         max_steps: int | None = None,
+        batches_per_epoch: int | None = None,
     ) -> RunShape:
-        """From ``epochs`` and ``steps_per_epoch``, or from ``epoch_lengths``.
+        """From ``epochs`` and ``steps_per_epoch``, or from ``epoch_lengths``, or from
+        ``epochs`` and ``batches_per_epoch`` (steps per epoch: ``batches_per_epoch /
+        batches_per_step`` rounded up, the last step of an epoch taking the rest).
 
+        ``samples_per_batch`` (or ``tokens_per_batch``) as a list gives one epoch's
+        batches in order, the same each epoch (``[4, 4, 2]``: 10 samples in batches of
+        4); its length is the epoch's batch count when ``batches_per_epoch`` is not given.
         ``seconds_per_step`` is read exactly as written (``0.35`` is 350,000,000 ns).
         ``max_steps`` ends the run right after that step, as the trainer does: an epoch
         it cuts short has no ``epoch_end``.
         """
+        samples = rate_of("samples_per_batch", samples_per_batch)
+        tokens = rate_of("tokens_per_batch", tokens_per_batch)
+        batches_per_epoch, spe = epoch_batches(batches_per_epoch, batches_per_step,
+                                                samples, tokens, epoch_lengths)
+        if spe is not None:
+            if steps_per_epoch is not None and steps_per_epoch != spe:
+                raise ValueError(
+                    f"steps_per_epoch={steps_per_epoch} but {batches_per_epoch} batches "
+                    f"per epoch, {batches_per_step} a step, make {spe} steps")
+            steps_per_epoch = spe
         if epoch_lengths is not None:
             if steps_per_epoch is not None:
                 raise TypeError("give steps_per_epoch or epoch_lengths, not both")
-            lengths = [_whole(f"epoch_lengths[{i}]", n, 1) for i, n in enumerate(epoch_lengths)]
+            lengths = [whole(f"epoch_lengths[{i}]", n, 1) for i, n in enumerate(epoch_lengths)]
             if epochs is not None and epochs != len(lengths):
                 raise ValueError(
                     f"epochs={epochs} but epoch_lengths has {len(lengths)} entries")
@@ -121,8 +156,8 @@ class RunShape:
         else:
             if epochs is None or steps_per_epoch is None:
                 raise TypeError("give epochs and steps_per_epoch, or epoch_lengths")
-            _whole("epochs", epochs, 0)
-            _whole("steps_per_epoch", steps_per_epoch, 1)
+            whole("epochs", epochs, 0)
+            whole("steps_per_epoch", steps_per_epoch, 1)
             runs = [(steps_per_epoch, epochs)] if epochs else []
         try:
             ns = exact_ns(seconds_per_step)
@@ -130,24 +165,9 @@ class RunShape:
             raise ValueError(f"seconds_per_step: {exc}") from None
         cut = False
         if max_steps is not None:
-            _whole("max_steps", max_steps, 1)
-            done, kept = 0, []
-            for length, count in runs:
-                if done + length * count < max_steps:
-                    kept.append((length, count))
-                    done += length * count
-                    continue
-                whole = (max_steps - done) // length
-                if whole:
-                    kept.append((length, whole))
-                rest = max_steps - done - whole * length
-                if rest:
-                    kept.append((rest, 1))
-                    cut = True
-                break
-            runs = kept
-        return cls(tuple(runs), batches_per_step, samples_per_batch, tokens_per_batch, ns,
-                   cut)
+            runs, cut = cut_runs(runs, whole("max_steps", max_steps, 1))
+        return cls(tuple(runs), batches_per_step, samples, tokens, ns, cut,
+                   batches_per_epoch)
 
     # -- epochs and steps ---------------------------------------------------------------
     @property
@@ -202,18 +222,56 @@ class RunShape:
                 lo = mid + 1
         return lo
 
+    # -- counters as functions of the position ----------------------------------------------
+    @property
+    def _spe(self) -> int:
+        """Steps in an epoch of ``batches_per_epoch`` batches."""
+        return -(-(self.batches_per_epoch or 0) // self.batches_per_step)
+
+    def batches_at(self, steps: int) -> int:
+        """Micro-batches done when ``steps`` steps are."""
+        if self.batches_per_epoch is None:
+            return steps * self.batches_per_step
+        q, r = divmod(steps, self._spe)  # an epoch's last step may take fewer batches
+        return q * self.batches_per_epoch + r * self.batches_per_step
+
+    def step_of_batch(self, batch: int) -> int:
+        """The global step (1-based) that micro-batch ``batch`` (1-based) belongs to."""
+        if self.batches_per_epoch is None:
+            return (batch - 1) // self.batches_per_step + 1
+        q, r = divmod(batch - 1, self.batches_per_epoch)
+        return q * self._spe + r // self.batches_per_step + 1
+
+    def samples_at(self, batch: int) -> int:
+        """Samples counted when ``batch`` micro-batches are done."""
+        return count_at(self.samples_per_batch, self._sample_sums, batch)
+
+    def tokens_at(self, batch: int) -> int:
+        """Tokens counted when ``batch`` micro-batches are done."""
+        return count_at(self.tokens_per_batch, self._token_sums, batch)
+
+    def min_batches(self, counter: str, due: float) -> float:
+        """Fewest micro-batches at whose end ``counter`` ("batch", "sample" or "token")
+        reaches ``due`` (inf when it never does)."""
+        if counter == "sample":
+            return batches_for(self.samples_per_batch, self._sample_sums, due)
+        if counter == "token":
+            return batches_for(self.tokens_per_batch, self._token_sums, due)
+        return ceil_div(due, 1)
+
     def at_steps(self, steps: int, epoch: int, in_epoch: int) -> Timestamp:
         """Counters with ``steps`` steps completed."""
-        b = steps * self.batches_per_step
-        return Timestamp.make(steps, b, epoch, in_epoch, b * self.samples_per_batch,
-                              b * self.tokens_per_batch, steps * self.ns_per_step)
+        b = self.batches_at(steps)
+        return Timestamp.make(steps, b, epoch, in_epoch, self.samples_at(b),
+                              self.tokens_at(b), steps * self.ns_per_step)
 
     def min_steps(self, counter: str, due: float) -> float:
         """Fewest completed steps at which a step-driven ``counter`` reaches ``due``."""
-        b = self.batches_per_step
-        rate = {"step": 1, "batch": b, "sample": b * self.samples_per_batch,
-                "token": b * self.tokens_per_batch, "time_ns": self.ns_per_step}[counter]
-        return ceil_div(due, rate)
+        if counter in ("step", "time_ns"):
+            return ceil_div(due, 1 if counter == "step" else self.ns_per_step)
+        b = self.min_batches(counter, due)
+        # the step that holds the batch reaching it: the first whose end has it done
+        return b if b == 0 or math.isinf(b) else self.step_of_batch(int(b))
 
 
 class SimClock(Clock):
@@ -265,21 +323,19 @@ class SimClock(Clock):
     def to_batch_end(self, batch: int) -> None:
         """Move to the end of global micro-batch ``batch``."""
         sh = self.shape
-        done = (batch - 1) // sh.batches_per_step
+        done = sh.step_of_batch(batch) - 1
         e = sh.epoch_of_step(done + 1)
         ts = attrs.evolve(sh.at_steps(done, e, done - sh.start(e)), batch=batch,
-                          sample=batch * sh.samples_per_batch,
-                          token=batch * sh.tokens_per_batch)
+                          sample=sh.samples_at(batch), token=sh.tokens_at(batch))
         self._move(batch_key(batch, sh), ts)
 
     def to_batch_start(self, batch: int) -> None:
         """Move to the start of global micro-batch ``batch``: the batches before it done."""
         sh = self.shape
-        done = (batch - 1) // sh.batches_per_step
+        done = sh.step_of_batch(batch) - 1
         e = sh.epoch_of_step(done + 1)
         ts = attrs.evolve(sh.at_steps(done, e, done - sh.start(e)), batch=batch - 1,
-                          sample=(batch - 1) * sh.samples_per_batch,
-                          token=(batch - 1) * sh.tokens_per_batch)
+                          sample=sh.samples_at(batch - 1), token=sh.tokens_at(batch - 1))
         self._move(batch_key(batch, sh, start=True), ts)
 
     def to_epoch_start(self, epoch: int) -> None:

@@ -1,10 +1,11 @@
 """Simulated training: ``SimClock`` and ``simulate()``, jumping from one firing to the next.
 
 A simulated run has a fixed shape: epochs of known lengths (in optimizer steps),
-``batches_per_step`` micro-batches per step, and constant samples and tokens per
-batch and seconds per step. Counters are then functions of the position, so the
-simulation asks the trigger table for its due vectors and jumps straight to the
-next point where anything can fire: 10^9 steps with few firings take milliseconds.
+``batches_per_step`` micro-batches per step (an epoch's last step may take fewer),
+samples and tokens per batch (constant, or one epoch's list) and seconds per step.
+Counters are then functions of the position, so the simulation asks the trigger
+table for its due vectors and jumps straight to the next point where anything can
+fire: 10^9 steps with few firings take milliseconds.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from schedtrain.simulation.simclock import (
     RunShape,
     SimClock,
     batch_key,
-    ceil_div,
 )
 from schedtrain.time import COUNTERS, Time, as_time
 from schedtrain.triggers.protocol import Due, Predicate
@@ -116,28 +116,24 @@ class Simulation:
 
     def _next_batch_end(self, key: Key, due: Due) -> float:
         sh = self.shape
-        b_rate = sh.batches_per_step
         # at a batch's start (2b - 1) or end (2b), the next end is of b or b + 1
-        first = key[2] // 2 + 1 if key[1] == PH_BATCH else key[0] * b_rate + 1
+        first = key[2] // 2 + 1 if key[1] == PH_BATCH else sh.batches_at(key[0]) + 1
         best = math.inf
         b: float
         for k, d in enumerate(due):
             if d == math.inf:
                 continue
             c = COUNTERS[k]
-            if c == "batch":
-                b = math.ceil(d)
-            elif c == "sample":
-                b = ceil_div(d, sh.samples_per_batch)
-            elif c == "token":
-                b = ceil_div(d, sh.tokens_per_batch)
+            if c in ("batch", "sample", "token"):
+                b = sh.min_batches(c, d)
             elif c == "epoch":
                 e = math.ceil(d)
-                b = sh.start(e) * b_rate + 1 if e < sh.epochs else math.inf
-            else:
-                b = sh.min_steps(c, d) * b_rate + 1
+                b = sh.batches_at(sh.start(e)) + 1 if e < sh.epochs else math.inf
+            else:  # a step counter reached at a step's end: true from the next batch on
+                s = sh.min_steps(c, d)
+                b = math.inf if math.isinf(s) else sh.batches_at(int(s)) + 1
             best = min(best, max(b, first))
-        return best if best <= sh.total_steps * b_rate else math.inf
+        return best if best <= sh.batches_at(sh.total_steps) else math.inf
 
     def _next_epoch_end(self, key: Key, due: Due) -> float:
         sh = self.shape
@@ -180,8 +176,8 @@ class Simulation:
         if table.needs_batch_start:
             # the batch after the one whose start or end the clock is at (2b - 1, 2b)
             bi = ((key[2] + 1) // 2 + 1 if key[1] == PH_BATCH
-                  else key[0] * sh.batches_per_step + 1)
-            if bi <= sh.total_steps * sh.batches_per_step:
+                  else sh.batches_at(key[0]) + 1)
+            if bi <= sh.batches_at(sh.total_steps):
                 cands.append((batch_key(bi, sh, start=True), "batch_start", bi))
         j = self._next_epoch_end(key, table.due("epoch_end"))
         if j != math.inf:
@@ -283,8 +279,8 @@ def simulate(
     steps_per_epoch: int | None = None,
     epoch_lengths: Sequence[int] | None = None,
     batches_per_step: int = 1,
-    samples_per_batch: int = 0,
-    tokens_per_batch: int = 0,
+    samples_per_batch: int | Sequence[int] = 0,
+    tokens_per_batch: int | Sequence[int] = 0,
     seconds_per_step: float = 0.0,
     metrics: Any = None,
     predicates: Mapping[str, Predicate] | None = None,
@@ -293,6 +289,7 @@ def simulate(
     shape: RunShape | None = None,
     sanity_eval: bool = False,
     deadline: Time | str | None = None,
+    batches_per_epoch: int | None = None,
 ) -> FiringLog:
     """Simulate a run and return every firing, in order.
 
@@ -300,7 +297,11 @@ def simulate(
         schedule: a ``Schedule`` (or a compiled ``TriggerTable``).
         epochs, steps_per_epoch: a run of equal epochs; or ``epoch_lengths``.
         batches_per_step: micro-batches per optimizer step.
-        samples_per_batch, tokens_per_batch, seconds_per_step: counter rates.
+        samples_per_batch, tokens_per_batch, seconds_per_step: counter rates; the
+            first two may list one epoch's batches (``[4, 4, 2]``: an uneven last batch).
+        batches_per_epoch: micro-batches per epoch, with ``epochs``: steps per epoch are
+            ``batches_per_epoch / batches_per_step`` rounded up, the last one partial
+            (10 batches, 3 a step: steps of 3, 3, 3, 1), as Lightning and HF step.
         metrics: metric values over time, ``{"val/loss": [("1 epoch", 0.9), ...]}``;
             without them, firings that depend on metrics are marked conditional.
         predicates: predicates for ``when`` conditions; without them, conditional.
@@ -318,7 +319,8 @@ def simulate(
     given = {"epochs": epochs, "steps_per_epoch": steps_per_epoch,
              "epoch_lengths": epoch_lengths, "batches_per_step": batches_per_step,
              "samples_per_batch": samples_per_batch, "tokens_per_batch": tokens_per_batch,
-             "seconds_per_step": seconds_per_step, "max_steps": max_steps}
+             "seconds_per_step": seconds_per_step, "max_steps": max_steps,
+             "batches_per_epoch": batches_per_epoch}
     shape = shape_of(shape, given)
     return Simulation(schedule, shape, metrics=metrics, predicates=predicates,
                       events=events, sanity_eval=sanity_eval, deadline=deadline).run()
@@ -339,7 +341,7 @@ def shape_of(shape: RunShape | None, given: Mapping[str, Any]) -> RunShape:
 _SHAPE_DEFAULTS: Final[dict[str, Any]] = {
     "epochs": None, "steps_per_epoch": None, "epoch_lengths": None, "batches_per_step": 1,
     "samples_per_batch": 0, "tokens_per_batch": 0, "seconds_per_step": 0.0,
-    "max_steps": None}
+    "max_steps": None, "batches_per_epoch": None}
 
 
 def next_firing(

@@ -28,6 +28,7 @@ from schedtrain.distributed.vocabulary import REDUCE_OPS, STRATEGIES
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_name
+from schedtrain.spec.clock_check import check_clock, check_whole
 from schedtrain.spec.deadlines import check_deadline, check_signals
 from schedtrain.spec.model import ClockSpec
 from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
@@ -116,6 +117,18 @@ def _strict_list(value: object, t: Any) -> tuple[Any, ...]:
     return tuple(_converter.structure(v, item) for v in value)
 
 
+def _is_int_or_list(t: object) -> bool:
+    args = set(getattr(t, "__args__", ()))
+    return int in args and tuple[int, ...] in args
+
+
+def _int_or_list(value: object, _t: object) -> int | tuple[int, ...] | None:
+    """A per-batch amount: one whole number, or a list of them (one epoch's batches)."""
+    if value is None or isinstance(value, list):
+        return None if value is None else _strict_list(value, tuple[int, ...])
+    return _strict_int(value, int)
+
+
 def _table(value: object, _t: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _Invalid(f"expected a table, found {describe(value)}")
@@ -128,6 +141,7 @@ _converter.register_structure_hook(float, _strict_float)
 _converter.register_structure_hook(str, _strict_str)
 _converter.register_structure_hook(bool, _strict_bool)
 _converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _strict_str_map)
+_converter.register_structure_hook_func(_is_int_or_list, _int_or_list)
 _converter.register_structure_hook_func(
     lambda t: getattr(t, "__origin__", None) is tuple, _strict_list)
 _converter.register_structure_hook_func(
@@ -232,34 +246,6 @@ def _collect(exc: BaseException, path: Rel) -> Iterator[tuple[Rel, str]]:
         yield path, "expected a value of another kind here"
 
 
-def _whole(problems: Problems, where: Rel, value: int | None, least: int) -> None:
-    if value is not None and not least <= value <= MAX_COUNT:
-        problems.add(where, f"expected a whole number >= {least}, found {value}",
-                     expected=f"a whole number >= {least}", found=value)
-
-
-def _check_clock(clock: ClockSpec, problems: Problems) -> None:
-    for key in ("epochs", "steps_per_epoch", "batches_per_step", "max_steps"):
-        _whole(problems, ("clock", key), getattr(clock, key), 1)
-    for key in ("samples_per_batch", "tokens_per_batch"):
-        _whole(problems, ("clock", key), getattr(clock, key), 0)
-    for i, n in enumerate(clock.epoch_lengths or ()):
-        _whole(problems, ("clock", "epoch_lengths", i), n, 1)
-    if clock.epoch_lengths is not None:
-        if not clock.epoch_lengths:
-            problems.expect(("clock", "epoch_lengths"), "a non-empty list of step counts", [])
-        if clock.steps_per_epoch is not None:
-            problems.add(("clock", "epoch_lengths"), "give `steps_per_epoch` or "
-                         "`epoch_lengths`, not both", found="both")
-        elif clock.epochs is not None and clock.epochs != len(clock.epoch_lengths):
-            problems.add(("clock", "epochs"), f"epochs = {clock.epochs} but epoch_lengths has "
-                         f"{len(clock.epoch_lengths)} entries",
-                         expected=f"{len(clock.epoch_lengths)}", found=clock.epochs)
-    sps = clock.seconds_per_step
-    if sps is not None and not (math.isfinite(sps) and 0 <= sps <= 1e9):
-        problems.add(("clock", "seconds_per_step"), f"expected a number >= 0 and at most 1e9, "
-                     f"found {sps}", expected="a number >= 0", found=sps)
-
 
 def check_run(run: RunConfig, problems: Problems, *, in_process: bool = False) -> None:
     """Add the problems of a run's options: the one rule set of ``[run]`` and of
@@ -269,8 +255,8 @@ def check_run(run: RunConfig, problems: Problems, *, in_process: bool = False) -
     if run.task is not None and not _TASK_RE.fullmatch(run.task):
         problems.expect(("run", "task"), "'module:function'", run.task)
     for key in ("max_epochs", "max_steps", "grad_accum", "keep_firings"):
-        _whole(problems, ("run", key), getattr(run, key), 1)
-    _whole(problems, ("run", "sanity_eval_batches"), run.sanity_eval_batches, 0)
+        check_whole(problems, ("run", key), getattr(run, key), 1)
+    check_whole(problems, ("run", "sanity_eval_batches"), run.sanity_eval_batches, 0)
     for key, allowed in (("checkpoint_mode", MODES), ("checkpoint_busy", BUSY_RULES),
                          ("checkpoint_staging", STAGING), ("precision", PRECISIONS),
                          ("strategy", STRATEGIES), ("schedule_change", SCHEDULE_CHANGES)):
@@ -368,7 +354,7 @@ def read_document(data: dict[str, Any], problems: Problems) -> Document:
     events = _structure(data.get("events", []), tuple[str, ...], ("events",), problems) or ()
     tables = {k: _structure(data.get(k, {}), dict[str, Any], (k,), problems) or {}
               for k in ("triggers", "callbacks")}
-    _check_clock(clock, problems)
+    check_clock(clock, problems)
     if run is not None:
         check_run(run, problems)
     _check_events(events, problems)

@@ -31,8 +31,11 @@ class ClockSpec:
         steps_per_epoch: optimizer steps per epoch.
         epoch_lengths: optimizer steps in each epoch, for epochs of uneven length.
         batches_per_step: micro-batches per optimizer step (gradient accumulation).
-        samples_per_batch: samples each micro-batch adds to the ``sample`` counter.
-        tokens_per_batch: tokens each micro-batch adds to the ``token`` counter.
+        samples_per_batch: samples each micro-batch adds to the ``sample`` counter, or a
+            list of one epoch's batches (``[4, 4, 2]``: an uneven last batch).
+        tokens_per_batch: tokens each micro-batch adds to the ``token`` counter (or a list).
+        batches_per_epoch: micro-batches per epoch, for an epoch that ends on a partial
+            accumulation step (steps per epoch: this over ``batches_per_step``, rounded up).
         seconds_per_step: training wall time per optimizer step, for time triggers.
         max_steps: the run ends right after this step, as ``[run] max_steps`` does.
         sanity_eval: ``sanity_eval`` fires once before ``train_start``, as with
@@ -43,11 +46,34 @@ class ClockSpec:
     steps_per_epoch: int | None = None
     epoch_lengths: tuple[int, ...] | None = None
     batches_per_step: int | None = None
-    samples_per_batch: int | None = None
-    tokens_per_batch: int | None = None
+    samples_per_batch: int | tuple[int, ...] | None = None
+    tokens_per_batch: int | tuple[int, ...] | None = None
     seconds_per_step: float | None = None
     max_steps: int | None = None
     sanity_eval: bool | None = None
+    batches_per_epoch: int | None = None
+
+    @property
+    def per_batch(self) -> bool:
+        """Epochs counted in batches: ``batches_per_epoch`` or a per-batch list given."""
+        return self.batches_per_epoch is not None or isinstance(
+            self.samples_per_batch, tuple) or isinstance(self.tokens_per_batch, tuple)
+
+    def per_batch_problem(self) -> str | None:
+        """Why ``batches_per_epoch`` and the per-batch lists do not fit the rest of the
+        table (a list's length, ``steps_per_epoch``, ``epoch_lengths``); ``None``: they do."""
+        if not self.per_batch:
+            return None
+        try:
+            RunShape.build(epochs=1, steps_per_epoch=self.steps_per_epoch,
+                           epoch_lengths=self.epoch_lengths,
+                           batches_per_step=self.batches_per_step or 1,
+                           samples_per_batch=self.samples_per_batch or 0,
+                           tokens_per_batch=self.tokens_per_batch or 0,
+                           batches_per_epoch=self.batches_per_epoch)
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        return None
 
     def shape(self, *, epochs: int | None = None,
               steps_per_epoch: int | None = None) -> RunShape | None:
@@ -69,7 +95,7 @@ class ClockSpec:
                                  "for epochs of one length")
         spe = steps_per_epoch if steps_per_epoch is not None else self.steps_per_epoch
         if lengths is None:
-            if spe is None:
+            if spe is None and not self.per_batch:
                 return None
             if n is None:
                 n = len(self.epoch_lengths) if self.epoch_lengths else None
@@ -81,7 +107,8 @@ class ClockSpec:
             epoch_lengths=lengths, batches_per_step=self.batches_per_step or 1,
             samples_per_batch=self.samples_per_batch or 0,
             tokens_per_batch=self.tokens_per_batch or 0,
-            seconds_per_step=self.seconds_per_step or 0.0, max_steps=self.max_steps)
+            seconds_per_step=self.seconds_per_step or 0.0, max_steps=self.max_steps,
+            batches_per_epoch=self.batches_per_epoch)
 
 
 @attrs.frozen

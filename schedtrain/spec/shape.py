@@ -51,7 +51,8 @@ def derive_clock(spec: Spec, steps_per_epoch: int | None = None) -> tuple[Spec, 
                      "steps per epoch; drop clock.steps_per_epoch to plan what train runs")
     fill: dict[str, int | None] = {
         "epochs": run.max_epochs, "max_steps": run.max_steps, "batches_per_step": accum,
-        "steps_per_epoch": steps_per_epoch if not clock.epoch_lengths else None}
+        # epochs of given lengths, or counted in batches, say their own steps
+        "steps_per_epoch": None if clock.epoch_lengths or clock.per_batch else steps_per_epoch}
     if fill["epochs"] is None and run.max_steps is not None and steps_per_epoch:
         fill["epochs"] = -(-run.max_steps // steps_per_epoch)  # the epochs max_steps reaches
     if clock.epoch_lengths:
