@@ -27,6 +27,7 @@ from schedtrain.spec.config import check_config, run_config
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.spec.run import DEFAULT_KEEP_FIRINGS, RunConfig
 from schedtrain.training.batches import to_device
+from schedtrain.training.binding import Bound, bind_checked
 from schedtrain.training.data_position import seed_everything
 from schedtrain.training.device import autocast, resolve_device
 from schedtrain.training.dispatch import Dispatcher
@@ -107,6 +108,12 @@ class Trainer:
         schedule_change: resuming a checkpoint saved with another schedule: ``"refuse"``
             (default; ``ScheduleChanged`` shows the diff of the next firings) or
             ``"apply"`` the new one by the rules of docs/checkpoints.md.
+        config: the options above as one ``RunConfig`` (then give none of them).
+        prepared: instead of ``callbacks``/``schedule``/``bindings``, a schedule already
+            bound and order-checked (``schedtrain.training.binding.bind_checked``, or
+            ``prepare_run``'s ``bound``); when its ``seeded`` is ``config.seed`` the
+            random streams were seeded before the model was built and are not seeded
+            again (``schedtrain train`` seeds once).
     """
 
     def __init__(
@@ -151,6 +158,7 @@ class Trainer:
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
         schedule_change: str = "refuse",
         config: RunConfig | None = None,
+        prepared: Bound | None = None,
     ) -> None:
         options = {k: v for k, v in locals().items() if k in _OPTION_KEYWORDS}
         if (loss_fn is None) == (step_fn is None):
@@ -170,12 +178,17 @@ class Trainer:
         self.config: RunConfig = config
         resolved = resolve_device(device if isinstance(device, torch.device)
                                   else config.device)
-        seed_everything(config.seed)
+        if prepared is None or prepared.seeded != config.seed:
+            seed_everything(config.seed)
+        if prepared is None:
+            prepared = bind_checked(callbacks, schedule, bindings)
+        elif callbacks is not None or schedule is not None or bindings is not None:
+            raise TypeError("give the schedule as `prepared` or as `callbacks`/`schedule`/"
+                            "`bindings`, not both")
         parts = build_parts(config, resolved, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
-                            step_fn=step_fn, callbacks=callbacks, schedule=schedule,
-                            bindings=bindings, sinks=sinks, predicates=predicates,
-                            clock=clock)
+                            step_fn=step_fn, bound=prepared, sinks=sinks,
+                            predicates=predicates, clock=clock)
         self._parts = parts
         self._run = Lifecycle(parts, config, self)
         self.loss_fn, self.step_fn = loss_fn, step_fn
