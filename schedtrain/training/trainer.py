@@ -20,7 +20,7 @@ from schedtrain.checkpoints import Checkpoints
 from schedtrain.clock import LoopClock
 from schedtrain.errors import ArgumentError
 from schedtrain.monitors.store import MetricStore, Sink
-from schedtrain.schedule.firings import Firing, FiringLog
+from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.config import check_config, run_config
@@ -33,6 +33,7 @@ from schedtrain.training.device import autocast, resolve_device
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.fit import Lifecycle
 from schedtrain.training.parts import StepFn, build_parts, epoch_length
+from schedtrain.training.stage import Stopped
 from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
 
@@ -280,13 +281,9 @@ class Trainer:
 
     @property
     def firings(self) -> list[Firing]:
-        """The most recent firings (``keep_firings`` of them), oldest first."""
+        """The most recent firings (``keep_firings`` of them), oldest first; as
+        ``simulate()`` reports them: ``FiringLog(trainer.firings)``."""
         return list(self.dispatch.firings)
-
-    @property
-    def firing_log(self) -> FiringLog:
-        """The most recent firings, as ``simulate()`` reports them."""
-        return FiringLog(self.dispatch.firings)
 
     def fire(self, event: str, **payload: Any) -> tuple[str, ...]:
         """Fire a declared custom event, or an ``eval_*`` event, now; the names that ran."""
@@ -366,25 +363,17 @@ class Trainer:
         self._run.fit()
 
     @property
-    def stopped_early(self) -> bool:
-        """Whether the last ``fit`` ended with a stop (``StopTraining``, ``request_stop``)."""
-        return self._run.stopped_early
+    def stopped(self) -> Stopped | None:
+        """How the last ``fit`` stopped early (``StopTraining``, ``request_stop``): its
+        ``reason``, and the ``place`` a callback raised ``StopTraining`` (``None``: it
+        did not stop early)."""
+        return self._run.stopped
 
     @property
     def outcome(self) -> str | None:
         """How the last ``fit`` ended (or is ending, in ``after_train`` hooks):
         ``"finished"``, ``"stopped"``, ``"failed"``, ``"preempted"``; ``None`` while it runs."""
         return self._run.outcome
-
-    @property
-    def stop_reason(self) -> str | None:
-        """Why it stopped."""
-        return self._run.stop_reason
-
-    @property
-    def stop_place(self) -> str | None:
-        """Where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)."""
-        return self._run.stop_place
 
     def __repr__(self) -> str:
         return (f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}, "
