@@ -113,3 +113,32 @@ def test_train_resume_auto_does_each_piece_of_work_once(
         train_from_spec(spec, str(run_dir), "auto")
     assert at_first_step, "the resumed run reached no optimizer step"
     assert dict(at_first_step[0]) == dict.fromkeys(COUNTED, 1)
+
+
+@pytest.mark.parametrize("seeded", [None, 4, 5])
+def test_trainer_seeds_unless_prepared_seeded_with_its_seed(
+        monkeypatch: pytest.MonkeyPatch, seeded: int | None) -> None:
+    """``Trainer(prepared=...)`` seeds only when the streams were not seeded with its own
+    seed before the model was built; the schedule is not bound again."""
+    import attrs
+
+    from schedtrain import Schedule, every
+    from schedtrain.callbacks import Callback
+    from schedtrain.training import Trainer
+    from schedtrain.training.binding import bind_checked
+
+    prepared = attrs.evolve(bind_checked(Schedule({"noop": every(2, "steps")}),
+                                         bindings={"noop": Callback()}), seeded=seeded)
+    counts: Counter[str] = Counter()
+    _count_everywhere(monkeypatch, counts)
+    model = torch.nn.Linear(2, 1)
+    args = (model, torch.optim.SGD(model.parameters(), lr=0.1),
+            [(torch.zeros(2, 2), torch.zeros(2, 1))], torch.nn.functional.mse_loss)
+    trainer = Trainer(*args, max_steps=2, seed=5, device="cpu", handle_signals=False,
+                      prepared=prepared)
+    assert counts["seed_everything"] == (0 if seeded == 5 else 1)
+    assert counts["bind"] == counts["order_problems"] == 0
+    assert trainer.schedule is prepared.schedule
+    with pytest.raises(TypeError, match="not both"):
+        Trainer(*args, max_steps=2, device="cpu", prepared=prepared,
+                callbacks=[Callback()])
