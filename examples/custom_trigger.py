@@ -16,7 +16,7 @@ import sys
 
 import attrs
 
-from schedtrain import Schedule, Time, Timestamp, simulate
+from schedtrain import FiringLog, Schedule, Time, Timestamp, simulate
 from schedtrain.events import EventSet
 from schedtrain.triggers import NEVER, Due, Point, Trigger, due_on
 
@@ -97,7 +97,7 @@ def in_training() -> list[int]:
                       torch.nn.functional.mse_loss, schedule=SCHEDULE,
                       bindings={"checkpoint": Note()}, max_epochs=3)
     trainer.fit()
-    return trainer.firing_log.steps("checkpoint")
+    return FiringLog(trainer.firings).steps("checkpoint")
 
 
 if __name__ == "__main__":

@@ -454,7 +454,7 @@ class TestTrain:
             calls.append((spec.path, run_dir, resume))
             clock = types.SimpleNamespace(now=lambda: Timestamp(step=30, epoch=3, seconds=1.0))
             return types.SimpleNamespace(clock=clock, metrics=Metrics(), run_dir="runs/x",
-                                         stop_reason=None, stopped_early=False, rank=0,
+                                         stopped=None, rank=0,
                                          config=types.SimpleNamespace(max_epochs=3,
                                                                       max_steps=None))
 

@@ -34,7 +34,7 @@ def fired(deadline: str | None) -> tuple[list[int], list[int]]:
                       clock=LoopClock(time_source=FakeTime(10 * 10**9)))
     trainer.fit()
     def at_step_ends(name: str) -> list[int]:
-        return [f.timestamp.step for f in trainer.firing_log
+        return [f.timestamp.step for f in trainer.firings
                 if f.callback == name and f.event == "step_end"]
     return at_step_ends("once"), at_step_ends("cond")
 

@@ -50,14 +50,14 @@ class TestLightningOptions:
     def test_not_finite_stops_at_once(self) -> None:
         """A NaN value stops at that check, not after `patience` checks; the reason says so."""
         t = _run([3.0, 2.0, math.nan, 1.0, 0.5], patience=3)
-        assert t.stopped_early and t.clock.epoch == 3
-        assert "val/loss = nan is not finite (best 2)" in (t.stop_reason or "")
+        assert t.stopped and t.clock.epoch == 3
+        assert "val/loss = nan is not finite (best 2)" in (t.stopped.reason if t.stopped else "")
 
     def test_check_finite_off_counts_nan_as_no_improvement(self) -> None:
         """check_finite=False: NaN is only a check without a new best."""
         t = _run([3.0, math.nan, math.nan, 5.0, 1.0], patience=3, check_finite=False)
-        assert t.stopped_early and t.clock.epoch == 4
-        assert "did not improve for 3 checks" in (t.stop_reason or "")
+        assert t.stopped and t.clock.epoch == 4
+        assert "did not improve for 3 checks" in (t.stopped.reason if t.stopped else "")
 
     @pytest.mark.parametrize(("mode", "values", "threshold", "epoch"), [
         ("min", [3.0, 1.0, 0.5, 0.2], 0.5, 4),   # 0.5 is not below 0.5: strictly better
@@ -67,14 +67,14 @@ class TestLightningOptions:
                                 epoch: int) -> None:
         """Stops at the first value strictly better than stopping_threshold."""
         t = _run(values, patience=10, mode=mode, stopping_threshold=threshold)
-        assert t.stopped_early and t.clock.epoch == epoch
-        assert "stopping_threshold" in (t.stop_reason or "")
+        assert t.stopped and t.clock.epoch == epoch
+        assert "stopping_threshold" in (t.stopped.reason if t.stopped else "")
 
     def test_divergence_threshold(self) -> None:
         """Stops at the first value strictly worse than divergence_threshold."""
         t = _run([1.0, 5.0, 10.0, 10.5, 0.1], patience=10, divergence_threshold=10.0)
-        assert t.stopped_early and t.clock.epoch == 4
-        assert "val/loss = 10.5 > divergence_threshold 10" in (t.stop_reason or "")
+        assert t.stopped and t.clock.epoch == 4
+        assert "val/loss = 10.5 > divergence_threshold 10" in t.stopped.reason
 
     def test_thresholds_need_patience(self) -> None:
         """Without patience every firing stops: a threshold would be ignored, so refused."""
@@ -124,9 +124,9 @@ def test_plan_stops_where_the_run_stops(values: list[float], args: dict[str, obj
         """) + toml)
     stream = [(f"{e} epochs", "val/loss", v) for e, v in enumerate(values, 1)]
     plan = plan_spec(spec, stream)
-    if not t.stopped_early:
+    if not t.stopped:
         assert plan.stopped is None
         return
     assert plan.stopped is not None and f"(step {t.clock.step})" in plan.stopped
-    why = (t.stop_reason or "").split(": ", 1)[1]
+    why = (t.stopped.reason if t.stopped else "").split(": ", 1)[1]
     assert plan.stopped.endswith(why)

@@ -50,4 +50,4 @@ def test_firings_keeps_the_most_recent_as_firing_records() -> None:
     assert all(isinstance(f, Firing) for f in kept)
     assert [(f.callback, f.event, f.step) for f in kept] == [
         ("cb1", "step_end", 4), ("cb0", "step_end", 6), ("cb1", "step_end", 6)]
-    assert list(trainer.firing_log) == kept
+    assert trainer.firings == kept

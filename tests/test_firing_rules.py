@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_agreement import FakeTime, periodic, points, windows
 from training_helpers import Noop, UnevenData, comparable, tiny_model
 
-from schedtrain import Schedule, ScheduleError, Time, Unit, simulate
+from schedtrain import FiringLog, Schedule, ScheduleError, Time, Unit, simulate
 from schedtrain.cli import main
 from schedtrain.clock import LoopClock
 from schedtrain.training import Trainer
@@ -105,7 +105,7 @@ class TestExactTime:
                           schedule=Schedule({"t": every("1.4 s")}), bindings={"t": Noop()},
                           max_epochs=1, clock=LoopClock(time_source=FakeTime(350_000_000)))
         trainer.fit()
-        assert trainer.firing_log.steps("t") == [4, 8, 12]
+        assert FiringLog(trainer.firings).steps("t") == [4, 8, 12]
 
     def test_minutes_and_hours_are_exact(self) -> None:
         """0.1 min is 6 s and 1/1000 h is 3.6 s, exactly."""

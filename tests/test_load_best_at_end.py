@@ -69,7 +69,7 @@ def test_after_early_stopping_and_logged(tmp_path: Path) -> None:
     with structlog.testing.capture_logs() as logs:
         t = _fit(feed, MinSaver(load_best_at_end=True), EarlyStopping(patience=2),
                  run_dir=tmp_path, epochs=5)
-    assert t.stopped_early and t.clock.epoch == 4
+    assert t.stopped and t.clock.epoch == 4
     assert _same(t.model.state_dict(), feed.weights[1])
     loaded = [x for x in logs if x["event"] == "best_checkpoint_loaded"]
     assert loaded and loaded[0]["step"] == 6 and loaded[0]["best"] == 1.0

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,50 @@ def test_a_bad_spec_and_a_bad_checkpoint_are_caught_by_the_base_class(tmp_path: 
     damaged.write_bytes(b"not a checkpoint")
     with pytest.raises(schedtrain.Error):
         read_checkpoint(damaged)
+
+
+def test_trainer_has_at_most_25_methods_and_properties() -> None:
+    """The ``Trainer`` is what callbacks see (``TrainingContext``) plus the run's few verbs;
+    the rest is ``trainer.config`` and its parts. Dunders are not counted."""
+    from schedtrain.callbacks.context import TrainingContext
+    from schedtrain.training import Trainer
+
+    members = [n for n, v in vars(Trainer).items()
+               if not (n.startswith("__") and n.endswith("__"))
+               and (callable(v) or isinstance(v, property))]
+    assert len(members) <= 25, sorted(members)
+    seen = {n for n in vars(TrainingContext) if not n.startswith("_")}
+    held = {"model", "optimizer", "metrics", "clock", "device", "val_data", "loss_fn",
+            "steps_in_epoch"}  # instance attributes, set at construction
+    assert seen - held <= set(members), sorted(seen - held - set(members))
+
+
+def test_how_a_fit_stopped_is_one_record() -> None:
+    """``trainer.stopped``: ``None`` after a fit that ran to its end; the reason and the
+    place after a stop, the same as ``outcome`` says."""
+    import torch
+
+    from schedtrain import StopTraining, every
+    from schedtrain.schedule import Scheduled
+    from schedtrain.training import Trainer
+
+    def stop_at(step: int) -> Any:
+        def stop(trainer: Any) -> None:
+            if trainer.clock.step == step:
+                raise StopTraining(f"at {step}")
+        return stop
+
+    for step in (None, 2, 4):
+        model = torch.nn.Linear(2, 1)
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                          [(torch.zeros(4, 2), torch.zeros(4, 1))] * 3,
+                          torch.nn.functional.mse_loss, max_epochs=2, handle_signals=False,
+                          device="cpu", callbacks=[
+                              Scheduled(every(1, "steps"), stop_at(step or 0), "stopper")])
+        trainer.fit()
+        if step is None:
+            assert (trainer.outcome, trainer.stopped) == ("finished", None)
+        else:
+            assert trainer.outcome == "stopped" and trainer.stopped is not None
+            assert trainer.stopped.reason == f"at {step}" and trainer.clock.step == step
+            assert trainer.stopped.place is not None and "'stopper'" in trainer.stopped.place

@@ -19,7 +19,8 @@ from schedtrain.training import Trainer
 #: ``Trainer`` arguments that are the user's runtime objects, not options (``sinks`` are
 #: sink objects there; ``[run] sinks`` names them).
 RUNTIME_OBJECTS = {"model", "optimizer", "train_data", "loss_fn", "step_fn", "callbacks",
-                   "schedule", "bindings", "val_data", "sinks", "predicates", "clock", "config"}
+                   "schedule", "bindings", "val_data", "sinks", "predicates", "clock", "config",
+                   "prepared"}
 #: ``[run]`` keys that only ``schedtrain train`` reads (the task, the sinks by name).
 SPEC_ONLY = {"task", "sinks", "sink_every"}
 

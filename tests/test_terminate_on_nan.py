@@ -65,11 +65,11 @@ def test_any_bad_step_is_found_at_the_next_check_and_named(bad: int, every_k: in
     t, nan = _fit(bad, steps, f"{every_k} steps", value=value)
     check = -(-bad // every_k) * every_k
     if check > steps:  # no check after it: the run ends, nothing stops it
-        assert not t.stopped_early
+        assert not t.stopped
         return
-    assert t.stopped_early and t.clock.step == check
+    assert t.stopped and t.clock.step == check
     assert nan.first_bad_step == bad and nan.triggered_at == check
-    assert f"not finite at step {bad} (the first such step)" in (t.stop_reason or "")
+    assert f"not finite at step {bad} (the first such step)" in t.stopped.reason
 
 
 def test_default_trigger_checks_at_train_end() -> None:
@@ -109,7 +109,7 @@ def test_resumed_between_the_bad_step_and_the_check(tmp_path: Path) -> None:
 
     full, _ = make()
     full.fit()
-    assert full.stopped_early and full.clock.step == check
+    assert full.stopped and full.clock.step == check
     resumed, nan = make()
     resumed.resume(tmp_path / "run" / "checkpoints" / f"step-{save:08d}-nonfinite.pt")
     resumed.fit()
@@ -124,8 +124,8 @@ def test_non_finite_evaluation_loss_stops_naming_it() -> None:
     t = Trainer(model, opt, _data(STEPS_PER_EPOCH), torch.nn.functional.mse_loss,
                 callbacks=[InferenceRunner(data=val), TerminateOnNaN()], max_epochs=3)
     t.fit()
-    assert t.stopped_early and t.clock.epoch == 1
-    assert "val/loss = nan after the evaluation 'InferenceRunner'" in (t.stop_reason or "")
+    assert t.stopped and t.clock.epoch == 1
+    assert "val/loss = nan after the evaluation 'InferenceRunner'" in t.stopped.reason
 
 
 @settings(max_examples=8, deadline=None)
@@ -144,7 +144,7 @@ def test_plan_with_the_runs_metrics_stops_where_it_did(
         trigger = {{ every = "{check}" }}
         """))
     plan = plan_spec(spec, read_metrics(run_dir / "events.jsonl"))
-    if not t.stopped_early:
+    if not t.stopped:
         assert plan.stopped is None
         return
     assert plan.stopped is not None and f"(step {t.clock.step})" in plan.stopped
@@ -181,7 +181,7 @@ def test_under_gradient_accumulation_the_step_is_named() -> None:
     t = Trainer(model, opt, _data(40), BadAt(9), schedule=Schedule({"nan": every("3 steps")}),
                 bindings={"nan": nan}, max_steps=12, grad_accum=2)
     t.fit()
-    assert t.stopped_early and t.clock.step == 6 and nan.first_bad_step == 5
+    assert t.stopped and t.clock.step == 6 and nan.first_bad_step == 5
 
 
 @settings(max_examples=40, deadline=None)

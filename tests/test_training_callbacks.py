@@ -15,7 +15,17 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from training_helpers import Noop, UnevenData, tiny_model
 
-from schedtrain import Schedule, Scheduled, ScheduleError, StopTraining, at, every, on, plateau
+from schedtrain import (
+    FiringLog,
+    Schedule,
+    Scheduled,
+    ScheduleError,
+    StopTraining,
+    at,
+    every,
+    on,
+    plateau,
+)
 from schedtrain.callbacks import Callback
 from schedtrain.callbacks.hyperparam import ScheduledHyperParamSetter
 from schedtrain.callbacks.inference import InferenceRunner
@@ -117,7 +127,7 @@ class TestHooks:
         rec = Recorder()
         t = _trainer([PeriodicTrigger(rec, every_k_steps=2)], epochs=1, lengths=6)
         t.fit()
-        assert t.firing_log.steps("Recorder") == [2, 4, 6]
+        assert FiringLog(t.firings).steps("Recorder") == [2, 4, 6]
 
     def test_a_class_overriding_trigger_runs_its_override(self) -> None:
         """tensorpack's public ``trigger()`` may be overridden: a firing calls the override
@@ -160,7 +170,7 @@ class TestStopAndFailure:
         t = _trainer([Scheduled(at("4 steps"), lambda tr: (_ for _ in ()).throw(
             StopTraining())), Scheduled(on("train_end"), rec)], epochs=3)
         t.fit()
-        assert t.stopped_early and t.clock.step == 4
+        assert t.stopped and t.clock.step == 4
         assert rec.calls[-2:] == ["trigger@4", "after_train"]
 
     def test_exception_runs_on_exception_and_leaves_no_checkpoint(self, tmp_path: Path) -> None:
@@ -188,7 +198,7 @@ class TestStopAndFailure:
         t = Trainer(model, opt, data, mse, callbacks=[Scheduled(every("2 steps"), nan)],
                     max_epochs=3)
         t.fit()
-        assert t.stopped_early and nan.triggered_at == 8
+        assert t.stopped and nan.triggered_at == 8
 
     def test_terminate_on_nan_default_trigger(self) -> None:
         """TerminateOnNaN reads its note every 100 steps, after evaluations and at the end
@@ -253,7 +263,7 @@ class TestBuiltins:
         setter = ScheduledHyperParamSetter("lr", [(3, 0.5), (6, 0.25)], step_based=True)
         t = _trainer([setter], epochs=2, lengths=5)
         t.fit()
-        assert t.firing_log.steps("ScheduledHyperParamSetter") == [0, 3, 6]
+        assert FiringLog(t.firings).steps("ScheduledHyperParamSetter") == [0, 3, 6]
         assert t.optimizer.param_groups[0]["lr"] == 0.25
 
     def test_hyperparam_bad_input(self) -> None:
@@ -272,7 +282,7 @@ class TestBuiltins:
             Scheduled(plateau("val/loss", 2, min_delta=10.0), EarlyStopping())],
             max_epochs=10)
         t.fit()
-        assert t.stopped_early and t.clock.epoch == 3
+        assert t.stopped and t.clock.epoch == 3
 
     def test_early_stopping_own_patience(self) -> None:
         """With patience, EarlyStopping counts checks without a new best itself."""
@@ -280,7 +290,7 @@ class TestBuiltins:
                                        EarlyStopping(patience=1, min_delta=10.0)],
                             max_epochs=10)
         t.fit()
-        assert t.stopped_early and t.clock.epoch == 2
+        assert t.stopped and t.clock.epoch == 2
 
     def test_progress_bar_runs(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Each epoch's bar counts that epoch's steps and ends showing its validation metrics."""
@@ -436,7 +446,7 @@ class TestTrainerInput:
         """A bare Callback runs by its default trigger (every epoch)."""
         t = _trainer([Noop()], epochs=2, lengths=1)
         t.fit()
-        assert t.firing_log.epochs("Noop") == [1, 2]
+        assert FiringLog(t.firings).epochs("Noop") == [1, 2]
 
     def test_fp16_and_bf16_and_clipping(self) -> None:
         """AMP precisions and gradient clipping train without errors on this device."""

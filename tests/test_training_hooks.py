@@ -206,7 +206,7 @@ class TestStopAndPayload:
         t = _fit([Scheduled(at("2 steps"), Stopper()), Scheduled(at("2 steps"), After())],
                  steps=5)
         assert order == ["stopper", "after"]
-        assert (t.clock.step, t.stopped_early, t.stop_reason) == (2, True, "enough")
+        assert (t.clock.step, t.stopped and t.stopped.reason) == (2, "enough")
 
     def test_payload_reaches_the_callback(self) -> None:
         """fire("found", value=3) — the callback reads the value from the trainer."""

@@ -75,5 +75,5 @@ def test_watching_every_step_for_a_nan_never_syncs_between_firings() -> None:
                       schedule=Schedule({"nan": every("100 steps")}), bindings={"nan": nan},
                       max_epochs=1)
     trainer.fit()
-    assert trainer.stopped_early and trainer.clock.step == 100
+    assert trainer.stopped and trainer.clock.step == 100
     assert nan.first_bad_step == 70

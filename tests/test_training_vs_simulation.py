@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from strategies import lifecycle, windows
 from training_helpers import Noop, UnevenData, comparable, tiny_model
 
-from schedtrain import Schedule, ScheduleError, Time, Unit, simulate
+from schedtrain import FiringLog, Schedule, ScheduleError, Time, Unit, simulate
 from schedtrain.training import Trainer
 from schedtrain.triggers import Trigger, all_of, any_of, at, every, not_, on
 
@@ -96,7 +96,7 @@ class TestRealLoopEqualsSimulation:
                           max_steps=6)
         trainer.fit()
         assert trainer.clock.step == 6
-        assert trainer.firing_log.epochs("e") == [1]
+        assert FiringLog(trainer.firings).epochs("e") == [1]
 
 
 _new_event_leaves = st.one_of(_periodic(), _points(), windows(),

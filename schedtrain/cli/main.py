@@ -253,9 +253,10 @@ def _warning_printer(path: str) -> Callable[..., None]:
 def _ending(trainer: Any) -> str:
     """Why the run ended: who stopped it and why, or the limit it reached."""
     ts = trainer.clock.now()
-    reason: str | None = trainer.stop_reason
-    if trainer.stopped_early:
-        place = getattr(trainer, "stop_place", None)
+    stopped = trainer.stopped
+    if stopped is not None:
+        reason: str = stopped.reason
+        place: str | None = stopped.place
         if reason and reason.startswith("stopped by"):
             return reason
         return (f"stopped by {place}" if place else f"stopped at epoch {ts.epoch} (step "

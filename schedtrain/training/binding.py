@@ -17,8 +17,9 @@ import attrs
 from schedtrain.callbacks.base import Callback
 from schedtrain.errors import ScheduleError, did_you_mean
 from schedtrain.schedule.schedule import Schedule, Scheduled
+from schedtrain.spec.metrics import TRAINER_METRICS
 
-__all__ = ["FunctionCallback", "bind", "check_order", "order_problems"]
+__all__ = ["Bound", "FunctionCallback", "bind", "bind_checked", "check_order", "order_problems"]
 
 
 class FunctionCallback(Callback):
@@ -171,3 +172,36 @@ def order_problems(schedule: Schedule, callbacks: list[Callback]) -> list[tuple[
                     f"produces, but {callbacks[j].name!r} is declared after it; declare "
                     f"{callbacks[j].name!r} first")))
     return problems
+
+
+@attrs.frozen
+class Bound:
+    """A schedule bound to its callbacks and order-checked, built once: ``prepare_run``
+    builds it for ``schedtrain train`` and the ``Trainer`` reuses it (``prepared=``).
+
+    Args:
+        schedule: the bound schedule, callbacks in declared order.
+        callbacks: its callbacks, in that order.
+        produced: every metric the trainer or a callback puts.
+        seeded: the seed the random streams were seeded with before the task's model was
+            built (``None``: not seeded; the ``Trainer`` seeds them).
+    """
+
+    schedule: Schedule
+    callbacks: tuple[Callback, ...]
+    produced: frozenset[str]
+    seeded: int | None = None
+
+
+def bind_checked(callbacks: Iterable[Any] | Schedule | None, schedule: Schedule | None = None,
+                 bindings: Mapping[str, Any] | None = None) -> Bound:
+    """``bind`` then ``check_order``, with the metrics produced (what the ``Trainer``
+    compiles)."""
+    bound, cbs = bind(callbacks, schedule, bindings)
+    check_order(bound, cbs)
+    return Bound(bound, tuple(cbs), produced_metrics(cbs))
+
+
+def produced_metrics(callbacks: Iterable[Callback]) -> frozenset[str]:
+    """The trainer's metrics and every one ``callbacks`` produce."""
+    return frozenset(TRAINER_METRICS).union(*(cb.produces for cb in callbacks))

@@ -37,7 +37,7 @@ from schedtrain.spec.run import RunConfig
 from schedtrain.training.parts import Parts
 from schedtrain.training.preempt import deadline_on_clock, handle_signals
 from schedtrain.training.run_dir import RunDirectory
-from schedtrain.training.stage import OWNS_DIRECTORY, Stage
+from schedtrain.training.stage import OWNS_DIRECTORY, Stage, Stopped
 
 __all__ = ["Lifecycle", "Stage"]
 
@@ -59,13 +59,11 @@ class Lifecycle:
         #: the event the loaded checkpoint was taken after, until fit continues it
         self.checkpoint_phase: str | None = None
         self.checkpoint_step: int | None = None
-        self.stopped_early = False
+        #: how the last fit stopped early (``None``: it did not)
+        self.stopped: Stopped | None = None
         #: how the run is ending, for ``after_train`` hooks: "finished", "stopped",
         #: "failed" or "preempted" (``None`` while it runs)
         self.outcome: str | None = None
-        self.stop_reason: str | None = None
-        #: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)
-        self.stop_place: str | None = None
 
     # -- before fit ----------------------------------------------------------------------------
     def resume_newest(self) -> Path | str | None:
@@ -302,8 +300,7 @@ class Lifecycle:
     def _stopped(self, exc: StopTraining) -> str:
         """Record a stop (``"stopped"``), in every checkpoint taken from now on too."""
         parts = self.parts
-        self.stopped_early, self.stop_reason = True, str(exc)
-        self.stop_place = failure_place(exc)  # a callback that raised it
+        self.stopped = Stopped(str(exc), failure_place(exc))  # a callback that raised it
         parts.run_state.stopped = str(exc)
         _log.info("stop_training", step=parts.clock.step, epoch=parts.clock.epoch,
                   reason=str(exc))
@@ -321,7 +318,7 @@ class Lifecycle:
         stopped = parts.run_state.stopped if phase == "train_end" else None
         parts.run_state.stopped = stopped
         if stopped is not None:
-            self.stopped_early, self.stop_reason = True, stopped
+            self.stopped = Stopped(stopped)
             return True
         return phase == "train_end" and self.config.ended(parts.clock.step,
                                                            parts.clock.epoch)

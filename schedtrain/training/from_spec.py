@@ -27,8 +27,9 @@ from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec, load_spec
-from schedtrain.spec.metrics import TRAINER_METRICS, metric_problems
+from schedtrain.spec.metrics import metric_problems
 from schedtrain.spec.readiness import train_problems
+from schedtrain.training.binding import Bound, bind, order_problems, produced_metrics
 from schedtrain.training.run_dir import RunDirectory
 
 if TYPE_CHECKING:
@@ -153,17 +154,22 @@ def build_callbacks(spec: Spec, *, untyped_ok: bool = False) -> dict[str, Any]:
 
 @attrs.frozen
 class Prepared:
-    """What ``prepare_run`` built and checked: the callbacks, and the task (built last).
+    """What ``prepare_run`` built and checked: the callbacks, the bound schedule, and the
+    task (built last, after seeding).
 
     Args:
         bindings: callback name -> the built callback, in declared order.
         task: the task, or ``None`` when not asked for.
         notes: warnings about the spec, one sentence each.
+        bound: the schedule bound to ``bindings``, order-checked, with the metrics
+            produced and the seed applied before the task was built; the ``Trainer``
+            reuses it (``Trainer(prepared=...)``), so nothing is bound or seeded twice.
     """
 
     bindings: dict[str, Any]
     task: Task | None
     notes: tuple[str, ...] = ()
+    bound: Bound | None = None
 
 
 def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
@@ -187,11 +193,13 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
     problems = train_problems(spec) if trains else []
     if problems:
         raise SpecError(problems)
-    bindings = build_callbacks(spec, untyped_ok=not trains)
-    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in bindings.values()))
+    # With [run], train_problems found every callback typed: nothing left to refuse here.
+    bindings = build_callbacks(spec, untyped_ok=True)
+    bound = _bind(spec, bindings)
     untyped = [n for n in spec.callbacks if n not in bindings]
-    problems, notes = metric_problems(spec, produced, untyped)
-    problems += _order_problems(spec, bindings)
+    problems, notes = metric_problems(spec, set(bound.produced), untyped)
+    problems += [Problem(f"callbacks.{name}", message, spec.path)
+                 for name, message in order_problems(bound.schedule, list(bound.callbacks))]
     if problems:  # it would train and never save or stop on it: refuse before training
         raise SpecError(problems)
     notes += porting_notes(bindings)
@@ -199,11 +207,12 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
     if trains and build_task:
         assert spec.run is not None and spec.run.task
         seed_everything(spec.run.seed)  # before the task builds its model
+        bound = attrs.evolve(bound, seeded=spec.run.seed)
         task = load_task(spec, spec.run.task)
         problems = _optimizer_problems(spec, bindings, task.optimizer)
         if problems:  # a setter of a key that is no number would fail its first firing
             raise SpecError(problems)
-    return Prepared(bindings, task, tuple(notes))
+    return Prepared(bindings, task, tuple(notes), bound)
 
 
 def _optimizer_problems(spec: Spec, bindings: dict[str, Any],
@@ -257,15 +266,14 @@ def porting_notes(bindings: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _order_problems(spec: Spec, bindings: dict[str, Any]) -> list[Problem]:
+def _bind(spec: Spec, bindings: dict[str, Any]) -> Bound:
+    """The spec's schedule of built callbacks, bound (untyped ones left out)."""
     from schedtrain.schedule.schedule import Schedule, Scheduled
-    from schedtrain.training.binding import bind, order_problems
 
     schedule, callbacks = bind(Schedule(
         [Scheduled(spec.callbacks[n].trigger, cb, n) for n, cb in bindings.items()],
         events=spec.events))
-    return [Problem(f"callbacks.{name}", message, spec.path)
-            for name, message in order_problems(schedule, callbacks)]
+    return Bound(schedule, tuple(callbacks), produced_metrics(callbacks))
 
 
 def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
@@ -299,15 +307,15 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         for note in (*spec.warnings, *prepared.notes, *run_notes(spec, prepared)):
             if note not in compiled:  # the trainer warns those when it compiles
                 warnings.warn(note, ScheduleWarning, stacklevel=2)
-    run, task, bindings = spec.run, prepared.task, prepared.bindings
+    run, task = spec.run, prepared.task
     assert run is not None and task is not None
     out_dir = run_dir_of(spec, run_dir)
     config = attrs.evolve(run, run_dir=str(out_dir), overwrite=overwrite,
                           log_events="jsonl" in run.sinks, schedule_change=schedule_change)
     trainer = Trainer(
         task.model, task.optimizer, task.train_data, task.loss_fn, task.step_fn,
-        schedule=spec.schedule(), bindings=bindings, val_data=task.val_data,
-        sinks=build_sinks(run.sinks, run.sink_every, out_dir), config=config)
+        val_data=task.val_data, sinks=build_sinks(run.sinks, run.sink_every, out_dir),
+        config=config, prepared=prepared.bound)
     try:
         _resume_and_fit(trainer, out_dir, resume)
     finally:

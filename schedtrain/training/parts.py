@@ -38,9 +38,8 @@ from schedtrain.planning.changes import canonical
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
-from schedtrain.spec.metrics import TRAINER_METRICS
 from schedtrain.spec.run import RunConfig
-from schedtrain.training.binding import bind, check_order
+from schedtrain.training.binding import Bound
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.loop import Loop
@@ -116,12 +115,11 @@ def _shape(config: RunConfig, train_data: Iterable[Any]) -> RunShape | None:
 def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Module,
                 optimizer: torch.optim.Optimizer, train_data: Iterable[Any],
                 val_data: Iterable[Any] | None, loss_fn: Callable[[Any, Any], torch.Tensor] | None,
-                step_fn: StepFn | None, callbacks: Iterable[Any] | Schedule | None,
-                schedule: Schedule | None, bindings: Mapping[str, Any] | None,
-                sinks: Iterable[Sink], predicates: Mapping[str, Predicate] | None,
-                clock: LoopClock | None) -> Parts:
+                step_fn: StepFn | None, bound: Bound, sinks: Iterable[Sink],
+                predicates: Mapping[str, Predicate] | None, clock: LoopClock | None) -> Parts:
     """The parts of a run on ``device`` (``config.device`` resolved), wired together
-    (several processes: the group set up)."""
+    (several processes: the group set up); ``bound``: the schedule, bound and
+    order-checked once (``bind_checked``, or ``prepare_run``'s)."""
     ready = prepare(model=model, optimizer=optimizer, train_data=train_data,
                     val_data=val_data, device=device, strategy=config.strategy,
                     shard_data=config.shard_data, seed=config.seed)
@@ -129,10 +127,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     clock = clock if clock is not None else LoopClock()
     # An empty mapping, not None: at run time conditions are decided, never "unknown".
     known: dict[str, Predicate] = dict(predicates or {})
-    bound, cbs = bind(callbacks, schedule, bindings)
-    check_order(bound, cbs)
-    produced = set(TRAINER_METRICS).union(*(cb.produces for cb in cbs))
-    table = bound.compile(predicates=known, produced_metrics=produced)
+    cbs = list(bound.callbacks)
+    table = bound.schedule.compile(predicates=known, produced_metrics=set(bound.produced))
     # The run's last epoch, as a simulation of it sees it (PeriodicCallback's last step).
     try:
         shape = _shape(config, ready.train_data)
@@ -141,7 +137,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     table.final_epoch = shape.epochs if shape is not None else config.max_epochs
     table.final_step = shape.total_steps if shape is not None and not shape.cut_short else None
     _warn_sanity(config.sanity_eval_batches, table)
-    by_name = dict(zip(bound.names, cbs, strict=True))
+    by_name = dict(zip(bound.schedule.names, cbs, strict=True))
     chief = comm is None or comm.is_chief
     # The chief alone writes the run directory and the logs.
     run_dir = config.run_path
@@ -162,7 +158,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch=epoch, events=events)
     run_state.change = ScheduleChange(
-        canonical(bound), config.schedule_change,
+        canonical(bound.schedule), config.schedule_change,
         functools.partial(_shape, config, ready.train_data),
         lambda: {n: cb.keep for n, cb in by_name.items() if isinstance(cb, ModelSaver)})
     storage = (open_storage(config.checkpoint_dir, config.storage_options)
@@ -177,8 +173,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
                                max_steps=config.max_steps)
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
-        gates={e.default_name(): e.gate for e in bound.entries}, metrics=metrics,
-        trigger_epoch={e.default_name(): e.trigger_epoch for e in bound.entries},
+        gates={e.default_name(): e.gate for e in bound.schedule.entries}, metrics=metrics,
+        trigger_epoch={e.default_name(): e.trigger_epoch for e in bound.schedule.entries},
         before_firing=publish, keep_firings=config.keep_firings)
     loop = Loop.build(
         model=ready.train_model, optimizer=ready.optimizer, loss_fn=loss_fn, step_fn=step_fn,
@@ -189,8 +185,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
         publish_loss=publish, agreement=agreement)
     return Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
-                  ready.train_data, ready.val_data, scaler, clock, bound, cbs, table, known,
-                  directory, events, metrics, losses, position, guard, epoch, run_state,
+                  ready.train_data, ready.val_data, scaler, clock, bound.schedule, cbs, table,
+                  known, directory, events, metrics, losses, position, guard, epoch, run_state,
                   checkpoints, agreement, dispatch, loop)
 
 

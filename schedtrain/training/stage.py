@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["OWNS_DIRECTORY", "Stage"]
+import attrs
+
+__all__ = ["OWNS_DIRECTORY", "Stage", "Stopped"]
 
 
 class Stage(enum.Enum):
@@ -21,3 +23,17 @@ class Stage(enum.Enum):
 
 #: The stages in which the run directory is this run's.
 OWNS_DIRECTORY = (Stage.OPENED, Stage.SET_UP, Stage.FITTING, Stage.ENDED)
+
+
+@attrs.frozen
+class Stopped:
+    """How a ``fit`` stopped early (``trainer.stopped``; ``None`` when it did not).
+
+    Args:
+        reason: why (``StopTraining``'s message, ``request_stop``'s reason).
+        place: where a callback raised ``StopTraining`` itself (``None``: ``request_stop``,
+            or a resumed run that had stopped).
+    """
+
+    reason: str
+    place: str | None = None

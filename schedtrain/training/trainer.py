@@ -20,18 +20,20 @@ from schedtrain.checkpoints import Checkpoints
 from schedtrain.clock import LoopClock
 from schedtrain.errors import ArgumentError
 from schedtrain.monitors.store import MetricStore, Sink
-from schedtrain.schedule.firings import Firing, FiringLog
+from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.config import check_config, run_config
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.spec.run import DEFAULT_KEEP_FIRINGS, RunConfig
 from schedtrain.training.batches import to_device
+from schedtrain.training.binding import Bound, bind_checked
 from schedtrain.training.data_position import seed_everything
 from schedtrain.training.device import autocast, resolve_device
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.fit import Lifecycle
 from schedtrain.training.parts import StepFn, build_parts, epoch_length
+from schedtrain.training.stage import Stopped
 from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
 
@@ -107,6 +109,12 @@ class Trainer:
         schedule_change: resuming a checkpoint saved with another schedule: ``"refuse"``
             (default; ``ScheduleChanged`` shows the diff of the next firings) or
             ``"apply"`` the new one by the rules of docs/checkpoints.md.
+        config: the options above as one ``RunConfig`` (then give none of them).
+        prepared: instead of ``callbacks``/``schedule``/``bindings``, a schedule already
+            bound and order-checked (``schedtrain.training.binding.bind_checked``, or
+            ``prepare_run``'s ``bound``); when its ``seeded`` is ``config.seed`` the
+            random streams were seeded before the model was built and are not seeded
+            again (``schedtrain train`` seeds once).
     """
 
     def __init__(
@@ -151,6 +159,7 @@ class Trainer:
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
         schedule_change: str = "refuse",
         config: RunConfig | None = None,
+        prepared: Bound | None = None,
     ) -> None:
         options = {k: v for k, v in locals().items() if k in _OPTION_KEYWORDS}
         if (loss_fn is None) == (step_fn is None):
@@ -170,12 +179,17 @@ class Trainer:
         self.config: RunConfig = config
         resolved = resolve_device(device if isinstance(device, torch.device)
                                   else config.device)
-        seed_everything(config.seed)
+        if prepared is None or prepared.seeded != config.seed:
+            seed_everything(config.seed)
+        if prepared is None:
+            prepared = bind_checked(callbacks, schedule, bindings)
+        elif callbacks is not None or schedule is not None or bindings is not None:
+            raise TypeError("give the schedule as `prepared` or as `callbacks`/`schedule`/"
+                            "`bindings`, not both")
         parts = build_parts(config, resolved, model=model, optimizer=optimizer,
                             train_data=train_data, val_data=val_data, loss_fn=loss_fn,
-                            step_fn=step_fn, callbacks=callbacks, schedule=schedule,
-                            bindings=bindings, sinks=sinks, predicates=predicates,
-                            clock=clock)
+                            step_fn=step_fn, bound=prepared, sinks=sinks,
+                            predicates=predicates, clock=clock)
         self._parts = parts
         self._run = Lifecycle(parts, config, self)
         self.loss_fn, self.step_fn = loss_fn, step_fn
@@ -267,13 +281,9 @@ class Trainer:
 
     @property
     def firings(self) -> list[Firing]:
-        """The most recent firings (``keep_firings`` of them), oldest first."""
+        """The most recent firings (``keep_firings`` of them), oldest first; as
+        ``simulate()`` reports them: ``FiringLog(trainer.firings)``."""
         return list(self.dispatch.firings)
-
-    @property
-    def firing_log(self) -> FiringLog:
-        """The most recent firings, as ``simulate()`` reports them."""
-        return FiringLog(self.dispatch.firings)
 
     def fire(self, event: str, **payload: Any) -> tuple[str, ...]:
         """Fire a declared custom event, or an ``eval_*`` event, now; the names that ran."""
@@ -353,25 +363,17 @@ class Trainer:
         self._run.fit()
 
     @property
-    def stopped_early(self) -> bool:
-        """Whether the last ``fit`` ended with a stop (``StopTraining``, ``request_stop``)."""
-        return self._run.stopped_early
+    def stopped(self) -> Stopped | None:
+        """How the last ``fit`` stopped early (``StopTraining``, ``request_stop``): its
+        ``reason``, and the ``place`` a callback raised ``StopTraining`` (``None``: it
+        did not stop early)."""
+        return self._run.stopped
 
     @property
     def outcome(self) -> str | None:
         """How the last ``fit`` ended (or is ending, in ``after_train`` hooks):
         ``"finished"``, ``"stopped"``, ``"failed"``, ``"preempted"``; ``None`` while it runs."""
         return self._run.outcome
-
-    @property
-    def stop_reason(self) -> str | None:
-        """Why it stopped."""
-        return self._run.stop_reason
-
-    @property
-    def stop_place(self) -> str | None:
-        """Where a callback raised ``StopTraining`` itself (``None``: ``request_stop``)."""
-        return self._run.stop_place
 
     def __repr__(self) -> str:
         return (f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}, "
