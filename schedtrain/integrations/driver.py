@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final
 
@@ -46,7 +46,7 @@ from schedtrain.triggers.protocol import MetricValue, Predicate
 if TYPE_CHECKING:
     from schedtrain.integrations.ranks import RankAgreement
 
-__all__ = ["Action", "LatestValues", "ScheduleDriver", "takes_event"]
+__all__ = ["Action", "LatestValues", "ScheduleDriver", "refuse_unknown_actions", "takes_event"]
 
 _FREQUENT: Final = ("batch_end", "step_end", "epoch_end")
 
@@ -95,6 +95,16 @@ def takes_event(fn: Callable[..., object]) -> bool:
                                                 inspect.Parameter.KEYWORD_ONLY)
 
 
+def refuse_unknown_actions(names: Iterable[str], actions: Iterable[str]) -> None:
+    """Refuse actions bound to names the schedule does not have, naming them and the
+    schedule's (every host's constructor checks its actions so)."""
+    known = list(names)
+    unknown = sorted(set(actions) - set(known))
+    if unknown:
+        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
+                         f"(the schedule has {known})")
+
+
 def _actions(table: TriggerTable, schedule: Schedule | TriggerTable,
              actions: Mapping[str, Action] | None) -> dict[str, Action]:
     found: dict[str, Action] = {}
@@ -102,10 +112,7 @@ def _actions(table: TriggerTable, schedule: Schedule | TriggerTable,
         found = {e.default_name(): e.callback for e in schedule.entries
                  if e.callback is not None and callable(e.callback)}
     given = dict(actions or {})
-    unknown = sorted(set(given) - set(table.names))
-    if unknown:
-        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
-                         f"(the schedule has {list(table.names)})")
+    refuse_unknown_actions(table.names, given)
     for name, action in given.items():
         if not callable(action):
             hint = ("; a schedtrain Callback runs through schedtrain.integrations.hosted."

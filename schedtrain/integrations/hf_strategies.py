@@ -12,6 +12,7 @@ from typing import Any
 
 from transformers import TrainerState, TrainingArguments
 
+from schedtrain.integrations.driver import refuse_unknown_actions
 from schedtrain.schedule.schedule import Schedule
 
 __all__ = ["FLAGS", "STRATEGIES", "check_flag_bindings", "mark_best", "switch_off_strategies"]
@@ -45,10 +46,7 @@ def switch_off_strategies(args: TrainingArguments, flags: set[str]) -> None:
 def check_flag_bindings(schedule: Schedule, actions: Mapping[str, Any]) -> None:
     """Refuse an action that names no callback, an unknown flag, or a flag bound where the
     Trainer does not act on it, each in one line saying what to do instead."""
-    unknown = sorted(set(actions) - set(schedule.names))
-    if unknown:
-        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
-                         f"(the schedule has {list(schedule.names)})")
+    refuse_unknown_actions(schedule.names, actions)
     for name, action in actions.items():
         if isinstance(action, str):
             if action not in FLAGS:

@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import torch
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.integrations.driver import ScheduleDriver, refuse_unknown_actions
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -262,10 +262,7 @@ def attach_schedule(
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"expected an ignite Engine, got {engine!r}")
-    unknown = sorted(set(actions or {}) - set(schedule.names))
-    if unknown:
-        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
-                         f"(the schedule has {list(schedule.names)})")
+    refuse_unknown_actions(schedule.names, actions or {})
     own, callbacks = split_actions(actions)
     check_bound(schedule, [*own, *callbacks], record=record)
     _refuse_uncounted(schedule, samples, tokens)

@@ -40,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import torch
 
 from schedtrain.checkpoints.files import remove
-from schedtrain.integrations.driver import takes_event
+from schedtrain.integrations.driver import refuse_unknown_actions, takes_event
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -90,10 +90,7 @@ def batch_size(batch: Any) -> int:
 
 
 def _check_bindings(schedule: Schedule, actions: Mapping[str, Hook | str]) -> None:
-    unknown = sorted(set(actions) - set(schedule.names))
-    if unknown:
-        raise ValueError(f"actions name callbacks that are not in the schedule: {unknown} "
-                         f"(the schedule has {list(schedule.names)})")
+    refuse_unknown_actions(schedule.names, actions)
     for name, action in actions.items():
         if isinstance(action, str):
             if action not in VERBS:
