@@ -177,6 +177,58 @@ def test_a_checkpoint_without_a_checksum_is_damaged(tmp_path: Path, how: str) ->
     assert [n for n, _ in skipped] == ["step-00000003.pt"]
 
 
+#: Keys a reader indexes, each removed or retyped in a checkpoint whose checksum is then
+#: recomputed: the file is whole, only its shape is wrong.
+_SHAPES = {
+    "no run": (("run",), None),
+    "run a list": (("run",), []),
+    "no step": (("step",), None),
+    "step a string": (("step",), "3"),
+    "step a bool": (("step",), True),
+    "no run.clock": (("run", "clock"), None),
+    "no run.written": (("run", "written"), None),
+    "run.epoch_open a number": (("run", "epoch_open"), 1),
+    "no run.callbacks": (("run", "callbacks"), None),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_SHAPES))
+def test_a_whole_checkpoint_without_a_needed_key_is_refused_by_name(
+        tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint with a valid checksum but a key its readers need missing or of another
+    type is refused in one line naming the key path, by read_checkpoint and by
+    `resume`; passed over by name when looking for one to resume from."""
+    _trainer(tmp_path, 3, keep=None).fit()
+    path = tmp_path / "checkpoints" / "step-00000003.pt"
+    state = torch.load(path, weights_only=True)
+    keys, value = _SHAPES[how]
+    holder = state
+    for key in keys[:-1]:
+        holder = holder[key]
+    if value is None:
+        del holder[keys[-1]]
+    else:
+        holder[keys[-1]] = value
+    torch.save(_recrafted(state), path)
+    with pytest.raises(CheckpointError, match="key " + ".".join(keys)) as caught:
+        read_checkpoint(path)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(CheckpointError, match="key " + ".".join(keys)):
+        _trainer(tmp_path / "again", 6, keep=None).resume(path)
+    skipped: list[str] = []
+    found = newest_valid(tmp_path / "checkpoints", lambda p, why: skipped.append(p.name))
+    assert found is not None and found.name == "step-00000002.pt"
+    assert skipped == ["step-00000003.pt"]
+
+
+def test_a_checkpoint_error_keeps_a_url_whole() -> None:
+    """The error's ``path`` is the URL as given (a Path would fold ``s3://`` into ``s3:/``),
+    a local path stays a Path."""
+    assert CheckpointError("s3://bucket/run/step-00000004.pt", "x").path == (
+        "s3://bucket/run/step-00000004.pt")
+    assert CheckpointError("run/step-00000004.pt", "x").path == Path("run/step-00000004.pt")
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]),
             "OMP_NUM_THREADS": "1", "CRASH_JOB_WORKERS": "0"}

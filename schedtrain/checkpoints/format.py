@@ -17,10 +17,10 @@ import torch
 
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
 from schedtrain.errors import Error
-from schedtrain.urls import redact_text
+from schedtrain.urls import is_url, redact_text
 
-__all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "check_plain", "digest",
-           "file_digests", "is_finite"]
+__all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "check_plain",
+           "check_shape", "digest", "file_digests", "is_finite"]
 
 FORMAT: Final = "schedtrain-checkpoint-2"
 #: The checksum's algorithm (``checksum = {"algorithm": ALGORITHM, "digest": hex}``).
@@ -36,8 +36,33 @@ class CheckpointError(Error):
 
     def __init__(self, path: Path | str, reason: str) -> None:
         super().__init__(redact_text(f"checkpoint {str(path)!r}: {reason}"))
-        self.path = Path(path)
+        #: the file, or its URL as given (``Path`` would fold ``s3://b/k`` into ``s3:/b/k``)
+        self.path: Path | str = path if is_url(str(path)) else Path(path)
         self.reason = reason
+
+
+#: The keys a checkpoint's readers index, with what each holds: a file with a valid
+#: checksum may still lack one (crafted, or written by hand), and is refused by name.
+_TOP: Final[dict[str, tuple[type, ...]]] = {
+    "phase": (str,), "step": (int,), "epoch": (int,), "run": (dict,)}
+_RUN: Final[dict[str, tuple[type, ...]]] = {
+    "clock": (dict,), "table": (dict,), "callbacks": (dict,), "metrics": (dict,),
+    "losses": (dict,), "epoch_open": (bool,), "written": (list,)}
+
+
+def check_shape(state: Mapping[str, Any], shown: str | Path) -> None:
+    """Refuse a checkpoint without a key its readers need, naming the key path."""
+    for where, table, part in (("", _TOP, state), ("run.", _RUN, state.get("run"))):
+        if not isinstance(part, Mapping):
+            return  # the top-level table already named ``run``
+        for key, types in table.items():
+            value = part.get(key)
+            if not isinstance(value, types) or (types == (int,) and isinstance(value, bool)):
+                found = "it is missing" if key not in part else (
+                    f"found {type(value).__name__}")
+                raise CheckpointError(
+                    shown, f"key {where}{key} should be a {types[0].__name__} ({found}): "
+                           "it is damaged or not written by schedtrain")
 
 
 def check_plain(value: Any, where: str) -> None:
