@@ -46,6 +46,12 @@ class TestRefusedByCheck:
         ('[callbacks.a]\ntype = "ModelSaver"\nkeep = 0\ntrigger = { every = "1 epoch" }\n',
          "callbacks.a.keep", "expected a whole number >= 1 or a retention table such as "
          "{ latest = 3 }, found integer 0"),
+        *[(f'[callbacks.a]\ntype = "{kind}"\nkeep = {keep}\ntrigger = {{ every = "1 epoch" }}\n',
+           f"callbacks.a.keep{where}", "expected at most 2**63 - 1 checkpoints")
+          for kind in ("ModelSaver", "MinSaver")
+          for keep, where in ((2**63, ""), (f"{{ latest = {10**4000} }}", ".latest"),
+                              (f"{{ any = [{{ every = '1 epoch' }}, {{ latest = {2**64} }}] }}",
+                               ".any[1].latest"))],
         ('[callbacks.a]\ntype = "EarlyStopping"\nmode = "lowest"\n'
          'trigger = { every = "1 epoch" }\n', "callbacks.a.mode", "'min' or 'max'"),
         ('[callbacks.a]\ntype = "InferenceRunner"\ndata = "val.pt"\n'

@@ -7,6 +7,7 @@ from typing import Literal
 
 from schedtrain.errors import describe
 from schedtrain.retention.rules import AnyOf, Best, Every, Latest, Policy, Rule
+from schedtrain.time import MAX_COUNT
 
 __all__ = ["SaverKind", "Where", "parse_keep", "policy_problems", "saver_keep",
            "saver_keep_problems"]
@@ -21,6 +22,10 @@ _RULE_KEYS = {"latest": ("latest",), "every": ("every",),
 def _rule(table: object, where: Where, problems: list[tuple[Where, str]]) -> Policy | None:
     example = "{ latest = 3 }, { every = '10000 steps' }, { best = 2, monitor = 'val/loss' }"
     if isinstance(table, int) and not isinstance(table, bool):
+        if table > MAX_COUNT:
+            problems.append((where, f"expected at most 2**63 - 1 checkpoints, found "
+                                    f"{describe(table)}"))
+            return None
         if table >= 1:
             return Latest(table)
         problems.append((where, f"expected a whole number >= 1 or a table such as "
@@ -68,6 +73,10 @@ def _rule(table: object, where: Where, problems: list[tuple[Where, str]]) -> Pol
     count = table.get(kind) if kind != "every" else 1
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         problems.append(((*where, kind), f"expected a whole number >= 1, found "
+                                         f"{describe(count)}"))
+        return None
+    if count > MAX_COUNT:
+        problems.append(((*where, kind), f"expected at most 2**63 - 1 checkpoints, found "
                                          f"{describe(count)}"))
         return None
     try:

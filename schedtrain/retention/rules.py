@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 import attrs
 
-from schedtrain.time import Time, Timestamp
+from schedtrain.errors import describe
+from schedtrain.time import MAX_COUNT, Time, Timestamp
 
 __all__ = ["AnyOf", "Best", "Every", "Latest", "Policy", "Rule", "Saved", "retained", "saved_at",
            "saved_row", "spell"]
@@ -36,7 +37,10 @@ def _whole(least: int) -> Any:
     def check(_inst: object, attribute: attrs.Attribute[int], value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"`{attribute.name}` must be a whole number >= {least}, "
-                             f"got {value!r}")
+                             f"got {describe(value)}")
+        if value > MAX_COUNT:
+            raise ValueError(f"`{attribute.name}` must be at most 2**63 - 1, got "
+                             f"{describe(value)}")
     return check
 
 

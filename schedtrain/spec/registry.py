@@ -154,8 +154,13 @@ def _placeholder_problems(args: Mapping[str, Any]) -> list[tuple[Where, str]]:
             for field in PLACEHOLDER_RE.findall(arg) if field not in known]
 
 
+def _keep_shape(v: Any) -> bool:
+    """A count or a table; the policy's own check names a count too large."""
+    return (isinstance(v, int) and not isinstance(v, bool) and v >= 1) or isinstance(v, dict)
+
+
 _KEEP = Param("keep", "a whole number >= 1 or a retention table such as { latest = 3 }",
-              lambda v: _int(1)(v) or isinstance(v, dict))
+              _keep_shape)
 
 
 def _keep_problems(kind: SaverKind, args: Mapping[str, Any]) -> list[tuple[Where, str]]:
@@ -181,7 +186,7 @@ TORCH_SCHEDULERS: Final = frozenset({
 BUILTINS: Final[Mapping[str, Builtin]] = {
     "ModelSaver": Builtin("schedtrain.callbacks.saver:ModelSaver", (
         Param("keep", "a whole number >= 1 or a retention table such as { latest = 3 }",
-              lambda v: _int(1)(v) or isinstance(v, dict)), _FOLDER),
+              _keep_shape), _FOLDER),
         check=lambda args: policy_problems(args["keep"]) if "keep" in args else []),
     "MinSaver": Builtin("schedtrain.callbacks.saver:MinSaver", (
         _MONITOR, Param("filename", "a file name", _text), _FOLDER,
