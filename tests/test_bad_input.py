@@ -52,6 +52,11 @@ class TestRefusedByCheck:
           for keep, where in ((2**63, ""), (f"{{ latest = {10**4000} }}", ".latest"),
                               (f"{{ any = [{{ every = '1 epoch' }}, {{ latest = {2**64} }}] }}",
                                ".any[1].latest"))],
+        ('[callbacks.a]\ntrigger = { before_deadline = 10 }\n',
+         "callbacks.a.trigger.before_deadline",
+         "expected a duration such as '10 min' or '90 s', found integer 10"),
+        ('[callbacks.a]\ntrigger = { before_deadline = "10 steps" }\n',
+         "callbacks.a.trigger.before_deadline", "needs a duration such as '10 min'"),
         ('[callbacks.a]\ntype = "EarlyStopping"\nmode = "lowest"\n'
          'trigger = { every = "1 epoch" }\n', "callbacks.a.mode", "'min' or 'max'"),
         ('[callbacks.a]\ntype = "InferenceRunner"\ndata = "val.pt"\n'

@@ -80,12 +80,15 @@ class Term:
         return None
 
 
+_A_TIME: Final = "a time such as '500 steps', '2 epochs' or '30 min'"
+
+
 def _time(table: Mapping[str, Any], key: str, rel: Rel, problems: Problems,
-          where: Rel | None = None) -> Time | None:
+          where: Rel | None = None, expected: str = _A_TIME) -> Time | None:
     value = table[key]
     where = (*rel, key) if where is None else where
     if not isinstance(value, str):
-        problems.expect(where, "a time such as '500 steps', '2 epochs' or '30 min'", value)
+        problems.expect(where, expected, value)
         return None
     try:
         return Time.parse(value)
@@ -176,7 +179,8 @@ def _write_if(t: When) -> dict[str, Any]:
 
 def _read_before_deadline(table: Mapping[str, Any], rel: Rel,
                           problems: Problems) -> Trigger | None:
-    margin = _time(table, "before_deadline", rel, problems)
+    margin = _time(table, "before_deadline", rel, problems,
+                   expected="a duration such as '10 min' or '90 s'")
     if margin is None:
         return None
     return _BEFORE_DEADLINE.build(table, rel, problems, lambda: BeforeDeadline(margin))
