@@ -13,6 +13,8 @@ from schedtrain import Scheduled, ScheduleError, every
 from schedtrain.callbacks import Callback
 from schedtrain.callbacks.saver import MinSaver
 from schedtrain.checkpoints import read_checkpoint
+from schedtrain.errors import SpecError
+from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
 
 
@@ -90,3 +92,51 @@ def test_named_state_follows_the_name_when_the_order_changes(tmp_path: Path) -> 
     resumed.fit()
     assert a2.count == 16
     assert b2.count == 104
+
+
+class Steps(Callback):
+    """Records the steps it fires at; keeps no state, so it may go unnamed."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def _trigger(self) -> None:
+        self.steps.append(self.now.step)
+
+
+def test_two_unnamed_callbacks_of_one_class_resume_under_a_changed_schedule(
+        tmp_path: Path) -> None:
+    """Two unnamed callbacks of one class are `Steps` and `Steps#2`; a checkpoint holding
+    them resumes under a changed schedule (`apply`): the stored schedule reads back, the
+    retimed one is reset and fires on its new period."""
+    first = _trainer([Scheduled(every("1 step"), Steps()),
+                      Scheduled(every("2 steps"), Steps())], tmp_path / "run", max_steps=6)
+    first.fit()
+    ckpt = tmp_path / "mid.pt"
+    first.save_checkpoint(ckpt)
+    same, changed = Steps(), Steps()
+    resumed = _trainer([Scheduled(every("1 step"), same),
+                        Scheduled(every("3 steps"), changed)], tmp_path / "run2",
+                       schedule_change="apply")
+    with pytest.warns(UserWarning, match="Steps#2: its trigger changed"):
+        resumed.resume(ckpt)
+    resumed.fit()
+    assert same.steps == list(range(7, 17))
+    assert changed.steps == [9, 12, 15]
+
+
+@pytest.mark.parametrize("name", ["Counter#2", "Counter#17", "a.b-c_d#3"])
+def test_an_auto_name_reads_back_from_toml(name: str) -> None:
+    """The name a schedule gives a second unnamed callback is a valid TOML callback name."""
+    spec = loads_spec(f'[callbacks."{name}"]\ntrigger = {{ every = "1 step" }}\n')
+    assert spec.schedule().names == (name,)
+
+
+@pytest.mark.parametrize("name", ["Counter#", "Counter#0", "Counter#02", "Counter#x", "#2",
+                                  "Counter#2#3"])
+def test_other_hash_names_are_refused(name: str) -> None:
+    """Only `Name#N` (N >= 1, no leading zero) is an auto name; the rest is refused."""
+    with pytest.raises(SpecError, match="invalid name"):
+        loads_spec(f'[callbacks."{name}"]\ntrigger = {{ every = "1 step" }}\n')
+    with pytest.raises(ValueError, match="invalid callback name"):
+        Scheduled(every("1 step"), Counter(), name)

@@ -10,7 +10,7 @@ import attrs
 
 from schedtrain.errors import ScheduleError, ScheduleWarning
 from schedtrain.events import BUILTIN_EVENTS, check_event_name
-from schedtrain.names import NAME_RULE, is_name
+from schedtrain.names import NAME_RULE, is_callback_name
 from schedtrain.schedule.analysis import Analysis, analyze, locate
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.time import Timestamp
@@ -28,8 +28,7 @@ HookGate = Callable[[Timestamp], bool]
 
 def _check_name(_i: object, _a: object, value: str | None) -> None:
     # "Name#2" is how a second unnamed callback of one class is told apart.
-    if value is not None and not is_name(value.split("#")[0] if isinstance(value, str)
-                                         else value):
+    if value is not None and not is_callback_name(value):
         raise ValueError(f"invalid callback name {value!r}: {NAME_RULE}")
 
 

@@ -27,7 +27,7 @@ from cattrs.errors import (
 from schedtrain.distributed.vocabulary import REDUCE_OPS, STRATEGIES
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
-from schedtrain.names import NAME_RULE, is_name
+from schedtrain.names import NAME_RULE, is_callback_name, is_name
 from schedtrain.spec.clock_check import check_clock, check_whole
 from schedtrain.spec.deadlines import check_deadline, check_signals
 from schedtrain.spec.model import ClockSpec
@@ -364,7 +364,7 @@ def read_document(data: dict[str, Any], problems: Problems) -> Document:
                 problems.add((kind, name), f"a name is at most {MAX_NAME} characters; this "
                                            f"one has {len(name):,}",
                              expected=f"at most {MAX_NAME} characters", found=name)
-            elif not is_name(name):
+            elif not (is_callback_name(name) if kind == "callbacks" else is_name(name)):
                 problems.add((kind, name), f"invalid name {name!r}: {NAME_RULE}",
                              expected="a name", found=name)
     return Document(clock, run, events, tables["triggers"], tables["callbacks"])

@@ -84,7 +84,7 @@ _A_TIME: Final = "a time such as '500 steps', '2 epochs' or '30 min'"
 
 
 def _time(table: Mapping[str, Any], key: str, rel: Rel, problems: Problems,
-          where: Rel | None = None, expected: str = _A_TIME) -> Time | None:
+          where: Rel | None = None, *, expected: str = _A_TIME) -> Time | None:
     value = table[key]
     where = (*rel, key) if where is None else where
     if not isinstance(value, str):
