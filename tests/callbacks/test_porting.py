@@ -20,7 +20,7 @@ from schedtrain.callbacks.porting import LINEAGE_HOOKS, markdown_rows, porting_m
 from schedtrain.cli import main
 from schedtrain.training import Trainer
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "migrating.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "migrating.md"
 #: Every method and attribute of the base class: names schedtrain calls or provides.
 CALLED = sorted(n for n in dir(Callback) if not n.startswith("__"))
 

@@ -217,7 +217,7 @@ def test_one_process_runs_never_import_dcp(tmp_path: Path) -> None:
 
     code = f"""
 import sys, torch
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 from training_helpers import tiny_model
 from schedtrain.callbacks import ModelSaver
 from schedtrain.checkpoints import list_checkpoints

@@ -28,7 +28,7 @@ from schedtrain.checkpoints.storage import FsspecStorage
 from schedtrain.cli import main
 from schedtrain.training import Trainer
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where the helper modules are
 mse = torch.nn.functional.mse_loss
 
 

@@ -23,7 +23,7 @@ from schedtrain.files import UnsafeFile
 from schedtrain.training import RunDirError, Trainer
 
 mse = torch.nn.functional.mse_loss
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where the helper modules are
 VICTIM_BYTES = b"the user's own file\n"
 RESNET = str(HERE.parent / "specs" / "resnet_tensorpack.toml")
 

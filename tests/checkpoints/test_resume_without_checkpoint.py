@@ -10,7 +10,7 @@ import pytest
 
 from schedtrain.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spec(tmp_path: Path, name: str, epochs: int) -> Path:

@@ -339,7 +339,7 @@ class TestPlanCommand:
     def test_import_measures_the_size_from_the_task(
             self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
         """plan --import takes one checkpoint's size from the task's model and optimizer."""
-        monkeypatch.chdir(Path(__file__).parents[1])  # the task module is examples/digits.py
+        monkeypatch.chdir(Path(__file__).parents[2])  # the task module is examples/digits.py
         assert main(["plan", "specs/digits.toml", "--import", "--format", "json"]) == 0
         files = json.loads(capsys.readouterr().out)["checkpoints"]
         task = load_task(load_spec("specs/digits.toml"), "examples.digits:make_task")

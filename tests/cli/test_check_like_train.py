@@ -15,7 +15,7 @@ import pytest
 
 from schedtrain.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TASK = '''
 import torch

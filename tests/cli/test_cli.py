@@ -14,7 +14,7 @@ from schedtrain.cli import main
 from schedtrain.spec import load_spec
 from schedtrain.spec.registry import BUILTINS, check_arguments, is_known, resolve
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPECS = ROOT / "specs"
 RESNET = str(SPECS / "resnet_tensorpack.toml")
 

@@ -11,7 +11,7 @@ import pytest
 
 from schedtrain.cli.parser import build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "cli.md").read_text()
 
 

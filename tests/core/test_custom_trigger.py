@@ -17,7 +17,7 @@ from schedtrain import Schedule, Time, Timestamp, simulate
 from schedtrain.events import EventSet
 from schedtrain.triggers import NEVER, Due, Point, Trigger, due_on, every
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from examples.custom_trigger import (  # noqa: E402 - the repository root is on sys.path now

@@ -17,7 +17,7 @@ import torch
 from schedtrain import Schedule, every, on
 from schedtrain.testing import fired_at, simulate
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),

@@ -47,7 +47,7 @@ def test_changelog_lists_every_moved_path() -> None:
     """Users find each moved path, and its new place, in CHANGELOG.md."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "CHANGELOG.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text()
     missing = [old for old, new in MOVED.items() if f"`{old}`" not in text
                or f"`{new}`" not in text]
     assert missing == []

@@ -27,10 +27,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_merge_leftovers import conflict_lines
 
-from tests.test_merge_leftovers import conflict_lines
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", "CONTRIBUTING.md",
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 #: The line that makes the next Python block go on from the one before it.

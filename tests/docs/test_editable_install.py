@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from _pytest.config import _iter_rewritable_modules
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.relative_to(ROOT) for p in (ROOT / "examples").rglob("*.py")
                  if p.name != "__init__.py" and not p.name.startswith("_"))
 #: The folders of the repository a run of an example may read.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "schedtrain"
+PACKAGE = Path(__file__).resolve().parents[2] / "schedtrain"
 #: Packages where torch lives; everything else is the torch-free core.
 TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed", "checkpoints",
                   "integrations")
@@ -154,7 +154,7 @@ def _layer(module: str) -> int:
     for i, (_, prefixes) in enumerate(LAYERS):
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return i
-    raise AssertionError(f"{module} is in no layer of tests/test_layout.py")
+    raise AssertionError(f"{module} is in no layer of tests/docs/test_layout.py")
 
 
 class TestLayers:

@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: The lines git writes around a conflict (``|||||||`` opens the base under diff3).
 MARKER = re.compile(r"(<{7}|>{7}|\|{7})( .*)?|={7}")
 #: Folders a walk skips when git cannot list the files (an unpacked sdist).

@@ -116,7 +116,7 @@ def test_needs_a_package_too():
 
 def test_gpu_tests_use_the_marker() -> None:
     """No test spells its own CUDA skip: the marker is how the allowed skip is known."""
-    here = Path(__file__).parent
-    own = [p.name for p in sorted(here.glob("test_*.py"))
+    tests = Path(__file__).resolve().parents[1]
+    own = [p.name for p in sorted(tests.rglob("test_*.py"))
            if re.search(r"skipif\(\s*not torch\.cuda\.is_available\(\)", p.read_text())]
     assert own == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: Top-level folders of the repository holding Python files that are not the package.
 NOT_PACKAGES = sorted(p.name for p in ROOT.iterdir()
                       if p.is_dir() and not p.name.startswith(".") and p.name != "schedtrain"

@@ -17,7 +17,7 @@ from schedtrain.spec import load_spec
 from schedtrain.training.from_spec import build_callbacks
 
 pytest.importorskip("sklearn")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from examples.seeds import tensorpack_resnet as seed  # noqa: E402
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from host_strategies import host_schedules
+from hosted_helpers import Recorder, fired, recorded, simulated_fired
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +20,6 @@ from schedtrain.callbacks import Callback, EnableCallbackIf, ModelSaver
 from schedtrain.integrations import ScheduleDriver
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.hosted import CallbackDriver
-from tests.host_strategies import host_schedules
-from tests.hosted_helpers import Recorder, fired, recorded, simulated_fired
 
 UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.SAMPLE, Unit.TOKEN]
 

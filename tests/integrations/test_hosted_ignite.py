@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 
 pytest.importorskip("ignite")
 import torch
+from host_strategies import host_schedules
+from hosted_helpers import Recorder, fired, recorded, simulated_fired
 from ignite.engine import Engine, Events
 
 from schedtrain import Schedule, Scheduled, ScheduleWarning, Unit, every, simulate
 from schedtrain.callbacks import EarlyStopping, TerminateOnNaN
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.ignite import ScheduleHandle, attach_schedule
-from tests.host_strategies import host_schedules
-from tests.hosted_helpers import Recorder, fired, recorded, simulated_fired
 
 UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.SAMPLE]
 

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 pytest.importorskip("lightning")
 import lightning.pytorch as pl
 import torch
+from host_strategies import host_schedules
+from hosted_helpers import Recorder, fired, recorded, simulated_fired
 from torch.utils.data import DataLoader
 
 from schedtrain import Schedule, Scheduled, ScheduleWarning, Unit, every, simulate
@@ -29,8 +31,6 @@ from schedtrain.callbacks import (
 )
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.lightning import ScheduleCallback
-from tests.host_strategies import host_schedules
-from tests.hosted_helpers import Recorder, fired, recorded, simulated_fired
 
 for _name in ("lightning", "lightning.pytorch", "lightning.fabric"):
     logging.getLogger(_name).setLevel(logging.ERROR)

@@ -20,8 +20,11 @@ pytest.importorskip("lightning")
 pytest.importorskip("ignite")
 pytest.importorskip("transformers")
 import lightning.pytorch as pl
+from host_strategies import host_triggers
 from ignite.engine import Engine
+from test_hosted_transformers import train as hf_train
 from torch.utils.data import DataLoader
+from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, Scheduled, ScheduleError, ScheduleWarning, Unit, every, on
 from schedtrain.callbacks import Callback
@@ -30,9 +33,6 @@ from schedtrain.integrations import lightning as li
 from schedtrain.integrations import transformers as hf
 from schedtrain.integrations.hosted import CallbackDriver
 from schedtrain.training import Trainer
-from tests.host_strategies import host_triggers
-from tests.test_hosted_transformers import train as hf_train
-from tests.training_helpers import UnevenData, tiny_model
 
 for _name in ("lightning", "lightning.pytorch", "lightning.fabric"):
     logging.getLogger(_name).setLevel(logging.ERROR)

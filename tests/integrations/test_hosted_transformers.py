@@ -13,14 +13,14 @@ import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
+from hosted_helpers import fired, recorded, simulated_fired
+from test_integrations_transformers import SEQ, dataset, model
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from schedtrain import Schedule, Scheduled, ScheduleWarning, StopTraining, every, simulate
 from schedtrain.callbacks import Callback, TerminateOnNaN
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.transformers import ScheduleCallback
-from tests.hosted_helpers import fired, recorded, simulated_fired
-from tests.test_integrations_transformers import SEQ, dataset, model
 
 quiet = pytest.mark.filterwarnings("ignore")
 

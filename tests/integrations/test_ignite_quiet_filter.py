@@ -13,13 +13,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("ignite")
+from host_strategies import host_triggers
 from ignite.engine import Engine, Events
 
 from schedtrain import Schedule, ScheduleError, ScheduleWarning, Unit, every, simulate
 from schedtrain.integrations.driver import ScheduleDriver
 from schedtrain.integrations.ignite import ScheduleHandle, _events
 from schedtrain.triggers import Trigger
-from tests.host_strategies import host_triggers
 
 NAMES = {"STARTED": "train_start", "EPOCH_STARTED": "epoch_start",
          "ITERATION_COMPLETED": "step_end", "EPOCH_COMPLETED": "epoch_end",

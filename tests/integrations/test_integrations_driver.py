@@ -7,12 +7,12 @@ import json
 import warnings
 
 import pytest
+from host_strategies import counters, host_schedules
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedtrain import Schedule, ScheduleWarning, Unit, at, every, improved, on, simulate, when
 from schedtrain.integrations import ScheduleDriver
-from tests.host_strategies import counters, host_schedules
 
 NS = 250_000_000  # a fake wall clock: each optimizer step takes 0.25 s
 ALL_UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.SAMPLE, Unit.TOKEN, Unit.SECOND]

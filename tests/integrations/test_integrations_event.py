@@ -7,13 +7,13 @@ import warnings
 from typing import Any
 
 import pytest
+from host_strategies import host_schedules
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedtrain import Schedule, ScheduleWarning, Unit, simulate
 from schedtrain.integrations import ScheduleDriver
 from schedtrain.integrations.driver import takes_event
-from tests.host_strategies import host_schedules
 
 UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH]
 

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 pytest.importorskip("ignite")
 import torch
+from host_strategies import counters, host_schedules
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 
 from schedtrain import Schedule, ScheduleWarning, Unit, at, every, on, simulate, window
 from schedtrain.integrations.ignite import ScheduleHandle, attach_schedule, trigger_event
-from tests.host_strategies import counters, host_schedules
 
 UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.SAMPLE, Unit.TOKEN]
 

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 pytest.importorskip("lightning")
 import lightning.pytorch as pl
 import torch
+from host_strategies import counters, host_schedules
 from torch.utils.data import DataLoader
 
 from schedtrain import Schedule, ScheduleWarning, Unit, every, on, simulate
 from schedtrain.integrations.lightning import ScheduleCallback
-from tests.host_strategies import counters, host_schedules
 
 for _name in ("lightning", "lightning.pytorch", "lightning.fabric"):
     logging.getLogger(_name).setLevel(logging.ERROR)

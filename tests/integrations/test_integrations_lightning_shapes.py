@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 pytest.importorskip("lightning")
 import torch
+from host_strategies import counters, host_schedules
+from test_integrations_lightning import Module, schedule_callback, trainer
 from torch.utils.data import DataLoader
 
 from schedtrain import Schedule, ScheduleWarning, Unit, every, simulate
-from tests.host_strategies import counters, host_schedules
-from tests.test_integrations_lightning import Module, schedule_callback, trainer
 
 UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.SAMPLE, Unit.TOKEN]
 quiet = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

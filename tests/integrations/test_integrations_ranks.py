@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+from host_strategies import counters, host_schedules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,10 +30,9 @@ from schedtrain import Schedule, ScheduleWarning, Unit
 from schedtrain.integrations import ScheduleDriver
 from schedtrain.integrations.ranks import RankAgreement, reads_time
 from schedtrain.testing import simulate_ranks
-from tests.host_strategies import counters, host_schedules
 from tests.jobs.hosts import EPOCHS, RANK1_STEP_NS, ROWS, STEP_NS, STEPS, schedule, value
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
                                 reason="torch.distributed is not available")

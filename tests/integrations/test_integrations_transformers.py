@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 import torch
+from host_strategies import counters, host_schedules
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from schedtrain import Schedule, ScheduleWarning, Unit, every, simulate, when
 from schedtrain import on as on_
 from schedtrain.integrations.transformers import ScheduleCallback
-from tests.host_strategies import counters, host_schedules
 
 UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.TOKEN]
 SEQ = 4

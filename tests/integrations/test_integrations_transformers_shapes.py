@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
+from host_strategies import counters, host_schedules
+from test_integrations_transformers import SEQ, dataset, model
 from transformers import Trainer, TrainingArguments
 
 from schedtrain import Schedule, ScheduleWarning, Unit, every, simulate
 from schedtrain.integrations.transformers import ScheduleCallback
-from tests.host_strategies import counters, host_schedules
-from tests.test_integrations_transformers import SEQ, dataset, model
 
 UNITS = [Unit.STEP, Unit.BATCH, Unit.EPOCH, Unit.TOKEN]
 quiet = pytest.mark.filterwarnings("ignore")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from first_day_project import VALIDATE, spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -236,3 +237,79 @@ def test_console_one_line_per_epoch(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                                 ["epoch", "1", "step", "8"],
                                                 ["epoch", "2", "step", "12"]]
     assert all("probe/step=" in x and "train/loss=" in x for x in printed)
+
+
+class TestSinks:
+    """``[run] sinks`` chooses where scalars go, ``sink_every`` how often. (first day, issue 12
+    C)"""
+
+    def test_bad_sinks_are_listed_with_key_paths(self) -> None:
+        """Every problem of sinks and sink_every is reported at its key path."""
+        from schedtrain import SpecError
+        from schedtrain.spec import loads_spec
+
+        with pytest.raises(SpecError) as info:
+            loads_spec("""
+                [run]
+                sinks = ["jsonl", "consol", "jsonl"]
+                sink_every = { jsonl = "1 epoch", tensorboard = "2 epochs", console = "30 s" }
+                [callbacks.a]
+                trigger = { every = "1 epoch" }
+                """.replace("\n                ", "\n"))
+        found = {p.path: p.message for p in info.value.problems}
+        assert "did you mean 'console'" in found["run.sinks[1]"]
+        assert "listed twice" in found["run.sinks[2]"]
+        assert "events.jsonl keeps every value" in found["run.sink_every.jsonl"]
+        assert "not in run.sinks" in found["run.sink_every.tensorboard"]
+        assert "steps or epochs" in found["run.sink_every.console"]
+
+    @pytest.mark.parametrize("period", ["0 steps", "1.5 epochs", "100 tokens", "soon"])
+    def test_bad_periods(self, period: str) -> None:
+        """A cadence is a whole number >= 1 of steps or epochs."""
+        from schedtrain.spec.document import sink_period_problem
+
+        assert sink_period_problem(period) is not None
+        assert sink_period_problem("3 steps") is None
+
+    def test_console_every_two_epochs(self, project: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+        """The console prints one report every second epoch; without "jsonl" no
+        events.jsonl is written."""
+        module = (project / "module_name").read_text()
+        path = spec(project, f"""
+            [run]
+            task = "{module}:make_task"
+            device = "cpu"
+            max_epochs = 5
+            sinks = ["console"]
+            sink_every = {{ console = "2 epochs" }}
+            """ + VALIDATE)
+        assert main(["train", path, "--run-dir", "out"]) == 0
+        printed = [x for x in capsys.readouterr().out.splitlines() if x.startswith("epoch ")]
+        assert [x.split()[:4] for x in printed] == [["epoch", "2", "step", "8"],
+                                                    ["epoch", "4", "step", "16"]]
+        assert all("val/loss=" in x for x in printed)
+        assert not (project / "out" / "events.jsonl").exists()
+
+    @given(st.lists(st.integers(0, 50), min_size=1, max_size=40), st.integers(1, 7),
+           st.integers(1, 5))
+    def test_every_passes_one_report_per_period(self, deltas: list[int], k: int,
+                                                chunk: int) -> None:
+        """Of reports at non-decreasing steps, however they are flushed, exactly the first
+        report (step) of each period that has one goes through, with all its values."""
+        from schedtrain.monitors.cadence import Every
+        from schedtrain.monitors.store import Record
+
+        steps = [sum(deltas[: i + 1]) for i in range(len(deltas))]
+        records = [Record(n, float(s), s, 0, 0.0) for s in steps for n in ("a", "b")]
+        keep = Keep()
+        sink = Every(keep, f"{k} steps")
+        for i in range(0, len(records), chunk):
+            sink.scalars(records[i:i + chunk])
+        expected, last = [], 0
+        for s in dict.fromkeys(steps):
+            if s // k != last // k:
+                expected.append(s)
+                last = s
+        # Every value of an accepted report goes, also when it comes in a later flush.
+        assert keep.got == [r for r in records if r.step in expected]

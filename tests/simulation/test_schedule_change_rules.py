@@ -120,7 +120,7 @@ def test_digits_resumed_with_validation_every_30_steps(
 
     from schedtrain.cli.main import main
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     text = (root / "specs" / "digits.toml").read_text().replace(
         'trigger = { every = "5 epochs" }', 'trigger = { every = "1 epoch" }')
     old = tmp_path / "old.toml"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import clock_triggers
 
 from schedtrain import Schedule
 from schedtrain.cli import main
@@ -39,7 +40,6 @@ from schedtrain.triggers import (
 )
 from schedtrain.triggers import base as trigger_base
 from schedtrain.triggers.protocol import Due, Point
-from tests.strategies import clock_triggers
 
 COUNTERS = ("step", "batch", "epoch")
 
@@ -309,7 +309,7 @@ class TestCraftedDriverStates:
 
 # -- crafted stored schedules ---------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _RUN = ('[run]\ntask = "examples.digits:make_task"\nmax_steps = {steps}\nseed = 0\n'
         '[callbacks.checkpoint]\ntype = "ModelSaver"\ntrigger = {{ every = "{every} steps" }}\n')
 

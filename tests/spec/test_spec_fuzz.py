@@ -45,7 +45,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*ROOT.glob("specs/*.toml"), *ROOT.glob("tests/bad_specs/*.toml")])
 #: Python's words for its own failures: a user never reads them.
 INTERNALS = re.compile(r"Traceback|NoneType|<class|RecursionError|object at 0x|TypeError|"

@@ -24,7 +24,7 @@ from schedtrain.errors import RunEnded
 from schedtrain.training import RunDirError, Trainer
 
 mse = torch.nn.functional.mse_loss
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where the helper modules are
 
 
 def _trainer(run_dir: Path, *, epochs: int = 3, steps: int = 3, **kw: object) -> Trainer:

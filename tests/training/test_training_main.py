@@ -13,7 +13,7 @@ import pytest
 from schedtrain import SpecError
 from schedtrain.spec import Spec, loads_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "specs" / "digits.toml"
 MAIN = "import sys; from schedtrain.cli import main; sys.exit(main(sys.argv[1:]))"
 
