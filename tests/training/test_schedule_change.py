@@ -22,7 +22,7 @@ from schedtrain.training import Trainer
 from schedtrain.training.schedule_change import ScheduleChanged
 
 
-def _trainer(run_dir: Path, schedule: Schedule, *, epochs: int = 3,
+def _trainer(run_dir: Path, schedule: Schedule, *, epochs: int = 3, keep: object = None,
              **kwargs: object) -> Trainer:
     torch.manual_seed(0)
     x = torch.randn(40, 3)
@@ -31,7 +31,8 @@ def _trainer(run_dir: Path, schedule: Schedule, *, epochs: int = 3,
     return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01),
                    DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4),
                    torch.nn.functional.mse_loss, schedule=schedule,
-                   bindings={"save": ModelSaver(keep=None), **{n: Noop() for n in names}},
+                   bindings={"save": ModelSaver(keep=keep),  # type: ignore[arg-type]
+                             **{n: Noop() for n in names}},
                    max_epochs=epochs, run_dir=run_dir, **kwargs)  # type: ignore[arg-type]
 
 
@@ -222,3 +223,52 @@ def test_apply_keeps_metric_state_of_unchanged_triggers(tmp_path: Path) -> None:
     state = again.table.state_dict()["triggers"]
     assert state["same"] == saved["same"]
     assert state.get("other") != saved["other"]
+
+
+class TestNoPokes:
+    """``build_parts`` hands the run's state its schedule change when it builds it, and
+    tells it how to see a saver's files through a method, instead of setting attributes
+    inside it after construction (issue 36: a moved poke changed behaviour silently)."""
+
+    def test_build_parts_sets_no_attribute_of_a_part_inside_another(self) -> None:
+        """No ``a.b = ...`` on the run state and no ``a.b.c = ...`` at all in
+        training/parts.py: a part's insides are set by the part."""
+        import ast
+        import inspect
+
+        from schedtrain.training import parts
+
+        pokes = []
+        for node in ast.walk(ast.parse(inspect.getsource(parts))):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                       else [])
+            for target in targets:
+                for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(t, ast.Attribute) and (
+                            isinstance(t.value, ast.Attribute)
+                            or (isinstance(t.value, ast.Name) and t.value.id == "run_state")):
+                        pokes.append(f"line {t.lineno}: {ast.unparse(t)}")
+        assert pokes == []
+
+    def test_run_state_takes_its_change_and_how_to_see_files(self, tmp_path: Path) -> None:
+        """A resume with another schedule asks the function given to
+        ``see_saved_files_with`` which of a saver's files are there."""
+        asked: list[tuple[str, list[str]]] = []
+
+        def present(name: str, names: list[str]) -> set[str]:
+            asked.append((name, names))
+            return set(names)
+
+        first = _trainer(tmp_path / "run", _schedule(a=every("2 steps")), epochs=1, keep=2)
+        first.fit()
+        again = _trainer(tmp_path / "run", _schedule(a=every("3 steps")), epochs=2, keep=2,
+                         schedule_change="apply")
+        state = again._parts.run_state
+        assert state.change.text == canonical(_schedule(a=every("3 steps")))
+        assert state.change.rule == "apply"
+        state.see_saved_files_with(present)
+        with pytest.warns(ScheduleWarning):
+            again.resume("auto")
+        assert [name for name, _ in asked] == ["save"]
+        assert asked[0][1]  # the saver's recorded files, asked about by name
