@@ -159,7 +159,7 @@ def test_two_ranks_stop_together_naming_the_first_bad_step_over_ranks(tmp_path: 
     averaged gradients): both ranks stop at the check at step 8, naming step 5."""
     import json
 
-    from test_distributed import torchrun
+    from torchrun_helpers import torchrun
 
     spec = tmp_path / "nan.toml"
     spec.write_text('[run]\ntask = "jobs.ddp:make_nan_task"\nmax_epochs = 2\n\n'
@@ -217,7 +217,7 @@ def test_two_ranks_stop_together_on_one_ranks_nan_evaluation(tmp_path: Path) -> 
     metrics are reduced): the ranks agree, and both stop after that evaluation."""
     import json
 
-    from test_distributed import torchrun
+    from torchrun_helpers import torchrun
 
     spec = tmp_path / "nan.toml"
     spec.write_text('[run]\ntask = "jobs.ddp:make_nan_eval_task"\nmax_epochs = 3\n\n'

@@ -284,7 +284,7 @@ class Grow(Callback):
 
 _GROW_AND_LIMIT = """
 import resource, signal, sys, torch
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {here!r}]  # the helpers, and this file for Grow
 from training_helpers import UnevenData
 from schedtrain import Schedule, every
 from schedtrain.callbacks import ModelSaver
@@ -312,7 +312,8 @@ def test_a_file_size_limit_during_a_background_write(tmp_path: Path) -> None:
     cause, the checkpoints before it are valid and kept, and the run resumes cleanly
     from the newest of them."""
     run = tmp_path / "run"
-    code = _GROW_AND_LIMIT.format(tests=str(HERE), run=str(run))
+    code = _GROW_AND_LIMIT.format(tests=str(HERE), here=str(Path(__file__).resolve().parent),
+                                  run=str(run))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, env=_env()).stdout.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("CheckpointError | "), out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_distributed import torchrun
+from torchrun_helpers import torchrun
 
 from schedtrain.callbacks import Callback
 from schedtrain.callbacks.base import stops_alone

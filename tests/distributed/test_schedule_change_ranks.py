@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_distributed import torchrun
+from torchrun_helpers import torchrun
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
                                 reason="torch.distributed is not available")

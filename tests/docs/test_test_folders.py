@@ -41,6 +41,20 @@ def test_basenames_are_unique_and_folders_are_not_packages() -> None:
     assert helpers & ({p.stem for p in files} | {p.name for p in _folders()}) == set()
 
 
+def test_test_files_import_test_files_of_their_own_folder() -> None:
+    """A test file imports another test file only from its own folder (only its folder
+    and tests/ are on sys.path); what several folders share is a helper module."""
+    far = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        for line in path.read_text().splitlines():
+            words = line.split()
+            imported = words[1].split(".")[0] if len(words) >= 2 else ""
+            if (words and words[0] in ("from", "import") and imported.startswith("test_")
+                    and not (path.parent / f"{imported}.py").exists()):
+                far.append(f"{path.relative_to(TESTS)}: {line.strip()}")
+    assert far == []
+
+
 def test_helpers_import_by_name_from_every_folder(tmp_path: Path) -> None:
     """A new test file in any folder imports every helper module by its bare name (the
     conftest puts tests/ on sys.path), also under ``--import-mode=importlib``: checked on a
