@@ -2,6 +2,6 @@
 
 Each module trains a tiny model on CPU in a few seconds: ``python
 examples/seeds/NAME.py`` (or ``python -m examples.seeds.NAME``) from the repository root.
-``tests/test_seeds_examples.py`` checks what each one shows, and
-``tests/test_examples_run.py`` runs each as a user does, twice.
+``tests/docs/test_seeds_examples.py`` checks what each one shows, and
+``tests/docs/test_examples_run.py`` runs each as a user does, twice.
 """

@@ -192,7 +192,7 @@ class Loop:
         # inputs are a tensor): one Python call a step costs about 2,400 instructions,
         # half a percent of a small model's step (docs/performance.md); any other batch
         # goes through `PlainStep.run`, the strategy's definition (kept equal to this copy:
-        # tests/test_inline_step.py).
+        # tests/training/test_inline_step.py).
         plain = step_obj if type(step_obj) is PlainStep else None
         model, loss_fn, opt = ((plain.model, plain.loss_fn, plain.optimizer)
                                if plain is not None else (None, None, None))

@@ -153,21 +153,21 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     scaler = (torch.amp.GradScaler(device.type)
               if config.precision == "fp16" else None)
     publish = functools.partial(publish_loss, losses, metrics, clock)
-    run_state = RunState(
-        model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
-        callbacks=by_name, metrics=metrics, losses=losses, data=position,
-        epoch=epoch, events=events)
-    run_state.change = ScheduleChange(
+    change = ScheduleChange(
         canonical(bound.schedule), config.schedule_change,
         functools.partial(_shape, config, ready.train_data),
         lambda: {n: cb.keep for n, cb in by_name.items() if isinstance(cb, ModelSaver)})
+    run_state = RunState(
+        model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
+        callbacks=by_name, metrics=metrics, losses=losses, data=position,
+        epoch=epoch, events=events, change=change)
     storage = (open_storage(config.checkpoint_dir, config.storage_options)
                if config.checkpoint_dir is not None else None)
     checkpoints = Checkpoints(
         run_state, config, device_type=device.type, comm=comm, storage=storage,
         on_background_done=guard.wake,
         on_written=directory.checkpoint_written if directory is not None else None)
-    run_state.change.present = functools.partial(_present, checkpoints, by_name, run_dir)
+    run_state.see_saved_files_with(functools.partial(_present, checkpoints, by_name, run_dir))
     agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
                                guard=guard, table=table, losses=losses,
                                max_steps=config.max_steps)

@@ -34,6 +34,7 @@ from schedtrain.checkpoints.rng import rng_state, set_rng_state
 from schedtrain.clock import LoopClock
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore
+from schedtrain.planning.deletions import Present
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.losses import LossKeeper
@@ -50,13 +51,15 @@ class RunState:
             run's parts.
         epoch: whether an epoch is in progress (the loop's flag, read at save time).
         events: the ``events.jsonl`` writer, or ``None`` without a run directory.
+        change: the run's schedule and the rule for a resume with another one (default:
+            no stored schedule).
     """
 
     def __init__(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scaler: Any, clock: LoopClock, table: TriggerTable,
                  callbacks: Mapping[str, Callback], metrics: MetricStore, losses: LossKeeper,
                  data: DataPosition, epoch: EpochFlag,
-                 events: JsonlWriter | None) -> None:
+                 events: JsonlWriter | None, change: ScheduleChange | None = None) -> None:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.clock, self.table, self.callbacks = clock, table, callbacks
         self.metrics, self.losses, self.data = metrics, losses, data
@@ -67,7 +70,13 @@ class RunState:
         self.stopped: str | None = None
         #: the run's schedule (canonical TOML, stored in every checkpoint) and what a
         #: resume does when the checkpoint's differs
-        self.change = ScheduleChange(None)
+        self.change = change if change is not None else ScheduleChange(None)
+
+    def see_saved_files_with(self, present: Present) -> None:
+        """How a resume with another schedule learns which of a saver's files are there
+        now (for its diff of what ``keep`` would delete): ``present(name, files)``. Given
+        once the checkpoint owner, which reads the storage, is built after this state."""
+        self.change.present = present
 
     def position(self) -> tuple[int, int]:
         """The clock's ``(step, epoch)`` now."""

@@ -50,7 +50,7 @@ class PlainStep:
     def run(self, batch: Any, it: Iterator[Any]) -> StepResult:
         # Inlined: `Loop._steps` (training/loop.py) runs this body itself for a plain
         # `(tensor, target)` tuple or list, and calls this method for any other batch. A
-        # change here is made there too; tests/test_inline_step.py compares the two.
+        # change here is made there too; tests/training/test_inline_step.py compares the two.
         # A tuple subclass (a NamedTuple) is a pair too, and may report `num_tokens`.
         bare = type(batch) in _PLAIN_SEQ
         if not (bare or isinstance(batch, tuple)) or len(batch) != 2:

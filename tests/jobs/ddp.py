@@ -1,4 +1,4 @@
-"""A small classification job for runs on several processes (tests/test_distributed.py),
+"""A small classification job for runs on several processes (tests/distributed/test_distributed.py),
 with callbacks that behave differently per rank."""
 
 from __future__ import annotations

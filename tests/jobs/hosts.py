@@ -1,4 +1,5 @@
-"""One schedule inside each host on several processes (tests/test_integrations_ranks.py).
+"""One schedule inside each host on several processes
+(tests/integrations/test_integrations_ranks.py).
 
 Run as ``torchrun --standalone --nproc-per-node 2 tests/jobs/hosts.py HOST OUT``: every
 rank trains with ``SCHEDULE`` in ``HOST`` (lightning, transformers, ignite, driver, or

@@ -1,7 +1,7 @@
 """Crash trials: kill a real `schedtrain train` run at random moments, resume it with
 `--resume auto` until it finishes, and compare with the uninterrupted run.
 
-Used by tests/test_crash.py (a few trials) and runnable for many::
+Used by tests/training/test_crash.py (a few trials) and runnable for many::
 
     python tests/jobs/trials.py --trials 30 [--signal TERM] [--workers 2]
 

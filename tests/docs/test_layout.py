@@ -1,0 +1,253 @@
+"""The package's shape: a torch-free core, no import cycles, small modules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "schedtrain"
+#: Packages where torch lives; everything else is the torch-free core.
+TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed", "checkpoints",
+                  "integrations")
+#: Torch-free modules of a torch package that the core may read (they sit with the core).
+TORCH_FREE_FOUNDATION = ("schedtrain.distributed", "schedtrain.distributed.vocabulary")
+#: Torch-free modules inside a torch package: they import without torch.
+TORCH_FREE = (*TORCH_FREE_FOUNDATION, "schedtrain.integrations",
+              "schedtrain.integrations.driver", "schedtrain.integrations.driver_state",
+              "schedtrain.integrations.values")
+MAX_LINES = 400
+#: The layers, lowest first: a module imports only from its own layer or those below
+#: (lazy imports inside functions included). Each entry is module-name prefixes.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("schedtrain.time", "schedtrain.errors", "schedtrain.names",
+                    "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
+                    "schedtrain.files", "schedtrain.urls", "schedtrain.compat",
+                    "schedtrain.retention", *TORCH_FREE_FOUNDATION)),
+    ("triggers", ("schedtrain.triggers",)),
+    ("schedule", ("schedtrain.schedule",)),
+    ("simulation", ("schedtrain.simulation",)),
+    ("spec", ("schedtrain.spec",)),
+    ("planning and testing", ("schedtrain.planning", "schedtrain.testing")),
+    ("monitors", ("schedtrain.monitors",)),
+    ("distributed", ("schedtrain.distributed",)),
+    ("checkpoints", ("schedtrain.checkpoints",)),
+    ("callbacks", ("schedtrain.callbacks",)),
+    ("training", ("schedtrain.training",)),
+    ("integrations", ("schedtrain.integrations",)),
+    ("command line and public face", ("schedtrain.cli", "schedtrain.__main__", "schedtrain")),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules(*, core_only: bool) -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).parts
+        if core_only and rel[0] in TORCH_PACKAGES and _module_name(path) not in TORCH_FREE:
+            continue
+        out[_module_name(path)] = path
+    return out
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Every schedtrain module ``path`` imports, at any depth of the file, and the packages
+    those imports load on the way (importing ``a.b.c`` runs ``a/b/__init__.py``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            found |= {p for i in range(2, len(parts) + 1)
+                      if (p := ".".join(parts[:i])) in known}
+    return found
+
+
+def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    # A submodule's import of its own package is how packages load, not a cycle.
+    return {m: {t for t in _imports(p, set(mods)) - {m} if not m.startswith(t + ".")}
+            for m, p in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+#: The top-level names that need torch (imported when first named, never at import).
+TORCH_SIDE_NAMES = ("Callback", "Task", "Trainer")
+
+
+class TestCore:
+    """The torch-free core: time, clock, triggers, table, spec, planning, testing, cli."""
+
+    def test_imports_with_torch_unimportable(self) -> None:
+        """Every core module imports with torch made unimportable, and torch stays out."""
+        names = [n for n in _modules(core_only=True) if n != "schedtrain.__main__"]
+        code = ("import sys, warnings; sys.modules['torch'] = None\n"
+                "warnings.simplefilter('ignore', DeprecationWarning)\n"
+                + "".join(f"import {m}\n" for m in names)
+                + "import schedtrain\n"
+                + "[getattr(schedtrain, n) for n in schedtrain.__all__ if n not in "
+                + repr(TORCH_SIDE_NAMES) + "]\n"
+                + "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=False)
+        assert result.returncode == 0, result.stderr
+
+    def test_no_core_module_imports_the_torch_side_when_imported(self) -> None:
+        """At import, the core never imports callbacks, training, monitors or distributed
+        (their torch-free modules aside; the CLI's `train` imports training when called)."""
+        mods = _modules(core_only=True)
+        torch_side = tuple(f"schedtrain.{p}" for p in TORCH_PACKAGES)
+        found = {}
+        for name, path in mods.items():
+            for node in ast.parse(path.read_text()).body:  # module level only
+                if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                        torch_side) and node.module not in TORCH_FREE):
+                    found[name] = node.module
+        assert found == {}
+
+
+def _layer(module: str) -> int:
+    for i, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/docs/test_layout.py")
+
+
+class TestLayers:
+    """Each module imports only from its own layer or the layers below it."""
+
+    def test_every_module_has_a_layer(self) -> None:
+        """A new module or wing is placed in a layer (and so checked)."""
+        for name in _modules(core_only=False):
+            _layer(name)
+
+    def test_no_module_imports_a_layer_above_it(self) -> None:
+        """core (time ... planning) never imports the torch side, the torch side never the
+        command line, and within each the lower layers never the higher ones."""
+        mods = _modules(core_only=False)
+        upward = sorted(
+            f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
+            for m, targets in _graph(mods).items() for t in targets if _layer(t) > _layer(m))
+        assert upward == []
+
+
+#: What reads or writes checkpoint files: only ``schedtrain/checkpoints/`` may call these.
+CHECKPOINT_IO = ("torch.save", "torch.load", "shutil.rmtree", "os.remove", "os.unlink")
+#: Modules outside the checkpoint owner that delete files of their own (not checkpoints):
+#: the run directory's log, status and traceback, and InjectShell's trigger file.
+#: (``schedtrain.files`` removes the temporary file of a write that failed.)
+OWN_FILE_DELETERS = ("schedtrain.training.run_dir", "schedtrain.callbacks.shell",
+                     "schedtrain.files")
+
+
+def _dotted(node: ast.expr) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+class TestCheckpointOwner:
+    """Only ``schedtrain.checkpoints`` opens, writes, lists or deletes checkpoint files."""
+
+    def _outside(self) -> dict[str, Path]:
+        return {n: p for n, p in _modules(core_only=False).items()
+                if not n.startswith("schedtrain.checkpoints")}
+
+    def test_no_other_module_saves_loads_or_removes_trees(self) -> None:
+        """``torch.save``/``torch.load``, DCP and recursive deletion are the owner's alone."""
+        found = []
+        for name, path in self._outside().items():
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and _dotted(node.func) in CHECKPOINT_IO:
+                    found.append(f"{name}: {_dotted(node.func)}")
+                if isinstance(node, ast.ImportFrom | ast.Import):
+                    mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                            else [a.name for a in node.names])
+                    found += [f"{name}: imports {m}" for m in mods
+                              if m.startswith("torch.distributed.checkpoint")]
+        assert found == []
+
+    def test_no_other_module_deletes_files(self) -> None:
+        """Savers prune through the trainer (``delete_checkpoint``), which asks the owner;
+        apart from files of their own, no other module unlinks anything."""
+        found = []
+        for name, path in self._outside().items():
+            if name in OWN_FILE_DELETERS:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("unlink", "rmdir")):
+                    found.append(f"{name}: .{node.func.attr}()")
+        assert found == []
+
+
+class TestPackage:
+    """The whole package: no import cycles, small modules."""
+
+    def test_no_import_cycles(self) -> None:
+        """No module imports (directly or through others) one that imports it, lazy imports
+        inside functions and the packages an import loads included."""
+        assert _cycles(_graph(_modules(core_only=False))) == []
+
+    @pytest.mark.parametrize("name", sorted(_modules(core_only=False)))
+    def test_module_is_small(self, name: str) -> None:
+        """No module is over 400 lines: each has one job."""
+        lines = len(_modules(core_only=False)[name].read_text().splitlines())
+        assert lines <= MAX_LINES, f"{name} has {lines} lines"
+
+
+def test_public_names_are_exported() -> None:
+    """Everything in ``schedtrain.__all__`` exists, and ``dir()`` lists it."""
+    import schedtrain
+
+    missing = [n for n in schedtrain.__all__ if not hasattr(schedtrain, n)]
+    assert missing == []
+    assert set(schedtrain.__all__) <= set(dir(schedtrain))
