@@ -1,0 +1,248 @@
+"""A checkpoint taken inside an epoch on N processes resumes on M != N: the epoch's rest
+is re-divided (none repeated, none skipped), the counters continue and the schedule
+fires where simulate() of the changed shape says. The rules of the division are
+property-tested against torch's own samplers; real runs go through torchrun/gloo."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, DistributedSampler
+
+from schedtrain import Schedule, every, on
+from schedtrain.checkpoints.restore import own_part
+from schedtrain.checkpoints.rng import rng_state, set_rng_state
+from schedtrain.testing import simulate
+from schedtrain.training.data_position import DataPosition
+from schedtrain.training.redivide import deal, first_stretch, order_of, rest_of
+from test_distributed import events, torchrun
+
+SIZE, BATCH, EPOCHS = 96, 4, 2
+
+# -- the rules, against torch's samplers ----------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(rest=st.lists(st.integers(0, 10_000), unique=True, max_size=200),
+       ranks=st.integers(1, 9), batch=st.integers(1, 9), drop_last=st.booleans())
+def test_deal_gives_every_rank_as_many_batches_and_repeats_or_skips_nothing(
+        rest: list[int], ranks: int, batch: int, drop_last: bool) -> None:
+    per_rank = deal(rest, ranks, batch, drop_last)
+    assert len(per_rank) == ranks
+    assert len({len(b) for b in per_rank}) == 1  # DDP: every rank steps alike
+    assert all(0 < len(b) <= batch for batches in per_rank for b in batches)
+    dealt = [i for batches in per_rank for b in batches for i in b]
+    if drop_last:  # only what cannot fill a batch on every rank is left out
+        assert len(set(dealt)) == len(dealt)
+        assert len(rest) - len(dealt) < ranks * batch + ranks
+        return
+    assert set(dealt) == set(rest)
+    if len(rest) >= ranks and (batch > 1 or len(rest) % ranks == 0):
+        assert len(dealt) == len(rest)  # none repeated
+    else:  # padded as DistributedSampler pads: fewer than `ranks` repeats
+        assert len(dealt) - len(rest) < ranks
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(1, 60), ranks=st.integers(1, 5), batch=st.integers(1, 7),
+       epoch=st.integers(0, 3), shuffle=st.booleans(), drop_last=st.booleans())
+def test_the_first_stretch_is_what_distributed_samplers_give(
+        size: int, ranks: int, batch: int, epoch: int, shuffle: bool, drop_last: bool) -> None:
+    data = list(range(size))
+    loaders = []
+    for rank in range(ranks):
+        sampler = DistributedSampler(data, num_replicas=ranks, rank=rank, shuffle=shuffle,
+                                     seed=7, drop_last=drop_last)
+        sampler.set_epoch(epoch)
+        loaders.append(DataLoader(data, batch_size=batch, sampler=sampler,
+                                  drop_last=drop_last))
+    order, per_rank = first_stretch(order_of(loaders[0], None), ranks, size, epoch, batch,
+                                    drop_last)
+    assert sorted(order) == data
+    assert per_rank == [[b.tolist() for b in loader] for loader in loaders]
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.integers(1, 60), batch=st.integers(1, 7), shuffle=st.booleans(),
+       drop_last=st.booleans(), seed=st.integers(0, 2**31))
+def test_the_first_stretch_on_one_process_replays_its_shuffle(
+        size: int, batch: int, shuffle: bool, drop_last: bool, seed: int) -> None:
+    loader = DataLoader(list(range(size)), batch_size=batch, shuffle=shuffle,
+                        drop_last=drop_last)
+    torch.manual_seed(seed)
+    start = rng_state()
+    seen = [b.tolist() for b in loader]
+    torch.manual_seed(seed + 1)  # the replay does not depend on the generators now
+    order, per_rank = first_stretch(order_of(loader, start), 1, size, 0, batch, drop_last)
+    assert per_rank == [seen] and sorted(order) == list(range(size))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranks=st.integers(1, 4), others=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+       data=st.data())
+def test_a_chain_of_divisions_covers_the_epoch_once(ranks: int, others: list[int],
+                                                    data: st.DataObject) -> None:
+    """Stretches on any numbers of ranks, each cut at any batch: what they took and the
+    rest that is left partition the epoch."""
+    order, per_rank = first_stretch({"seed": 3, "shuffle": True, "drop_last": False},
+                                    ranks, SIZE, 1, BATCH, False)
+    stretches = [(per_rank, data.draw(st.integers(0, len(per_rank[0]))))]
+    for n in others:
+        rest = rest_of(order, stretches)
+        dealt = deal(rest, n, BATCH, False)
+        stretches.append((dealt, data.draw(st.integers(0, len(dealt[0])))))
+    taken = [i for batches, count in stretches for rank in batches for b in rank[:count]
+             for i in b]
+    left = rest_of(order, stretches)
+    assert sorted(set(taken) | set(left)) == list(range(SIZE))
+    assert not set(taken) & set(left)
+    assert left == [i for i in order if i in set(left)]  # in the epoch's order
+
+
+def _position_state(ranks: int, *, stateful: bool = False) -> dict[str, Any]:
+    loader = DataLoader(list(range(SIZE)), batch_size=BATCH, shuffle=True)
+    position = DataPosition(loader)
+    position.start_epoch(0)
+    state = position.state_dict()
+    if stateful:
+        state = {"loader": {}}
+    return {"epoch_open": True, "clock": {"now": {"step": 3}},
+            "ranks": [{"rng": rng_state(), "data": state} for _ in range(ranks)]}
+
+
+@pytest.mark.parametrize("stateful", [True, False])
+def test_data_that_cannot_be_redivided_is_refused_in_one_line(stateful: bool) -> None:
+    run = _position_state(2, stateful=stateful)
+    if not stateful:
+        del run["ranks"][0]["data"]["split"]  # a user's sampler: no division recorded
+    with pytest.raises(ValueError, match="inside an epoch on 2 processes") as info:
+        own_part(None, "ck.pt", run)
+    text = str(info.value)
+    assert "\n" not in text and "resume it on 2" in text
+    assert ("StatefulDataLoader" in text) == stateful
+
+
+def test_a_divisible_checkpoint_carries_the_one_line_note() -> None:
+    now = rng_state()
+    _, data = own_part(None, "ck.pt", _position_state(2))
+    set_rng_state(now)
+    assert "re-divided among 1" in data["note"] and "\n" not in data["note"]
+
+
+# -- real runs: torchrun, gloo ---------------------------------------------------------------
+
+SPEC = """\
+[run]
+task = "jobs.reshard:make_task"
+max_epochs = 2
+seed = 1
+
+[callbacks.save]
+type = "ModelSaver"
+keep = 100
+trigger = { every = "1 step" }
+
+[callbacks.tick]
+type = "jobs.reshard:Tick"
+trigger = { any = [{ every = "5 steps" }, { every = "1 epoch" }] }
+
+[callbacks.seen]
+type = "jobs.reshard:SeenIndices"
+trigger = { on = "train_end" }
+"""
+
+SCHEDULE = Schedule({"save": every("1 step"), "tick": every("5 steps") | every("1 epoch"),
+                     "seen": on("train_end")})
+
+
+def _run_on(folder: Path, ranks: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.toml").write_text(SPEC)
+    result = torchrun(folder / "spec.toml", folder / "run", nproc=ranks)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def on_one(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run_on(tmp_path_factory.mktemp("one"), 1)
+
+
+@pytest.fixture(scope="module")
+def on_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run_on(tmp_path_factory.mktemp("two"), 2)
+
+
+def _seen(folder: Path, world: int) -> list[list[list[Any]]]:
+    return [json.loads((folder / f"seen-{world}-rank{r}.json").read_text())
+            for r in range(world)]
+
+
+def _steps_per_epoch(ranks: int) -> int:
+    return -(-SIZE // ranks) // BATCH
+
+
+def changed_shape(before: int, after: int, step: int) -> list[int]:
+    """The epochs' lengths of a run of EPOCHS epochs checkpointed at ``step`` inside an
+    epoch on ``before`` processes and resumed on ``after``: the epoch's rest, dealt evenly,
+    takes ceil(ceil(rest / after) / BATCH) more steps."""
+    per_before, per_after = _steps_per_epoch(before), _steps_per_epoch(after)
+    epoch, done = divmod(step, per_before)
+    rest = SIZE - before * BATCH * done
+    more = -(-(-(-rest // after)) // BATCH)
+    return [per_before] * epoch + [done + more] + [per_after] * (EPOCHS - epoch - 1)
+
+
+@pytest.mark.parametrize(("before", "after", "step"),
+                         [(2, 1, 5), (2, 1, 19), (1, 2, 7), (1, 2, 30), (2, 3, 9), (2, 3, 14)])
+def test_a_mid_epoch_checkpoint_resumes_on_another_number_of_processes(
+        on_one: Path, on_two: Path, tmp_path: Path, before: int, after: int,
+        step: int) -> None:
+    reference = {1: on_one, 2: on_two}[before]
+    assert step % _steps_per_epoch(before)  # inside an epoch
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    for later in (run_dir / "checkpoints").glob("step-*.pt"):
+        if int(later.stem.split("-")[1]) > step:
+            later.unlink()
+    checkpoint = run_dir / "checkpoints" / f"step-{step:08d}.pt"
+    result = torchrun(tmp_path / "spec.toml" if (tmp_path / "spec.toml").exists()
+                      else _spec(tmp_path), run_dir, "--resume", str(checkpoint), nproc=after)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # said once, in one line, by the chief
+    assert result.stderr.count("are re-divided among") == 1, result.stderr[-3000:]
+
+    # every sample of the resumed epoch exactly once: before the checkpoint on `before`
+    # ranks, after it on `after`; and every later epoch whole on `after` ranks
+    epoch = step // _steps_per_epoch(before)
+    old, new = _seen(reference.parent, before), _seen(tmp_path, after)
+    assert all(s > step for rank in new for s, _, _ in rank)
+    taken = [i for rank in old for s, e, b in rank if e == epoch and s <= step for i in b]
+    for e in range(epoch, EPOCHS):
+        rest = [i for rank in new for _, e2, b in rank if e2 == e for i in b]
+        assert sorted(rest + (taken if e == epoch else [])) == list(range(SIZE)), e
+    assert len({len(rank) for rank in new}) == 1  # every rank stepped alike
+
+    # the schedule fires where simulate() of the changed shape says, and the counters
+    # continue: the run ends with the uninterrupted run's samples
+    lengths = changed_shape(before, after, step)
+    log = simulate(SCHEDULE, epoch_lengths=lengths)
+    rows = [r for r in events(run_dir) if r["kind"] == "firing"]
+    assert [[r["callback"], r["event"], r["step"]] for r in rows] == \
+        [[f.callback, f.event, f.step] for f in log]
+    end = [r for r in events(reference) if r["kind"] == "firing"][-1]
+    assert rows[-1]["event"] == end["event"] == "train_end"
+    assert rows[-1]["sample"] == end["sample"] == EPOCHS * SIZE
+    assert rows[-1]["step"] == sum(lengths)
+
+
+def _spec(folder: Path) -> Path:
+    (folder / "spec.toml").write_text(SPEC)
+    return folder / "spec.toml"
