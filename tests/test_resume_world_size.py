@@ -14,7 +14,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader, DistributedSampler
+from test_distributed import events, torchrun
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from schedtrain import Schedule, every, on
 from schedtrain.checkpoints.restore import own_part
@@ -22,7 +23,6 @@ from schedtrain.checkpoints.rng import rng_state, set_rng_state
 from schedtrain.testing import simulate
 from schedtrain.training.data_position import DataPosition
 from schedtrain.training.redivide import deal, first_stretch, order_of, rest_of
-from test_distributed import events, torchrun
 
 SIZE, BATCH, EPOCHS = 96, 4, 2
 
@@ -52,19 +52,20 @@ def test_deal_gives_every_rank_as_many_batches_and_repeats_or_skips_nothing(
 
 @settings(max_examples=60, deadline=None)
 @given(size=st.integers(1, 60), ranks=st.integers(1, 5), batch=st.integers(1, 7),
-       epoch=st.integers(0, 3), shuffle=st.booleans(), drop_last=st.booleans())
+       epoch=st.integers(0, 3), flags=st.tuples(st.booleans(), st.booleans()))
 def test_the_first_stretch_is_what_distributed_samplers_give(
-        size: int, ranks: int, batch: int, epoch: int, shuffle: bool, drop_last: bool) -> None:
-    data = list(range(size))
-    loaders = []
+        size: int, ranks: int, batch: int, epoch: int, flags: tuple[bool, bool]) -> None:
+    shuffle, drop_last = flags
+    data: Any = list(range(size))
+    loaders: list[DataLoader[Any]] = []
     for rank in range(ranks):
-        sampler = DistributedSampler(data, num_replicas=ranks, rank=rank, shuffle=shuffle,
-                                     seed=7, drop_last=drop_last)
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            data, num_replicas=ranks, rank=rank, shuffle=shuffle, seed=7, drop_last=drop_last)
         sampler.set_epoch(epoch)
         loaders.append(DataLoader(data, batch_size=batch, sampler=sampler,
                                   drop_last=drop_last))
-    order, per_rank = first_stretch(order_of(loaders[0], None), ranks, size, epoch, batch,
-                                    drop_last)
+    order, per_rank = first_stretch(order_of(loaders[0], None), ranks, size=size,
+                                    epoch=epoch, batch_size=batch, drop_last=drop_last)
     assert sorted(order) == data
     assert per_rank == [[b.tolist() for b in loader] for loader in loaders]
 
@@ -74,13 +75,15 @@ def test_the_first_stretch_is_what_distributed_samplers_give(
        drop_last=st.booleans(), seed=st.integers(0, 2**31))
 def test_the_first_stretch_on_one_process_replays_its_shuffle(
         size: int, batch: int, shuffle: bool, drop_last: bool, seed: int) -> None:
-    loader = DataLoader(list(range(size)), batch_size=batch, shuffle=shuffle,
-                        drop_last=drop_last)
+    data: Any = list(range(size))
+    loader: DataLoader[Any] = DataLoader(data, batch_size=batch, shuffle=shuffle,
+                                         drop_last=drop_last)
     torch.manual_seed(seed)
     start = rng_state()
     seen = [b.tolist() for b in loader]
     torch.manual_seed(seed + 1)  # the replay does not depend on the generators now
-    order, per_rank = first_stretch(order_of(loader, start), 1, size, 0, batch, drop_last)
+    order, per_rank = first_stretch(order_of(loader, start), 1, size=size, epoch=0,
+                                    batch_size=batch, drop_last=drop_last)
     assert per_rank == [seen] and sorted(order) == list(range(size))
 
 
@@ -92,7 +95,8 @@ def test_a_chain_of_divisions_covers_the_epoch_once(ranks: int, others: list[int
     """Stretches on any numbers of ranks, each cut at any batch: what they took and the
     rest that is left partition the epoch."""
     order, per_rank = first_stretch({"seed": 3, "shuffle": True, "drop_last": False},
-                                    ranks, SIZE, 1, BATCH, False)
+                                    ranks, size=SIZE, epoch=1, batch_size=BATCH,
+                                    drop_last=False)
     stretches = [(per_rank, data.draw(st.integers(0, len(per_rank[0]))))]
     for n in others:
         rest = rest_of(order, stretches)
@@ -107,7 +111,8 @@ def test_a_chain_of_divisions_covers_the_epoch_once(ranks: int, others: list[int
 
 
 def _position_state(ranks: int, *, stateful: bool = False) -> dict[str, Any]:
-    loader = DataLoader(list(range(SIZE)), batch_size=BATCH, shuffle=True)
+    data: Any = list(range(SIZE))
+    loader: DataLoader[Any] = DataLoader(data, batch_size=BATCH, shuffle=True)
     position = DataPosition(loader)
     position.start_epoch(0)
     state = position.state_dict()
@@ -134,6 +139,62 @@ def test_a_divisible_checkpoint_carries_the_one_line_note() -> None:
     _, data = own_part(None, "ck.pt", _position_state(2))
     set_rng_state(now)
     assert "re-divided among 1" in data["note"] and "\n" not in data["note"]
+
+
+class _Comm:
+    def __init__(self, size: int, rank: int) -> None:
+        self.size, self.rank = size, rank
+
+
+def _loader(ranks: int, rank: int, size: int) -> DataLoader[Any]:
+    """The training loader on rank ``rank`` of ``ranks``, as shard_data makes it."""
+    data = TensorDataset(torch.arange(size))
+    if ranks == 1:
+        return DataLoader(data, batch_size=BATCH, shuffle=True)
+    return DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(
+        data, num_replicas=ranks, rank=rank, shuffle=True, seed=5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.integers(1, 6).map(lambda n: 12 * n), worlds=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+       epoch=st.integers(0, 2), data=st.data())
+def test_a_chain_of_resumes_on_other_numbers_of_ranks_sees_each_sample_once(
+        size: int, worlds: list[int], epoch: int, data: st.DataObject) -> None:
+    """The data positions themselves, ranks simulated in one process: an epoch started on
+    worlds[0] ranks, checkpointed inside it and resumed on each next number of ranks in
+    turn, is seen whole and once (sizes divisible by 1 to 4: nothing padded), every rank
+    taking as many batches, and ``epoch_batches`` counts the epoch's batches a rank."""
+    now = rng_state()
+    positions = [DataPosition(_loader(worlds[0], r, size), worlds[0])
+                 for r in range(worlds[0])]
+    iters = [iter(p.start_epoch(epoch)) for p in positions]
+    consumed, seen = 0, []
+    for world in worlds[1:]:
+        first = positions[0]
+        left = (first.epoch_batches if first.epoch_batches is not None
+                else len(first.data)) - consumed  # type: ignore[arg-type]
+        take = data.draw(st.integers(0, max(left - 1, 0)))
+        for it in iters:
+            seen += [i for _ in range(take) for i in next(it)[0].tolist()]
+        consumed += take
+        saved = [{"rng": rng_state(), "data": p.state_dict()} for p in positions]
+        run = {"epoch_open": True, "clock": {"now": {"step": consumed}},
+               **({"ranks": saved} if len(saved) > 1 else saved[0])}
+        positions, iters = [], []
+        for rank in range(world):
+            _, state = own_part(_Comm(world, rank), "ck.pt", run)  # type: ignore[arg-type]
+            assert state.pop("note", None) is not None or world == len(saved)
+            position = DataPosition(_loader(world, rank, size), world)
+            position.load_state_dict(state)
+            iters.append(iter(position.resume_epoch(consumed, epoch)))
+            positions.append(position)
+    rests = [[i for b in it for i in b[0].tolist()] for it in iters]
+    set_rng_state(now)
+    assert sorted(seen + [i for r in rests for i in r]) == list(range(size))
+    assert len({-(-len(r) // BATCH) for r in rests}) == 1
+    divided = len(set(worlds)) > 1  # otherwise the epoch is replayed as it was
+    assert {p.epoch_batches for p in positions} == (
+        {consumed + -(-len(rests[0]) // BATCH)} if divided else {None})
 
 
 # -- real runs: torchrun, gloo ---------------------------------------------------------------
@@ -196,15 +257,17 @@ def changed_shape(before: int, after: int, step: int) -> list[int]:
     per_before, per_after = _steps_per_epoch(before), _steps_per_epoch(after)
     epoch, done = divmod(step, per_before)
     rest = SIZE - before * BATCH * done
-    more = -(-(-(-rest // after)) // BATCH)
+    per_rank = -(-rest // after)
+    more = -(-per_rank // BATCH)
     return [per_before] * epoch + [done + more] + [per_after] * (EPOCHS - epoch - 1)
 
 
-@pytest.mark.parametrize(("before", "after", "step"),
-                         [(2, 1, 5), (2, 1, 19), (1, 2, 7), (1, 2, 30), (2, 3, 9), (2, 3, 14)])
+@pytest.mark.parametrize("case", [(2, 1, 5), (2, 1, 19), (1, 2, 7), (1, 2, 30), (2, 3, 9),
+                                  (2, 3, 14)], ids=lambda c: "{}-{}-at-{}".format(*c))
 def test_a_mid_epoch_checkpoint_resumes_on_another_number_of_processes(
-        on_one: Path, on_two: Path, tmp_path: Path, before: int, after: int,
-        step: int) -> None:
+        on_one: Path, on_two: Path, tmp_path: Path, case: tuple[int, int, int]) -> None:
+    """(processes before, after, checkpoint step), the step inside an epoch."""
+    before, after, step = case
     reference = {1: on_one, 2: on_two}[before]
     assert step % _steps_per_epoch(before)  # inside an epoch
     run_dir = tmp_path / "run"
@@ -213,8 +276,9 @@ def test_a_mid_epoch_checkpoint_resumes_on_another_number_of_processes(
         if int(later.stem.split("-")[1]) > step:
             later.unlink()
     checkpoint = run_dir / "checkpoints" / f"step-{step:08d}.pt"
-    result = torchrun(tmp_path / "spec.toml" if (tmp_path / "spec.toml").exists()
-                      else _spec(tmp_path), run_dir, "--resume", str(checkpoint), nproc=after)
+    (tmp_path / "spec.toml").write_text(SPEC)
+    result = torchrun(tmp_path / "spec.toml", run_dir, "--resume", str(checkpoint),
+                      nproc=after)
     assert result.returncode == 0, result.stderr[-3000:]
     # said once, in one line, by the chief
     assert result.stderr.count("are re-divided among") == 1, result.stderr[-3000:]
@@ -242,7 +306,3 @@ def test_a_mid_epoch_checkpoint_resumes_on_another_number_of_processes(
     assert rows[-1]["sample"] == end["sample"] == EPOCHS * SIZE
     assert rows[-1]["step"] == sum(lengths)
 
-
-def _spec(folder: Path) -> Path:
-    (folder / "spec.toml").write_text(SPEC)
-    return folder / "spec.toml"

@@ -55,8 +55,8 @@ def own_part(comm: Comm | None, path: Path | str, run: dict[str, Any]) -> tuple[
             f"processes with {what}, whose rest cannot be re-divided among {size}; "
             f"resume it on {len(saved)}, or resume an epoch-end checkpoint on {size}")
     note = (f"checkpoint {str(path)!r} was taken inside an epoch (step "
-            f"{run['clock']['now']['step']}) on {len(saved)} processes and resumes on {size}: the samples no rank has "
-            f"taken are re-divided among {size}, so this epoch's batches, losses and "
-            f"weights differ from an uninterrupted run's (the schedule follows the "
-            f"epoch's new length; docs/distributed.md)")
+            f"{run['clock']['now']['step']}) on {len(saved)} processes and resumes on "
+            f"{size}: the samples no rank has taken are re-divided among {size}, so "
+            f"this epoch's batches, losses and weights differ from an uninterrupted run's "
+            f"(the schedule follows the epoch's new length; docs/distributed.md)")
     return mine["rng"], {**data, "note": note}

@@ -119,8 +119,9 @@ class DataPosition:
             split["ranks"], split["start"] = self.ranks, consumed
         loader: Any = self.data
         size, batch, drop = len(loader.dataset), loader.batch_size, loader.drop_last
-        order, first = redivide.first_stretch(split["order"], split["done"][0][0], size,
-                                              epoch, batch, drop)
+        order, first = redivide.first_stretch(split["order"], split["done"][0][0],
+                                              size=size, epoch=epoch, batch_size=batch,
+                                              drop_last=drop)
         stretches = [(first, split["done"][0][1])]
         for ranks, count in split["done"][1:]:
             rest = redivide.rest_of(order, stretches)

@@ -48,7 +48,7 @@ def divisible(data: Any, ranks: int) -> bool:
         return False
     if isinstance(sampler, RandomSampler):
         return (sampler.generator is None and not sampler.replacement
-                and sampler.num_samples == len(sampler.data_source))  # type: ignore[arg-type]
+                and sampler.num_samples == len(sampler.data_source))
     return isinstance(sampler, SequentialSampler)
 
 
@@ -62,7 +62,7 @@ def order_of(data: DataLoader[Any], epoch_rng: Any) -> dict[str, Any]:
     return {"rng": epoch_rng, "shuffle": isinstance(sampler, RandomSampler)}
 
 
-def first_stretch(order: dict[str, Any], ranks: int, size: int, epoch: int,
+def first_stretch(order: dict[str, Any], ranks: int, *, size: int, epoch: int,
                   batch_size: int, drop_last: bool) -> tuple[list[int], Batches]:
     """The epoch's order of ``size`` samples, and each of ``ranks`` ranks' batches as the
     loader made them when the epoch started (``order`` from ``order_of``)."""
