@@ -156,7 +156,8 @@ def _loader(ranks: int, rank: int, size: int) -> DataLoader[Any]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(size=st.integers(1, 6).map(lambda n: 12 * n), worlds=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+@given(size=st.integers(1, 6).map(lambda n: 12 * n),
+       worlds=st.lists(st.integers(1, 4), min_size=2, max_size=4),
        epoch=st.integers(0, 2), data=st.data())
 def test_a_chain_of_resumes_on_other_numbers_of_ranks_sees_each_sample_once(
         size: int, worlds: list[int], epoch: int, data: st.DataObject) -> None:

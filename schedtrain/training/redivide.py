@@ -41,15 +41,15 @@ def divisible(data: Any, ranks: int) -> bool:
     if not isinstance(data, DataLoader) or data.batch_size is None \
             or type(data.batch_sampler) is not BatchSampler:
         return False
-    sampler = data.sampler
-    if isinstance(sampler, DistributedSampler):
+    sampler = data.sampler  # torch's own classes only: a subclass may order otherwise
+    if type(sampler) is DistributedSampler:
         return sampler.num_replicas == ranks
     if ranks != 1:
         return False
-    if isinstance(sampler, RandomSampler):
+    if type(sampler) is RandomSampler:
         return (sampler.generator is None and not sampler.replacement
                 and sampler.num_samples == len(sampler.data_source))
-    return isinstance(sampler, SequentialSampler)
+    return type(sampler) is SequentialSampler
 
 
 def order_of(data: DataLoader[Any], epoch_rng: Any) -> dict[str, Any]:
