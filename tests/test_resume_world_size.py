@@ -224,9 +224,12 @@ SCHEDULE = Schedule({"save": every("1 step"), "tick": every("5 steps") | every("
                      "seen": on("train_end")})
 
 
-def _run_on(folder: Path, ranks: int) -> Path:
+FSDP_SPEC = SPEC.replace("seed = 1", 'seed = 1\nstrategy = "fsdp"')
+
+
+def _run_on(folder: Path, ranks: int, spec: str = SPEC) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "spec.toml").write_text(SPEC)
+    (folder / "spec.toml").write_text(spec)
     result = torchrun(folder / "spec.toml", folder / "run", nproc=ranks)
     assert result.returncode == 0, result.stderr[-3000:]
     return folder / "run"
@@ -240,6 +243,11 @@ def on_one(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def on_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _run_on(tmp_path_factory.mktemp("two"), 2)
+
+
+@pytest.fixture(scope="module")
+def on_two_sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run_on(tmp_path_factory.mktemp("two-fsdp"), 2, FSDP_SPEC)
 
 
 def _seen(folder: Path, world: int) -> list[list[list[Any]]]:
@@ -269,15 +277,27 @@ def test_a_mid_epoch_checkpoint_resumes_on_another_number_of_processes(
         on_one: Path, on_two: Path, tmp_path: Path, case: tuple[int, int, int]) -> None:
     """(processes before, after, checkpoint step), the step inside an epoch."""
     before, after, step = case
-    reference = {1: on_one, 2: on_two}[before]
+    _resume_and_check({1: on_one, 2: on_two}[before], tmp_path, before=before, after=after,
+                      step=step, spec=SPEC)
+
+
+@pytest.mark.slow
+def test_a_mid_epoch_sharded_checkpoint_resumes_on_three(on_two_sharded: Path,
+                                                         tmp_path: Path) -> None:
+    """The same under FSDP2: a sharded checkpoint from 2 ranks, resharded onto 3."""
+    _resume_and_check(on_two_sharded, tmp_path, before=2, after=3, step=14, spec=FSDP_SPEC)
+
+
+def _resume_and_check(reference: Path, tmp_path: Path, *, before: int, after: int,
+                      step: int, spec: str) -> None:
     assert step % _steps_per_epoch(before)  # inside an epoch
     run_dir = tmp_path / "run"
     shutil.copytree(reference, run_dir)
-    for later in (run_dir / "checkpoints").glob("step-*.pt"):
-        if int(later.stem.split("-")[1]) > step:
-            later.unlink()
-    checkpoint = run_dir / "checkpoints" / f"step-{step:08d}.pt"
-    (tmp_path / "spec.toml").write_text(SPEC)
+    for later in (run_dir / "checkpoints").glob("step-*"):
+        if int(later.name.split(".")[0].split("-")[1]) > step:
+            shutil.rmtree(later) if later.is_dir() else later.unlink()
+    checkpoint, = (run_dir / "checkpoints").glob(f"step-{step:08d}.*")
+    (tmp_path / "spec.toml").write_text(spec)
     result = torchrun(tmp_path / "spec.toml", run_dir, "--resume", str(checkpoint),
                       nproc=after)
     assert result.returncode == 0, result.stderr[-3000:]
