@@ -352,7 +352,8 @@ class Checkpoints:
         Raises:
             CheckpointError: a missing, corrupt or foreign file.
             ValueError: the checkpoint does not fit this run (other callbacks, or taken
-                inside an epoch on another number of processes).
+                inside an epoch on another number of processes with data whose rest
+                cannot be re-divided).
         """
         self.wait()
         parts = self.parts

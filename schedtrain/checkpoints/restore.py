@@ -28,19 +28,35 @@ def load_model(parts: RunParts, path: Path, state: dict[str, Any]) -> None:
 def own_part(comm: Comm | None, path: Path | str, run: dict[str, Any]) -> tuple[Any, Any]:
     """This rank's generators and data position in ``run``.
 
+    A checkpoint taken inside an epoch on another number of processes continues where
+    its data position says how the epoch was divided (a plain ``DataLoader``): the
+    position then carries ``"note"``, the one line a resume says about it.
+
     Raises:
-        ValueError: ``run`` was taken inside an epoch on another number of processes.
+        ValueError: ``run`` was taken inside an epoch on another number of processes,
+            with data whose rest cannot be re-divided.
     """
     ranks = run.get("ranks")
-    if ranks is None:
-        return run["rng"], run["data"]
-    size = comm.size if comm is not None else 1
-    if len(ranks) == size:
-        mine = ranks[comm.rank if comm is not None else 0]
-        return mine["rng"], mine["data"]
-    if run["epoch_open"]:
+    size, rank = (comm.size, comm.rank) if comm is not None else (1, 0)
+    saved = [run] if ranks is None else ranks
+    if len(saved) == size:
+        return saved[rank]["rng"], saved[rank]["data"]
+    mine = saved[rank] if rank < len(saved) else saved[0]
+    if not run["epoch_open"]:
+        return mine["rng"], saved[0]["data"]
+    data = saved[0]["data"]
+    if not isinstance(data, dict) or data.get("split") is None:
+        what = ("a loader that keeps its own state (a StatefulDataLoader)"
+                if isinstance(data, dict) and "loader" in data else
+                "data schedtrain does not divide (not a plain DataLoader that shard_data "
+                "gives a DistributedSampler)")
         raise ValueError(
-            f"checkpoint {str(path)!r} was taken inside an epoch on {len(ranks)} "
-            f"processes; resume it on {len(ranks)}, or resume an epoch-end checkpoint "
-            f"on {size}")
-    return ranks[0]["rng"], ranks[0]["data"]
+            f"checkpoint {str(path)!r} was taken inside an epoch on {len(saved)} "
+            f"processes with {what}, whose rest cannot be re-divided among {size}; "
+            f"resume it on {len(saved)}, or resume an epoch-end checkpoint on {size}")
+    note = (f"checkpoint {str(path)!r} was taken inside an epoch (step "
+            f"{run['clock']['now']['step']}) on {len(saved)} processes and resumes on "
+            f"{size}: the samples no rank has taken are re-divided among {size}, so "
+            f"this epoch's batches, losses and weights differ from an uninterrupted run's "
+            f"(the schedule follows the epoch's new length; docs/distributed.md)")
+    return mine["rng"], {**data, "note": note}

@@ -16,10 +16,10 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from schedtrain.distributed.comm import Comm
 from schedtrain.distributed.vocabulary import STRATEGIES
 
-__all__ = ["STRATEGIES", "shard_loader", "wrap_model"]
+__all__ = ["LOADER_ARGS", "STRATEGIES", "shard_loader", "wrap_model"]
 
 # DataLoader arguments carried over when it is rebuilt with a distributed sampler.
-_LOADER_ARGS: Final = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last",
+LOADER_ARGS: Final = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last",
                        "timeout", "worker_init_fn", "multiprocessing_context", "generator",
                        "prefetch_factor", "persistent_workers", "pin_memory_device",
                        "in_order", "snapshot_every_n_steps")
@@ -72,7 +72,7 @@ def shard_loader(data: Any, comm: Comm, seed: int) -> Any:
     dist_sampler: DistributedSampler[Any] = DistributedSampler(
         data.dataset, num_replicas=comm.size, rank=comm.rank,
         shuffle=isinstance(sampler, RandomSampler), seed=seed, drop_last=data.drop_last)
-    kwargs = {k: getattr(data, k) for k in _LOADER_ARGS if hasattr(data, k)}
+    kwargs = {k: getattr(data, k) for k in LOADER_ARGS if hasattr(data, k)}
     if kwargs.get("num_workers", 0) == 0:
         for k in ("prefetch_factor", "persistent_workers", "multiprocessing_context"):
             kwargs.pop(k, None)

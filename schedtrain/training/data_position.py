@@ -6,6 +6,11 @@ would have: the data position is either the loader's own state (torchdata's
 ``StatefulDataLoader``, or anything with ``state_dict``/``load_state_dict``) or the
 generators' state when the epoch started, replayed to draw the same order and skip the
 batches already seen (workers included: they are seeded from that state).
+
+A plain ``DataLoader`` (sharded by a ``DistributedSampler``, or on one process) also
+records how its epoch is divided among the ranks, so that a checkpoint taken inside it
+resumes on another number of processes: the samples no rank has taken are re-divided
+(``training.redivide``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 import attrs
 
 from schedtrain.checkpoints.rng import rng_state, seed_everything, set_rng_state
+from schedtrain.training import redivide
 
 __all__ = ["DataPosition", "EpochFlag", "rng_state", "seed_everything", "set_rng_state"]
 
@@ -43,19 +49,32 @@ class DataPosition:
     Args:
         data: the training batches (a ``DataLoader``, a ``StatefulDataLoader``, any
             iterable: an epoch is one pass over it).
+        ranks: the number of processes the run trains on.
     """
 
-    def __init__(self, data: Iterable[Any]) -> None:
+    def __init__(self, data: Iterable[Any], ranks: int = 1) -> None:
         self.data = data
         self.stateful = _stateful(data)
         self._epoch_rng: dict[str, Any] | None = None
         self._loader: dict[str, Any] | None = None
+        self.ranks = ranks
+        #: the epoch's division among ranks (``None``: data that cannot be re-divided):
+        #: ``order`` (``redivide.order_of``), ``done`` (earlier stretches' ``[ranks,
+        #: batches each]``), ``ranks`` and ``start`` (the batch it began at) of this one
+        self._split: dict[str, Any] | None = None
+        self._divisible = not self.stateful and redivide.divisible(data, ranks)
+        #: batches per rank in the epoch being resumed, when it was re-divided
+        self.epoch_batches: int | None = None
 
     def start_epoch(self, epoch: int = 0) -> Iterator[Any]:
         """A fresh pass over the data for epoch ``epoch`` (0-based): a distributed
         sampler is told the epoch first, so each epoch is shuffled anew."""
         self.set_epoch(epoch)
         self._epoch_rng = None if self.stateful else rng_state()
+        self.epoch_batches = None
+        self._split = None if not self._divisible else {
+            "order": redivide.order_of(self.data, self._epoch_rng),  # type: ignore[arg-type]
+            "done": [], "ranks": self.ranks, "start": 0}
         return iter(self.data)
 
     def set_epoch(self, epoch: int) -> None:
@@ -78,21 +97,53 @@ class DataPosition:
             return it
         if self._epoch_rng is None:
             raise RuntimeError("no saved data position to resume the epoch from")
+        split = self._split
+        data: Iterable[Any] = self.data
+        if split is not None and (split["done"] or split["ranks"] != self.ranks):
+            data, consumed = self._redivided(split, consumed, epoch)
         now = rng_state()
         set_rng_state(self._epoch_rng)  # the same shuffle and worker seeds as then
-        it = iter(self.data)
+        it = iter(data)
         if consumed:
             next(itertools.islice(it, consumed - 1, consumed), None)
         set_rng_state(now)
         return it
 
+    def _redivided(self, split: dict[str, Any], consumed: int,
+                   epoch: int) -> tuple[Iterable[Any], int]:
+        """This rank's loader over its part of the epoch's rest, and how many of its
+        batches were taken already: the epoch was divided among another number of
+        ranks (now or before), ``consumed`` batches a rank into it."""
+        if split["ranks"] != self.ranks:  # the checkpoint's stretch ends here
+            split["done"] = [*split["done"], [split["ranks"], consumed - split["start"]]]
+            split["ranks"], split["start"] = self.ranks, consumed
+        loader: Any = self.data
+        size, batch, drop = len(loader.dataset), loader.batch_size, loader.drop_last
+        order, first = redivide.first_stretch(split["order"], split["done"][0][0],
+                                              size=size, epoch=epoch, batch_size=batch,
+                                              drop_last=drop)
+        stretches = [(first, split["done"][0][1])]
+        for ranks, count in split["done"][1:]:
+            rest = redivide.rest_of(order, stretches)
+            stretches.append((redivide.deal(rest, ranks, batch, drop), count))
+        rest = redivide.rest_of(order, stretches)
+        rank = getattr(loader.sampler, "rank", 0)
+        mine = redivide.deal(rest, self.ranks, batch, drop)[rank]
+        self.epoch_batches = split["start"] + len(mine)
+        return redivide.planned_loader(loader, mine), consumed - split["start"]
+
     def state_dict(self) -> dict[str, Any]:
-        """The position: the loader's own state, or the generators at the epoch's start."""
+        """The position: the loader's own state, or the generators at the epoch's start
+        (and, for a loader that can be re-divided, the epoch's division)."""
         if self.stateful:
             return {"loader": self.data.state_dict()}  # type: ignore[attr-defined]
-        return {"epoch_rng": self._epoch_rng}
+        if self._split is None:
+            return {"epoch_rng": self._epoch_rng}
+        return {"epoch_rng": self._epoch_rng, "split": self._split}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict`` (before ``resume_epoch``)."""
         self._loader = state.get("loader")
         self._epoch_rng = state.get("epoch_rng")
+        split = state.get("split")
+        self._split = dict(split) if split is not None and self._divisible else None

@@ -85,6 +85,8 @@ class Loop:
         agreement.exact = exact
         #: whether an epoch is open (shared with the run's state, which checkpoints it)
         self.epoch = epoch
+        #: optimizer steps in the epoch being run (a resumed, re-divided one: its own)
+        self.epoch_steps = steps_in_epoch
 
     @classmethod
     def build(cls, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -147,8 +149,10 @@ class Loop:
             if inside:
                 clock.in_epoch = True  # resumed inside it: no start_epoch, the epoch is open
                 it = self.position.resume_epoch(clock.step_in_epoch * self._accum, clock.epoch)
+                self._reshaped()
             else:
                 flag.open = True
+                self.epoch_steps = self.steps_in_epoch
                 dispatch.fire("epoch_start")
                 it = self.position.start_epoch(clock.epoch)
             # At max_steps already (resumed there): the epoch ends as the uninterrupted run
@@ -166,6 +170,21 @@ class Loop:
             dispatch.metrics.epoch_ended(now)  # flushes; a sink's epoch cadence ends
             self.agreement.after_epoch_end()
 
+    def _reshaped(self) -> None:
+        """The resumed epoch was re-divided among another number of ranks: its length
+        and the run's last step (``final_step``) are those of the changed shape."""
+        batches = self.position.epoch_batches
+        if batches is None:
+            return
+        clock, per_epoch = self.clock, self.steps_in_epoch
+        self.epoch_steps = -(-batches // self._accum)
+        last = clock.step - clock.step_in_epoch + self.epoch_steps
+        if per_epoch is None or math.isinf(self.max_epochs):
+            self.table.final_step = None
+            return
+        last += (int(self.max_epochs) - clock.epoch - 1) * per_epoch
+        self.table.final_step = last if last <= self.max_steps else None
+
     @property
     def _accum(self) -> int:
         step = self.step
@@ -176,7 +195,7 @@ class Loop:
 
         For data of unknown length, look one batch ahead; training ends either way.
         """
-        n = self.steps_in_epoch
+        n = self.epoch_steps
         if n is not None:
             return self.clock.step_in_epoch >= n
         return next(it, _END) is _END

@@ -145,7 +145,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     events = JsonlWriter(directory.events) if directory and config.log_events else None
     metrics = MetricStore(clock.now, [w for w in (events,) if w]
                           + (list(sinks) if chief else []))
-    losses, position, guard = LossKeeper(), DataPosition(ready.train_data), Guard()
+    losses, guard = LossKeeper(), Guard()
+    position = DataPosition(ready.train_data, comm.size if comm is not None else 1)
     epoch = EpochFlag()
     if comm is not None:
         losses.reduce, losses.reduce_number = comm.mean_tensor, comm.mean_number

@@ -131,6 +131,9 @@ class RunState:
             for name in self.change.carried.reset:
                 self.callbacks[name].load_records(run["callbacks"][name])
         set_rng_state(rng)
+        if "note" in data:  # resumed inside an epoch on another number of processes
+            data = dict(data)
+            self.change.notes.append(data.pop("note"))
         self.data.load_state_dict(data)
         self.losses.load_state_dict(run["losses"])
         #: where ``events.jsonl`` is cut back to once the run directory is this run's
