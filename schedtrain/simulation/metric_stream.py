@@ -47,17 +47,35 @@ def _at(at: Any) -> Time:
     return as_time(at, "metric time")
 
 
-def records(metrics: Any) -> list[MetricRecord]:
-    """Accept ``{"val/loss": [("1 epoch", 0.9), ...]}`` or ``[(at, name, value), ...]``."""
+def records(metrics: Any, times: dict[tuple[type, Any], Time] | None = None
+            ) -> list[MetricRecord]:
+    """Accept ``{"val/loss": [("1 epoch", 0.9), ...]}`` or ``[(at, name, value), ...]``.
+
+    ``times`` memoizes the points read (shared by the calls given it): streams of many
+    ranks name the same points, and each is parsed once (and is then one object)."""
+    at = _at if times is None else _memo(times)
     out: list[MetricRecord] = []
     if isinstance(metrics, Mapping):
         for name, series in metrics.items():
-            for at, value in series:
-                out.append(MetricRecord(_at(at), str(name), float(value)))
+            for point, value in series:
+                out.append(MetricRecord(at(point), str(name), float(value)))
     else:
-        for at, name, value in metrics:
-            out.append(MetricRecord(_at(at), str(name), float(value)))
+        for point, name, value in metrics:
+            out.append(MetricRecord(at(point), str(name), float(value)))
     return out
+
+
+def _memo(times: dict[tuple[type, Any], Time]) -> Any:
+    def at(point: Any) -> Time:
+        key = (type(point), point)  # 1, 1.0 and True are equal keys, not equal points
+        try:
+            hit = times.get(key)
+        except TypeError:  # unhashable: _at says what is wrong with it
+            return _at(point)
+        if hit is None:
+            hit = times[key] = _at(point)
+        return hit
+    return at
 
 
 def _is_count(value: object) -> bool:

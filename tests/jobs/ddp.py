@@ -23,6 +23,20 @@ def make_task(momentum: float = 0.0) -> Task:
                 loss_fn=torch.nn.functional.cross_entropy)
 
 
+def make_scaled_task() -> Task:
+    """The job with 128 samples per rank: 8 steps per epoch on any number of ranks."""
+    import os
+
+    n = 128 * int(os.environ.get("WORLD_SIZE", "1"))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    task = make_task()
+    return Task(model=task.model, optimizer=task.optimizer,
+                train_data=DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True),
+                val_data=task.val_data, loss_fn=task.loss_fn)
+
+
 def make_momentum_task() -> Task:
     """The same job with an optimizer that has state (momentum) to checkpoint."""
     return make_task(momentum=0.9)
@@ -98,6 +112,22 @@ class StopOnRank(Callback):
             self.trainer.request_stop(f"rank {self.rank} asked at step {self.now.step}")
 
 
+class SignalOnRank(StopOnRank):
+    """Sends SIGTERM to its own process on one rank, once, at its first firing at or
+    after ``step``: a preemption that reaches one rank only."""
+
+    may_stop_alone = False  # the signal preempts; the callback never asks to stop
+
+    def _trigger(self) -> None:
+        import os
+        import signal
+
+        due = self.rank == self.stop_rank and self.now.step >= self.stop_step
+        if due and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class FailOnRank(Callback):
     """Raises on one rank at one step (the other must end quickly, not hang)."""
 
@@ -169,37 +199,82 @@ class MayStop(Callback):
 
 _COLLECTIVES = ("all_gather", "all_reduce", "broadcast", "broadcast_object_list",
                 "all_gather_object", "gather_object", "barrier", "reduce", "gather",
-                "scatter", "all_to_all", "reduce_scatter", "all_gather_into_tensor")
+                "scatter", "all_to_all", "reduce_scatter", "all_gather_into_tensor",
+                "reduce_scatter_tensor", "scatter_object_list")
+#: where a collective's own input is among its positional arguments (the rest: first)
+_INPUT_AT = {"all_gather": 1, "all_gather_into_tensor": 1, "reduce_scatter": 1,
+             "reduce_scatter_tensor": 1, "all_to_all": 1, "all_gather_object": 1}
+_STORE_OPS = ("check", "get", "set", "compare_set", "add")
+
+
+def payload(name: str, args: tuple[object, ...], kwargs: dict[str, object]) -> int:
+    """The bytes this rank puts into collective ``name``: a tensor's (or a list's) size,
+    an object's pickled size (what the ``*_object*`` collectives send, besides an 8-byte
+    length), nothing for a barrier."""
+    import pickle
+
+    if name == "barrier":
+        return 0
+    at = _INPUT_AT.get(name, 0)  # scatter_object_list: the output, this rank's part
+    value = args[at] if len(args) > at else next(iter(kwargs.values()), None)
+    if name.endswith(("_object", "_object_list")):
+        return len(pickle.dumps(value))
+    tensors = value if isinstance(value, list | tuple) else [value]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 class CountCollectives(Callback):
-    """Counts the collectives called through ``torch.distributed`` (DDP's own gradient
-    all-reduce runs in C++, outside it) from setup on; at its firing writes the count to
-    ``RUN_DIR/../collectives-rankN.json``."""
+    """Records the collectives called through ``torch.distributed`` (DDP's own gradient
+    all-reduce runs in C++, outside it) and the process group store's requests
+    (``store:check`` ...; not collectives) from setup on, each as ``[name, bytes]``
+    (``payload``), with ``["fired", event]`` at each of its firings. After every record
+    the list goes to ``RUN_DIR/../collectives-rankN.json``, so what follows its last
+    firing (a preemption checkpoint) is there too."""
 
     may_stop_alone = False
 
     def _setup(self) -> None:
         import torch.distributed as dist
 
-        self.count = 0
+        self.calls: list[list[object]] = []
         for name in _COLLECTIVES:
             original = getattr(dist, name, None)
             if original is not None:
-                setattr(dist, name, self._counted(original))
+                setattr(dist, name, self._counted(name, original))
+        comm = self.trainer.comm
+        if comm is not None:
+            store = comm._store
 
-    def _counted(self, original: object) -> object:
+            class Counted:  # the C++ store's methods cannot be replaced on it
+                def __getattr__(_, attr: str) -> object:
+                    got = getattr(store, attr)
+                    return self._counted(f"store:{attr}", got) if attr in _STORE_OPS else got
+
+            comm._store = Counted()
+
+    def _counted(self, name: str, original: object) -> object:
         def call(*args: object, **kwargs: object) -> object:
-            self.count += 1
-            return original(*args, **kwargs)  # type: ignore[operator]
+            out = original(*args, **kwargs)  # type: ignore[operator]
+            sent = 0 if name.startswith("store:") else payload(name, args, kwargs)
+            self._record([name, sent])
+            return out
         return call
 
-    def _trigger(self) -> None:
+    def _record(self, row: list[object]) -> None:
         import json
 
+        self.calls.append(row)
         assert self.trainer.run_dir is not None
         out = self.trainer.run_dir.parent / f"collectives-rank{self.rank}.json"
-        out.write_text(json.dumps(self.count))
+        out.write_text(json.dumps(self.calls))
+
+    def _trigger(self) -> None:
+        self._record(["fired", self.now.step])
+
+
+def collective_count(calls: list[list[object]]) -> int:
+    """How many collectives ``CountCollectives`` recorded (not the store's requests)."""
+    return sum(1 for name, _ in calls if name != "fired" and not str(name).startswith("store:"))
 
 
 class RaiseStopOnRank(StopOnRank):

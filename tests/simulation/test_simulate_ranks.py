@@ -312,3 +312,57 @@ def test_equals_simulate_with_mean_stream_and_global_rates(
     want = simulate(SCHEDULE, metrics=mean, samples_per_batch=sum(samples),
                     tokens_per_batch=tokens * n, **shape)
     assert got == want
+
+
+# -- many ranks: the same rule, however each rank spells and orders its stream --------------
+
+
+def _respelled(stream: dict[str, list[tuple[Any, float]]], how: int
+               ) -> dict[str, list[tuple[Any, float]]] | list[tuple[Any, str, float]]:
+    """The same records, told differently: steps as "N steps" (1), each metric's records
+    in another order that keeps the order of a point's own values (2), or as a list of
+    ``(at, name, value)`` (3); 0 leaves it as it is."""
+    if how == 1:
+        return {m: [(f"{p} steps" if isinstance(p, int) else p, v) for p, v in s]
+                for m, s in stream.items()}
+    if how == 2:
+        return {m: sorted(s, key=lambda r: str(r[0]), reverse=True) for m, s in stream.items()}
+    if how == 3:
+        return [(p, m, v) for m, s in stream.items() for p, v in s]
+    return stream
+
+
+@given(rank_runs(), st.lists(st.integers(0, 3), min_size=4, max_size=4),
+       st.sampled_from(["mean", "sum", "max", "min"]))
+def test_how_a_rank_spells_or_orders_its_stream_does_not_matter(
+    run: tuple[int, list[dict[str, list[tuple[Any, float]]]], list[int], int],
+    hows: list[int], op: str,
+) -> None:
+    """Ranks that name rank 0's points exactly, or the same points spelled, ordered or
+    laid out otherwise, reduce to the same stream: the k-th value of a metric at a point
+    meets the k-th values of the other ranks there."""
+    n, streams, samples, tokens = run
+    shape: dict[str, Any] = {"epochs": 3, "steps_per_epoch": 3, "samples_per_batch": samples,
+                             "tokens_per_batch": tokens, "reduce": {"loss": op, "acc": op}}
+    told = [streams[0], *(_respelled(s, h) for s, h in zip(streams[1:], hows, strict=False))]
+    assert simulate_ranks(SCHEDULE, world_size=n, rank_metrics=told, **shape) == \
+        simulate_ranks(SCHEDULE, world_size=n, rank_metrics=streams, **shape)
+
+
+@pytest.mark.parametrize("op", ["mean", "max"])
+def test_1024_ranks_equal_the_two_rank_run_they_repeat(op: str) -> None:
+    """1,024 ranks, each with its own clock rates and a value at every step, equal the
+    two-rank run whose ranks they repeat (512 times each; rates scaled to the same
+    global counts) and the one-process run of the reduced stream."""
+    steps = 120
+    pair = [{"loss": [(s, (s * (r + 3)) % 16 / 16) for s in range(1, steps + 1)],
+             "acc": [(f"{e} epochs", (e + r) / 8) for e in range(1, 5)]} for r in (0, 1)]
+    shape: dict[str, Any] = {"epochs": 4, "steps_per_epoch": steps // 4,
+                             "seconds_per_step": 0.25, "reduce": {"loss": op, "acc": op}}
+    many = simulate_ranks(SCHEDULE, world_size=1024, rank_metrics=pair * 512,
+                          samples_per_batch=[1, 3] * 512, tokens_per_batch=[0, 1] * 512,
+                          **shape)
+    two = simulate_ranks(SCHEDULE, world_size=2, rank_metrics=pair,
+                         samples_per_batch=[512, 3 * 512], tokens_per_batch=[0, 512], **shape)
+    assert many == two
+    assert {"best", "stall", "smp", "tok"} <= {f.callback for f in many}
