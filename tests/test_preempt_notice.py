@@ -114,6 +114,44 @@ def test_aws_and_gce_answers() -> None:
         assert aws.poll() == int(server.deadline or 0) and server.tokens == 2
 
 
+# -- the table: a deadline learned mid-run -------------------------------------------------
+@given(margin=st.integers(1, 100), at=st.integers(1, 50), left=st.integers(-5, 200),
+       earlier=st.one_of(st.none(), st.integers(1, 300)),
+       nested=st.booleans())
+def test_a_deadline_learned_mid_run_fires_before_deadline_as_if_known(
+        margin: int, at: int, left: int, earlier: int | None, nested: bool) -> None:
+    """One second a step; at step ``at`` a notice says ``left`` s remain (the run may
+    already know an ``earlier`` deadline, which then stays). ``before_deadline`` fires at
+    the first step end from ``at`` on with less than ``margin`` left of the earlier of the
+    two, and once; nested in `any` alike; an every-10-steps sibling is untouched."""
+    from schedtrain.clock import LoopClock
+    from schedtrain.triggers import every
+    now = [0]
+    clock = LoopClock(time_source=lambda: now[0])
+    trig = before_deadline(f"{margin} s")
+    table = Schedule({"ckpt": trig | every("1000 steps") if nested else trig,
+                      "tick": every("10 steps")}).compile(predicates={})
+    table.deadline_ns = None if earlier is None else earlier * 10**9
+    clock.start_train()
+    table.attach(clock, None, predicates={})
+    fired: dict[str, list[int]] = {"ckpt": [], "tick": []}
+    for step in range(1, 120):
+        now[0] = step * 10**9
+        clock.end_batch()
+        clock.end_step()
+        if step == at:
+            table.set_deadline((step + left) * 10**9)
+        if clock.step >= table.step_due:
+            for name in table.step_end():
+                fired[name].append(step)
+    notice = at + left
+    deadline = notice if earlier is None else min(earlier, notice)
+    expected = [s for s in range(1, 120) if deadline - s < margin
+                and (s >= at or (earlier is not None and earlier - s < margin))]
+    assert fired["ckpt"] == expected[:1]
+    assert fired["tick"] == list(range(10, 120, 10))
+
+
 # -- a real run ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("kind", "left"), [("aws", 45.0), ("gce", None)])
 def test_a_notice_mid_run_checkpoints_commits_and_stops(
