@@ -222,7 +222,7 @@ class Lifecycle:
         resumed = self.checkpoint_phase is not None  # a checkpoint's run goes on
         self._open_directory()
         self._record("running")
-        self.outcome = parts.guard.requested = None
+        self.outcome = parts.guard.requested = parts.guard.deadline = None
         try:
             self._setup()
         except BaseException as exc:

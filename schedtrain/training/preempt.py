@@ -6,7 +6,9 @@ Ctrl-C sends SIGINT. While training runs, either only sets a flag and lowers the
 loop's next due step to zero, so the step in progress finishes and the loop, at its
 one comparison, takes the slow path: it fires ``preempt``, writes a checkpoint and
 raises ``Preempted``. A second SIGINT aborts at once (``KeyboardInterrupt``).
-Handlers are installed only in the main thread, and only while ``fit`` runs.
+Handlers are installed only in the main thread, and only while ``fit`` runs. A cloud's
+preemption notice (``training.notice``) sets the same flag from its polling thread, with
+the notice's deadline for the trigger table.
 """
 
 from __future__ import annotations
