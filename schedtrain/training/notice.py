@@ -64,8 +64,8 @@ def poll_interval() -> float:
 
 def _when(text: str) -> float:
     """An AWS notice's ISO time (``...Z``, which ``fromisoformat`` reads only from 3.11)."""
-    when = dt.datetime.fromisoformat(text.strip().removesuffix("Z") + "+00:00"
-                                     if text.strip().endswith("Z") else text.strip())
+    text = text.strip()
+    when = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
     return when.timestamp()
