@@ -272,7 +272,7 @@ trigger = { before_deadline = "60 s" }
 [callbacks.dump]
 type = "jobs.ddp:DumpFirings"
 trigger = { on = "preempt" }
-""", epochs=50)
+""", epochs=200)  # ends by the notice long before
         spec.write_text(spec.read_text().replace(
             "seed = 1\n", f'seed = 1\npreempt_notice = "{server.url("gce")}"\n'))
         run_dir = tmp_path / "run"
