@@ -23,6 +23,7 @@ from schedtrain.events import BOUNDED_EVENTS, EventSet
 from schedtrain.schedule.dues import DueBook
 from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
+from schedtrain.triggers.deadline import BeforeDeadline
 from schedtrain.triggers.protocol import (
     ANY_TIME,
     Due,
@@ -59,6 +60,11 @@ class TableExplanation:
         head = f"at {self.event}, step {self.now.step}, epoch {self.now.epoch}:"
         return "\n".join([head] + [f"[{n}] {e.render(1).lstrip()}"
                                    for n, e in self.callbacks.items()])
+
+
+def _counts_down(trigger: Trigger) -> bool:
+    """Whether ``trigger`` holds a ``before_deadline``."""
+    return isinstance(trigger, BeforeDeadline) or any(map(_counts_down, trigger.children()))
 
 
 def _share_groups(triggers: Sequence[Trigger]) -> tuple[int, ...]:
@@ -185,6 +191,19 @@ class TriggerTable:
         steps_only = (g[1] == g[3] == g[4] == g[5] == math.inf
                       and (g[2] == math.inf or clock.epoch < g[2]))
         self.step_due = g[0] if steps_only else 0
+
+    def set_deadline(self, deadline_ns: int) -> None:
+        """A deadline learned while the run goes on (a preemption notice), kept when
+        earlier than the run's: the triggers that count down to one are looked at at the
+        next step end (their bounds were worked out without it)."""
+        if self.deadline_ns is not None and self.deadline_ns <= deadline_ns:
+            return
+        self.deadline_ns = deadline_ns
+        if self._clock is None:
+            return
+        self._books["step_end"].set([(i, ANY_TIME) for i in self.listeners("step_end")
+                                     if _counts_down(self.triggers[i])])
+        self._update_step_due()
 
     def due(self, event: str) -> Due:
         """The table's due vector for a frequent event: nothing fires before it."""

@@ -1,6 +1,10 @@
 """A run's deadline and its preemption signals: reading ``[run] deadline``,
 ``SLURM_JOB_END_TIME`` and ``[run] preempt_signals``.
 
+``[run] preempt_notice`` names a cloud metadata endpoint to poll for a preemption notice
+(``"aws"``, ``"gce"``, or ``"aws+http://host:port"``/``"gce+http://host:port"``: the same
+paths on another server); ``training.notice`` polls it.
+
 A deadline is a wall-clock time (seconds since the epoch). ``[run] deadline`` is an ISO
 time (``2026-11-26T09:00+00:00``; without an offset, the machine's local time) or a
 duration from the start of this process's training (``"23 h"``: each requeued job gets its
@@ -12,20 +16,25 @@ for a 24 h allocation stays right in a job granted less.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import signal
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 from schedtrain.time import Time
 
-__all__ = ["DEFAULT_SIGNALS", "SLURM_END", "check_deadline", "check_signals",
-           "deadline_ns", "resolve_deadline", "signals_of"]
+__all__ = ["DEFAULT_SIGNALS", "NOTICE_SERVERS", "SLURM_END", "check_deadline", "check_notice",
+           "check_signals", "deadline_ns", "notice_source", "resolve_deadline", "signals_of"]
 
 #: The signals that preempt a run unless ``[run] preempt_signals`` says otherwise.
 DEFAULT_SIGNALS: Final = ("SIGTERM", "SIGINT")
 #: The environment variable SLURM sets to the job's projected end (a Unix time).
 SLURM_END: Final = "SLURM_JOB_END_TIME"
 _UNCATCHABLE: Final = ("SIGKILL", "SIGSTOP")
+#: Each cloud's metadata server, where ``[run] preempt_notice = "aws"``/``"gce"`` looks.
+NOTICE_SERVERS: Final = {"aws": "http://169.254.169.254",
+                         "gce": "http://metadata.google.internal"}
+_NOTICE_URL: Final = re.compile(r"(?P<kind>aws|gce)\+(?P<url>https?://[^/?#\s]+)/?")
 
 
 def _parse(value: str, start: float) -> float:
@@ -93,3 +102,30 @@ def check_signals(names: object) -> str | None:
 def signals_of(names: Sequence[str]) -> tuple[signal.Signals, ...]:
     """The signals named (checked with ``check_signals`` first)."""
     return tuple(signal.Signals[n] for n in dict.fromkeys(names))
+
+
+def notice_source(value: str) -> tuple[str, str]:
+    """The cloud (``"aws"`` or ``"gce"``) and server of ``[run] preempt_notice``.
+
+    Raises:
+        ValueError: ``value`` is neither a cloud's name nor ``aws+URL``/``gce+URL``.
+    """
+    if value in NOTICE_SERVERS:
+        return value, NOTICE_SERVERS[value]
+    match = _NOTICE_URL.fullmatch(value)
+    if match is None:
+        raise ValueError(f"expected 'aws', 'gce', or a server answering as one of them, "
+                         f"'aws+http://HOST:PORT' or 'gce+http://HOST:PORT', got {value!r}")
+    return match["kind"], match["url"]
+
+
+def check_notice(value: object) -> str | None:
+    """Why ``value`` is not a ``preempt_notice`` (``None``: it is one)."""
+    if not isinstance(value, str):
+        return f"expected 'aws', 'gce', 'aws+http://HOST:PORT' or 'gce+http://HOST:PORT', " \
+               f"got {value!r}"
+    try:
+        notice_source(value)
+    except ValueError as exc:
+        return str(exc)
+    return None

@@ -29,7 +29,7 @@ from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_callback_name, is_name
 from schedtrain.spec.clock_check import check_clock, check_whole
-from schedtrain.spec.deadlines import check_deadline, check_signals
+from schedtrain.spec.deadlines import check_deadline, check_notice, check_signals
 from schedtrain.spec.model import ClockSpec
 from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel
@@ -278,7 +278,9 @@ def check_run(run: RunConfig, problems: Problems, *, in_process: bool = False) -
         if op not in REDUCE_OPS:
             problems.expect(("run", "reduce", name), _one_of(REDUCE_OPS), op)
     for key, why in (("deadline", run.deadline is not None and check_deadline(run.deadline)),
-                     ("preempt_signals", check_signals(list(run.preempt_signals)))):
+                     ("preempt_signals", check_signals(list(run.preempt_signals))),
+                     ("preempt_notice",
+                      run.preempt_notice is not None and check_notice(run.preempt_notice))):
         if why:
             problems.add(("run", key), why, found=repr(getattr(run, key)))
     check_outputs(run, problems, in_process=in_process)

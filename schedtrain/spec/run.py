@@ -82,6 +82,9 @@ class RunConfig:
         deadline: an ISO time or a duration from the start (``"23 h"``); the earlier of
             it and SLURM's ``SLURM_JOB_END_TIME`` is the run's deadline.
         preempt_signals: the signals that checkpoint and stop the run (exit code 75).
+        preempt_notice: poll a cloud's metadata server for a spot/preemption notice,
+            which then acts as a signal with a deadline: ``"aws"``, ``"gce"``, or
+            ``"aws+http://HOST:PORT"``/``"gce+http://HOST:PORT"`` (another server).
         overwrite: start afresh in a run directory that holds a run (Python, ``--overwrite``).
         keep_firings: firings kept in memory for ``trainer.firings`` (``None``: all).
         handle_signals: install the preemption signal handlers.
@@ -114,6 +117,7 @@ class RunConfig:
     export: tuple[str, ...] = ()
     deadline: str | None = None
     preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
+    preempt_notice: str | None = None
     overwrite: bool = False
     keep_firings: int | None = DEFAULT_KEEP_FIRINGS
     handle_signals: bool = True

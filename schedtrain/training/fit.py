@@ -34,6 +34,7 @@ from schedtrain.errors import (
 )
 from schedtrain.spec.deadlines import signals_of
 from schedtrain.spec.run import RunConfig
+from schedtrain.training.notice import watch_notices
 from schedtrain.training.parts import Parts
 from schedtrain.training.preempt import deadline_on_clock, handle_signals
 from schedtrain.training.run_dir import RunDirectory
@@ -221,7 +222,7 @@ class Lifecycle:
         resumed = self.checkpoint_phase is not None  # a checkpoint's run goes on
         self._open_directory()
         self._record("running")
-        self.outcome = parts.guard.requested = None
+        self.outcome = parts.guard.requested = parts.guard.deadline = None
         try:
             self._setup()
         except BaseException as exc:
@@ -243,7 +244,7 @@ class Lifecycle:
                    if self.config.handle_signals
                    else contextlib.nullcontext())
         try:
-            with signals:
+            with signals, watch_notices(parts.guard, self.config.preempt_notice, parts.comm):
                 self.stage = Stage.FITTING
                 for cb in parts.callbacks:
                     try:

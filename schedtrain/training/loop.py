@@ -289,6 +289,10 @@ class Loop:
         """The slow path once the clock has caught up: fold the kept losses, per-step
         hooks, ``step_end`` where a trigger is due, and a requested preemption."""
         dispatch, hooks = self.dispatch, self.dispatch.hooks
+        if self.guard.deadline is not None:  # a preemption notice: triggers see its deadline
+            deadline = self.guard.take_deadline(self.clock.time_ns)
+            if deadline is not None:
+                self.table.set_deadline(deadline)
         if self.guard.woken:  # a background checkpoint write ended: commit or fail now
             self.guard.woken = False
             dispatch.saves.wait()

@@ -6,7 +6,9 @@ Ctrl-C sends SIGINT. While training runs, either only sets a flag and lowers the
 loop's next due step to zero, so the step in progress finishes and the loop, at its
 one comparison, takes the slow path: it fires ``preempt``, writes a checkpoint and
 raises ``Preempted``. A second SIGINT aborts at once (``KeyboardInterrupt``).
-Handlers are installed only in the main thread, and only while ``fit`` runs.
+Handlers are installed only in the main thread, and only while ``fit`` runs. A cloud's
+preemption notice (``training.notice``) sets the same flag from its polling thread, with
+the notice's deadline for the trigger table.
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ class Guard:
     collects it (or its failure) at the next step.
     """
 
-    __slots__ = ("limit", "requested", "woken")
+    __slots__ = ("deadline", "limit", "requested", "woken")
 
     def __init__(self) -> None:
         self.limit: float = 0
         self.requested: str | None = None
         self.woken = False
+        #: a preemption notice's deadline (seconds since the epoch), until the loop's
+        #: slow path gives it to the trigger table (``training.notice``)
+        self.deadline: float | None = None
 
     def set_limit(self, limit: float) -> None:
         """Set the next due step, unless a stop was requested or a background save
@@ -49,6 +54,19 @@ class Guard:
         self.limit = limit
         if self.requested is not None or self.woken:  # set between the two lines: wins
             self.limit = 0
+
+    def notice(self, source: str, deadline: float | None) -> None:
+        """A preemption notice from ``source`` (called from its polling thread): stop as
+        a signal does; ``deadline`` (``None``: not shared) goes to the triggers first."""
+        self.deadline = deadline
+        self.requested = self.requested or source
+        self.limit = 0
+
+    def take_deadline(self, time_ns: int) -> int | None:
+        """The notice's deadline on the clock's axis (the clock at ``time_ns`` now),
+        once."""
+        found, self.deadline = self.deadline, None
+        return None if found is None else deadline_ns(found, time_ns=time_ns, now=time.time())
 
     def wake(self) -> None:
         """Take the slow path at the next step (called from another thread)."""

@@ -1,9 +1,8 @@
 """``Trainer``: a PyTorch training run whose callbacks fire on a compiled trigger table.
 
 The trainer is the run's public face and what callbacks see (a ``TrainingContext``). Its
-options are one ``RunConfig`` checked once (``spec.config``), its parts built by one function into
-one record (``training.parts``: the loop, the dispatcher, the checkpoint owner, the
-agreement between ranks...), and its lifecycle is ``training.fit``.
+options are one ``RunConfig`` checked once (``spec.config``), its parts one record
+(``training.parts``: the loop, the dispatcher, checkpoints...), its lifecycle ``training.fit``.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ class Trainer:
     Args:
         model: the module to train (moved to ``device``).
         optimizer: its optimizer.
-        train_data: an iterable of batches (a ``DataLoader``, a ``StatefulDataLoader``;
-            an ``IterableDataset`` works: the epoch ends when the data does).
+        train_data: an iterable of batches (a ``DataLoader``, an ``IterableDataset``...).
         loss_fn: ``loss_fn(model(inputs), targets)`` for batches ``(inputs, targets)``.
         step_fn: instead of ``loss_fn``: ``step_fn(model, batch)`` returning the loss or a
             mapping with a ``"loss"`` entry (and any other outputs).
@@ -77,6 +75,8 @@ class Trainer:
             the earlier of it and ``SLURM_JOB_END_TIME`` is what ``time_left`` and
             ``before_deadline`` count down to.
         preempt_signals: the signals that do so (default SIGTERM and SIGINT).
+        preempt_notice: ``"aws"``, ``"gce"``, ``"aws+http://HOST:PORT"``: a spot notice
+            from that metadata server preempts, with its deadline (docs/checkpoints.md).
         strategy: on several processes (``torchrun``): ``"ddp"`` (``"auto"``) or
             ``"fsdp"`` (FSDP2); ignored on one process. See docs/distributed.md.
         shard_data: on several processes, give a plain ``DataLoader`` (training and
@@ -157,6 +157,7 @@ class Trainer:
         export: Iterable[str] = (),
         deadline: str | None = None,
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
+        preempt_notice: str | None = None,
         schedule_change: str = "refuse",
         config: RunConfig | None = None,
         prepared: Bound | None = None,

@@ -1,0 +1,180 @@
+"""Cloud preemption notices (``[run] preempt_notice``): a daemon thread polls the
+metadata server and, when a notice is served, asks the loop to preempt as a signal does.
+
+AWS (IMDSv2): ``PUT /latest/api/token`` for a session token, then
+``GET /latest/meta-data/spot/instance-action``: 404 while there is no notice, then
+``{"action": "terminate", "time": "2026-11-27T15:02:00Z"}``, whose time is the deadline.
+GCE: ``GET /computeMetadata/v1/instance/preempted`` (``Metadata-Flavor: Google``):
+``FALSE``, then ``TRUE``; the deadline is 30 s after it was first seen. ``aws+URL`` and
+``gce+URL`` ask another server the same paths (a proxy, a test's server).
+
+The loop reads only what the thread sets (``Guard.notice``: the next step takes the slow
+path), so quiet steps cost nothing; each request has a short timeout, and a server that is
+down, refuses or hangs delays only the thread. Failures are logged once, not per poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Final
+
+import structlog
+
+from schedtrain.distributed.comm import Comm
+from schedtrain.spec.deadlines import notice_source
+from schedtrain.training.preempt import Guard
+
+__all__ = ["DEFAULT_POLL", "GCE_NOTICE", "POLL_ENV", "NoticeWatcher", "watch_notices"]
+
+_log = structlog.get_logger("schedtrain.training")
+
+#: Seconds between polls (AWS and GCE update their notices about this often).
+DEFAULT_POLL: Final = 5.0
+#: The environment variable that overrides ``DEFAULT_POLL`` (seconds; meant for tests).
+POLL_ENV: Final = "SCHEDTRAIN_PREEMPT_POLL"
+#: A GCE preemption's warning, in seconds: its deadline after ``preempted`` turns ``TRUE``.
+GCE_NOTICE: Final = 30.0
+#: Seconds one request may take: a hanging server costs the thread this, never the loop.
+TIMEOUT: Final = 2.0
+_AWS_TOKEN: Final = "/latest/api/token"
+_AWS_ACTION: Final = "/latest/meta-data/spot/instance-action"
+_GCE_PREEMPTED: Final = "/computeMetadata/v1/instance/preempted"
+
+
+def poll_interval() -> float:
+    """``POLL_ENV``'s seconds, else ``DEFAULT_POLL``."""
+    raw = os.environ.get(POLL_ENV, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_POLL
+    except ValueError:
+        raise ValueError(f"environment variable {POLL_ENV}={raw!r}: expected seconds "
+                         "such as 5 or 0.1") from None
+    if not value > 0:
+        raise ValueError(f"environment variable {POLL_ENV}={raw!r}: expected seconds > 0")
+    return value
+
+
+def _when(text: str) -> float:
+    """An AWS notice's ISO time (``...Z``, which ``fromisoformat`` reads only from 3.11)."""
+    text = text.strip()
+    when = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.timestamp()
+
+
+class NoticeWatcher:
+    """Asks one metadata server whether a preemption notice is out.
+
+    Args:
+        value: ``[run] preempt_notice`` (checked).
+        timeout: seconds a request may take.
+    """
+
+    def __init__(self, value: str, *, timeout: float = TIMEOUT) -> None:
+        self.kind, self.server = notice_source(value)
+        self.timeout = timeout
+        #: what ``Guard.requested`` and ``Preempted`` name
+        self.source = f"the {self.kind.upper()} preemption notice"
+        self._token: str | None = None
+        self._seen: float | None = None  # when GCE's flag was first seen TRUE
+
+    def _get(self, path: str, headers: dict[str, str], method: str = "GET") -> bytes:
+        request = urllib.request.Request(self.server + path, headers=headers, method=method)
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            body: bytes = response.read()
+        return body
+
+    def poll(self) -> float | None:
+        """The deadline (seconds since the epoch) of a notice served now; ``None``: none.
+
+        Raises:
+            OSError, ValueError: the server did not answer, or not as documented.
+        """
+        return self._aws() if self.kind == "aws" else self._gce()
+
+    def _aws(self) -> float | None:
+        for attempt in (1, 2):
+            if self._token is None:
+                self._token = self._get(_AWS_TOKEN, {
+                    "X-aws-ec2-metadata-token-ttl-seconds": "21600"}, "PUT").decode()
+            try:
+                body = self._get(_AWS_ACTION, {"X-aws-ec2-metadata-token": self._token})
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return None  # no notice
+                if exc.code == 401 and attempt == 1:  # the token expired: a new one
+                    self._token = None
+                    continue
+                raise
+            notice = json.loads(body)
+            if not isinstance(notice, dict) or not isinstance(notice.get("time"), str):
+                raise ValueError(f"expected {{'action': ..., 'time': ...}}, got {body[:200]!r}")
+            return _when(notice["time"])
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _gce(self) -> float | None:
+        body = self._get(_GCE_PREEMPTED, {"Metadata-Flavor": "Google"}).decode().strip()
+        if body not in ("TRUE", "FALSE"):
+            raise ValueError(f"expected TRUE or FALSE, got {body[:200]!r}")
+        if body == "FALSE":
+            return None
+        if self._seen is None:
+            self._seen = time.time()
+        return self._seen + GCE_NOTICE
+
+    def run(self, guard: Guard, stop: threading.Event, interval: float,
+            share_deadline: bool) -> None:
+        """Poll every ``interval`` s until ``stop`` or a notice, which goes to ``guard``
+        (its deadline only when ``share_deadline``)."""
+        failing = False
+        while not stop.is_set():
+            try:
+                deadline = self.poll()
+            # Any failure (refused, timed out, a bad answer) is the server's: the thread
+            # keeps polling, since the run must not lose its notices to one bad answer.
+            except Exception as exc:
+                if not failing:
+                    _log.warning("preempt_notice_unreachable", server=self.server,
+                                 error=f"{type(exc).__name__}: {exc}")
+                failing = True
+            else:
+                if failing:
+                    _log.info("preempt_notice_reachable", server=self.server)
+                failing = False
+                if deadline is not None and not stop.is_set():
+                    _log.warning("preempt_notice", source=self.source, deadline=dt.datetime
+                                 .fromtimestamp(deadline, dt.timezone.utc).isoformat())
+                    guard.notice(self.source, deadline if share_deadline else None)
+                    return
+            stop.wait(interval)
+
+
+@contextlib.contextmanager
+def watch_notices(guard: Guard, value: str | None, comm: Comm | None) -> Iterator[None]:
+    """Poll ``value``'s server (``[run] preempt_notice``; ``None``: nothing) while the
+    block runs, on one process per machine (``LOCAL_RANK`` 0).
+
+    On several processes a notice preempts every rank (the ranks agree on a step, as for a
+    signal); its deadline reaches ``before_deadline`` only on one process, where no rank
+    can decide otherwise."""
+    if value is None or os.environ.get("LOCAL_RANK", "0") != "0":
+        yield
+        return
+    stop = threading.Event()
+    share = comm is None or comm.size <= 1
+    thread = threading.Thread(target=NoticeWatcher(value).run, name="schedtrain-notice",
+                              args=(guard, stop, poll_interval(), share), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()  # not joined: a request in flight may hang up to TIMEOUT; it is a daemon
