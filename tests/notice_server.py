@@ -12,6 +12,7 @@ import http.server
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 TOKEN = "local-token"
@@ -104,3 +105,12 @@ class NoticeServer:
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
+
+
+def wait_for_file(path: Path, timeout: float = 120) -> None:
+    """Wait until ``path`` exists and is not empty."""
+    end = time.monotonic() + timeout
+    while not (path.exists() and path.stat().st_size > 0):
+        if time.monotonic() > end:
+            raise AssertionError(f"{path.name} did not appear")
+        time.sleep(0.02)

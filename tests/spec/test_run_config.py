@@ -10,6 +10,8 @@ from typing import Any
 import attrs
 import pytest
 import torch
+from config_helpers import python_problem as _python_problem
+from config_helpers import toml_problem as _toml_problem
 
 from schedtrain.errors import SpecError
 from schedtrain.spec import dump_spec, loads_spec
@@ -31,29 +33,6 @@ def test_trainer_keywords_are_the_config_fields() -> None:
     keywords = set(inspect.signature(Trainer.__init__).parameters) - {"self"}
     fields = {a.name for a in attrs.fields(RunConfig)}
     assert keywords - RUNTIME_OBJECTS == fields - SPEC_ONLY
-
-
-def _toml_problem(key: str, toml_value: str) -> str | None:
-    """The message of the first problem at ``run.<key>``, without file and path."""
-    text = (f'[run]\ntask = "m:f"\nrun_dir = "r"\n{key} = {toml_value}\n'
-            '[callbacks.a]\ntrigger = { every = "1 step" }\n')
-    try:
-        loads_spec(text)
-    except SpecError as exc:
-        found = [p for p in exc.problems if p.path.startswith(f"run.{key}")]
-        return f"`{found[0].path.removeprefix('run.')}`: {found[0].message}" if found else None
-    return None
-
-
-def _python_problem(key: str, value: Any) -> str | None:
-    model = torch.nn.Linear(1, 1)
-    try:
-        Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                [(torch.zeros(1, 1), torch.zeros(1, 1))], torch.nn.functional.mse_loss,
-                handle_signals=False, **{"device": "cpu", "max_epochs": 1, key: value})
-    except (TypeError, ValueError) as exc:
-        return str(exc)
-    return None
 
 
 #: key, the bad value in TOML, the same in Python.

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import structlog
 import torch
+from config_helpers import python_problem as _python_problem
+from config_helpers import toml_problem as _toml_problem
 from hypothesis import given
 from hypothesis import strategies as st
 from notice_server import NoticeServer
-from test_run_config import _python_problem, _toml_problem
 from training_helpers import Noop, tiny_model
 
 from schedtrain import Schedule
@@ -247,55 +248,3 @@ def test_train_preempted_by_a_notice_resumes_exactly(tmp_path: Path) -> None:
     assert compare(reference, run_dir) == []
 
 
-# -- several processes: one agreed step --------------------------------------------------
-def test_a_notice_preempts_both_ranks_at_one_step(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two ranks (torchrun, gloo): the machine's first process polls; the notice stops
-    both at one agreed step with one preemption checkpoint, and both decided alike (its
-    deadline is not given to `before_deadline` on several processes)."""
-    import json
-
-    from test_distributed import rank_firings, torchrun, write_spec
-    monkeypatch.setenv(POLL_ENV, FAST_POLL)
-    with NoticeServer() as server:
-        spec = write_spec(tmp_path, """
-[callbacks.slow]
-type = "jobs.ddp:Sleep"
-seconds = 0.05
-trigger = { every = "1 step" }
-
-[callbacks.last]
-type = "jobs.ddp:Sleep"
-seconds = 0
-trigger = { before_deadline = "60 s" }
-
-[callbacks.dump]
-type = "jobs.ddp:DumpFirings"
-trigger = { on = "preempt" }
-""", epochs=200)  # ends by the notice long before
-        spec.write_text(spec.read_text().replace(
-            "seed = 1\n", f'seed = 1\npreempt_notice = "{server.url("gce")}"\n'))
-        run_dir = tmp_path / "run"
-        served = threading.Thread(target=lambda: (_wait_for(run_dir / "events.jsonl"),
-                                                  server.serve_notice()), daemon=True)
-        served.start()
-        result = torchrun(spec, run_dir, timeout=300)
-    assert "source='the GCE preemption notice'" in result.stderr  # the chief's thread
-    # One line, from the chief. The name is the first rank's to post at an epoch end: the
-    # other rank posts "SIGTERM" (distributed.agreement), as for any signal on one rank.
-    assert result.stderr.count("preempted by ") == 1, result.stderr[-3000:]
-    assert "exitcode  : 75" in result.stderr
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "preempted"
-    preempted = [p for p in (run_dir / "checkpoints").glob("*.pt")
-                 if torch.load(p, weights_only=True)["phase"] == "preempt"]
-    assert len(preempted) == 1
-    zero, one = rank_firings(tmp_path, 0), rank_firings(tmp_path, 1)
-    assert zero == one and not any(f[0] == "last" for f in zero)
-
-
-def _wait_for(path: Path, timeout: float = 120) -> None:
-    end = time.monotonic() + timeout
-    while not (path.exists() and path.stat().st_size > 0):
-        if time.monotonic() > end:
-            raise AssertionError(f"{path.name} did not appear")
-        time.sleep(0.02)
