@@ -203,10 +203,12 @@ def init_group(backend: str, timeout: datetime.timedelta) -> None:
     if attempt is None:
         dist.init_process_group(backend, timeout=timeout)
         return
-    store, rank, size = next(dist.rendezvous("env://", timeout=timeout))
+    from torch.distributed.distributed_c10d import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
+
+    store, rank, size = next(rendezvous("env://", timeout=timeout))
     store.set_timeout(timeout)
-    dist.init_process_group(backend, store=dist.PrefixStore(f"schedtrain/attempt-{attempt}",
-                                                            store),
+    dist.init_process_group(backend, store=PrefixStore(f"schedtrain/attempt-{attempt}", store),
                             rank=rank, world_size=size, timeout=timeout)
 
 
