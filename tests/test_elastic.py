@@ -74,7 +74,10 @@ type = "jobs.elastic:Stamp"
 trigger = { any = [{ every = "1 step" }, { on = "train_end" }] }
 """
 STEPS = 32  # 4 epochs of 256 samples in batches of 16 on 2 ranks
-DEADLINE_S = 150.0  # a trial takes a few seconds; a hang fails at this with its stacks
+# A trial takes seconds on a quiet machine (minutes on a loaded one); a hang fails at this
+# deadline with every process's stack, before pytest-timeout's limit (raised for the
+# trials, whose first also runs the uninterrupted reference).
+DEADLINE_S = 240.0
 
 
 def elastic_run(folder: Path, fault: str | None = None,
@@ -195,6 +198,7 @@ def _trials(seed: int = 37) -> list[tuple[str, int, int]]:
     return out
 
 
+@pytest.mark.timeout(2 * DEADLINE_S + 60)
 @pytest.mark.parametrize(("how", "rank", "at"), _trials())
 def test_a_lost_worker_costs_one_restart_and_the_run_equals_the_uninterrupted_one(
         uninterrupted: Path, tmp_path: Path, how: str, rank: int, at: int) -> None:
@@ -211,9 +215,13 @@ def test_a_lost_worker_costs_one_restart_and_the_run_equals_the_uninterrupted_on
         float((tmp_path / "died.txt").read_text())
     ref = uninterrupted
     assert _rows(tmp_path / "run") == _rows(ref / "run")
-    for r in (0, 1):
-        name = f"firings-rank{r}.json"
-        assert json.loads((tmp_path / name).read_text()) == json.loads((ref / name).read_text())
+    # Each rank's firings in the attempt that finished: the uninterrupted run's, from the
+    # checkpoint it resumed from on (events.jsonl above holds the chief's whole run).
+    firings = [json.loads((folder / f"firings-rank{r}.json").read_text())
+               for folder in (ref, tmp_path) for r in (0, 1)]
+    whole, whole_1, tail, tail_1 = firings
+    assert whole == whole_1 and tail == tail_1
+    assert 0 < len(tail) <= len(whole) and tail == whole[-len(tail):]
     kept = sorted(p.relative_to(ref / "run") for p in (ref / "run").rglob("*.pt"))
     assert kept == sorted(p.relative_to(tmp_path / "run")
                           for p in (tmp_path / "run").rglob("*.pt"))
