@@ -231,7 +231,6 @@ def test_a_lost_worker_costs_one_restart_and_the_run_equals_the_uninterrupted_on
         assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), path
 
 
-
 def test_a_restarted_group_reads_none_of_the_previous_attempts_keys(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The elastic agent keeps one store for every attempt (``TORCHELASTIC_USE_AGENT_STORE``):
