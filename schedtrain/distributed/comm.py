@@ -109,7 +109,7 @@ class Comm:
         if world.size <= 1:
             return None
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        init_group(backend, datetime.timedelta(seconds=timeout_s))
         return cls(World.from_env(), owns_group=True)
 
     def close(self) -> None:
@@ -186,6 +186,30 @@ class Comm:
         if not self._store.check([_PREEMPT_KEY]):
             return None
         return _preempt_value(self._store.get(_PREEMPT_KEY))
+
+
+def init_group(backend: str, timeout: datetime.timedelta) -> None:
+    """Create the default process group from ``torchrun``'s environment.
+
+    Under ``torchrun``'s elastic agent (``TORCHELASTIC_RESTART_COUNT`` set) every attempt
+    of a restarted worker group shares one store: the agent's, kept from one rendezvous
+    round to the next. Keys the previous group left there (gloo's and NCCL's addresses,
+    a posted preemption) would be read by the new group as its own: a rank connects to
+    a dead peer's address (``connectFullMesh ... Connection refused``, costing another
+    restart) or waits on one forever, and a restarted group would stop at the previous
+    group's preemption step. So each attempt's keys live under their own prefix.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    from torch.distributed.distributed_c10d import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
+
+    store, rank, size = next(rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    dist.init_process_group(backend, store=PrefixStore(f"schedtrain/attempt-{attempt}", store),
+                            rank=rank, world_size=size, timeout=timeout)
 
 
 def _preempt_value(raw: bytes | str) -> tuple[int, str]:
