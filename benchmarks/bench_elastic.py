@@ -1,7 +1,7 @@
 """Elastic restart: time from a worker's death to the first step trained again.
 
 Runs the documented command, ``torchrun --standalone --max-restarts 1 --nproc-per-node 2
--m schedtrain train SPEC --resume auto`` (the job of tests/test_elastic.py: 2 gloo
+-m schedtrain train SPEC --resume auto`` (the job of tests/distributed/test_elastic.py: 2 gloo
 processes on the CPU, 32 steps), ``--trials`` times; in each, one worker of a rank drawn
 at random is killed with SIGKILL from outside once ``events.jsonl`` has a random number
 of lines. Measured on the wall clock of this machine:

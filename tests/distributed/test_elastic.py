@@ -24,7 +24,7 @@ import pytest
 import torch
 from jobs.elastic import FAULT_ENV
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 
 pytestmark = [
