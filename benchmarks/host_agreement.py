@@ -9,12 +9,17 @@ tests in tests/test_host_agreement_table.py run a few of the same cases).
     python benchmarks/host_agreement.py --cases 40                  # every host, 40 each
     python benchmarks/host_agreement.py --cases 30 ignite=100 --seed 1
 
-A disagreement is printed with its case, and the exit status is 1.
+Columns: distinct schedules, shapes and kill points ((shape, micro-batch) pairs) drawn;
+"afresh": cases killed before the first checkpoint (rerun from the start); the firings and
+actions compared over all cases. A disagreement is printed with its case, and the exit
+status is 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import shlex
 import sys
 import tempfile
@@ -55,7 +60,9 @@ def run(host: str, n: int, rng_seed: int) -> Tally:
         tally.schedules.add(repr(case.schedule))
         tally.shapes.add(case.shape)
         tally.kills.add((case.shape, case.kill))
-        with tempfile.TemporaryDirectory() as folder:
+        # the hosts' own printing (HF's metrics and shard bars) kept out of the table
+        with (tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(io.StringIO()),
+              contextlib.redirect_stderr(io.StringIO())):
             try:
                 got = check(case, Path(folder))
             except AssertionError as exc:  # a real disagreement: keep going, report it

@@ -274,7 +274,12 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
-        self._event(args, state, control, kwargs, self.driver.train_end)
+        d = self.driver
+        # resumed from a checkpoint of the run's last step (saved before its on_epoch_end),
+        # HF trains no more: the saved epoch ends here, as in the uninterrupted run
+        late = d.in_epoch and self._ran_out(state)
+        self._event(args, state, control, kwargs,
+                    lambda: (d.epoch_end() if late else ()) + d.train_end())
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
