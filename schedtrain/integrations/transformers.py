@@ -274,12 +274,9 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
-        d = self.driver
-        # resumed from a checkpoint of the run's last step (saved before its on_epoch_end),
-        # HF trains no more: the saved epoch ends here, as in the uninterrupted run
-        late = d.in_epoch and self._ran_out(state)
-        self._event(args, state, control, kwargs,
-                    lambda: (d.epoch_end() if late else ()) + d.train_end())
+        if self.driver.in_epoch and self._ran_out(state):  # resumed from the last step's
+            self._event(args, state, control, kwargs, self.driver.epoch_end)  # checkpoint
+        self._event(args, state, control, kwargs, self.driver.train_end)
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
