@@ -305,7 +305,17 @@ class ScheduleCallback(pl.Callback):
             self._read_metrics(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._event(trainer, pl_module, self.driver.train_end)
+        self._event(trainer, pl_module, lambda: self._late_end(trainer) + self.driver.train_end())
+
+    def _late_end(self, trainer: pl.Trainer) -> tuple[str, ...]:
+        """Resumed from a checkpoint of the fit's last batch (before its epoch end),
+        Lightning runs no batch and calls no epoch hook: the saved epoch ends here, as it
+        did in the uninterrupted fit, before train_end."""
+        d = self.driver
+        if (self._first_batch and d.in_epoch and d.now.step_in_epoch > 0
+                and trainer.current_epoch > d.clock.epoch):
+            return d.epoch_end()
+        return ()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:

@@ -274,6 +274,8 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
+        if self.driver.in_epoch and self._ran_out(state):  # resumed from the last step's
+            self._event(args, state, control, kwargs, self.driver.epoch_end)  # checkpoint
         self._event(args, state, control, kwargs, self.driver.train_end)
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
