@@ -3,8 +3,9 @@
 Each case draws a schedule, a run shape (epochs, micro-batches per epoch, accumulation,
 an uneven last batch) and a kill point, kills the host's run there as a crash would,
 resumes it the host's own way from its newest checkpoint, and compares every firing and
-the host step each action saw with ``simulate()`` (tests/host_agreement.py; the property
-tests in tests/test_host_agreement_table.py run a few of the same cases).
+the host step each action saw with ``simulate()`` (tests/integrations/host_agreement.py;
+the property tests in tests/integrations/test_host_agreement_table.py run a few of the
+same cases).
 
     python benchmarks/host_agreement.py --cases 40                  # every host, 40 each
     python benchmarks/host_agreement.py --cases 30 ignite=100 --seed 1
@@ -28,11 +29,11 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS), str(TESTS / "integrations")]  # the helpers and the hosts' tests
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
-
-from tests.host_agreement import HOSTS, Case, cases, check
+from host_agreement import HOSTS, Case, cases, check  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 
 @dataclass

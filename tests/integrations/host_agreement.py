@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from host_strategies import counters, host_schedules
 from hypothesis import strategies as st
-
-from schedtrain import FiringLog, Schedule, ScheduleWarning, Unit, simulate
-from tests.host_strategies import counters, host_schedules
 
 # The hosts' tiny models, imported here: a test module's @given defined inside a running
 # test is a nested given. Each of them skips when its host is not installed.
-from tests.test_integrations_lightning import Module, trainer
-from tests.test_integrations_transformers import SEQ, dataset, model
+from test_integrations_lightning import Module, trainer
+from test_integrations_transformers import SEQ, dataset, model
+
+from schedtrain import FiringLog, Schedule, ScheduleWarning, Unit, simulate
 
 Row = tuple[object, ...]
 HOSTS = ("lightning", "transformers", "ignite")

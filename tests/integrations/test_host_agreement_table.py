@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("ignite")  # Lightning and HF: tests.host_agreement's imports skip
+pytest.importorskip("ignite")  # Lightning and HF: host_agreement's imports skip
+from host_agreement import Case, Shape, cases, check
 from hypothesis import HealthCheck, example, given, settings
 
 from schedtrain import Schedule, every, on
-from tests.host_agreement import Case, Shape, cases, check
 
 quiet = pytest.mark.filterwarnings("ignore")
 # killed just after an epoch's last step (its checkpoint written, its epoch_end not yet
