@@ -253,7 +253,7 @@ class Retimer:
         step, epoch = self.position()
         if not self.chief:
             return
-        if status != "applied":
+        if status == "refused":
             warnings.warn(f"retime {status} at step {step}: {reason}", ScheduleWarning,
                           stacklevel=2)
         if self.run_dir is None or ident is None:
