@@ -224,7 +224,7 @@ def test_a_checkpoint_after_a_retime_stores_the_new_schedule_and_resumes_it(
         resumed = trainer(run_dir)
         resumed.resume(run_dir / "checkpoints" / f"step-{ckpt:08d}.pt")
         resumed.fit()
-        assert [f for f in _seen(resumed.firings)] == [
+        assert _seen(resumed.firings) == [
             f for f in _seen(whole.firings) if f[2] > ckpt or (f[2] == ckpt and f[1] !=
                                                                 "step_end")]
         assert _log(run_dir) == reference

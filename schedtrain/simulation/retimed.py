@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.simulation.simclock import PH_EPOCH_END, PH_STEP
-
-if TYPE_CHECKING:
-    from schedtrain.simulation.simulate import Simulation
 
 __all__ = ["AFTER", "SimulatedRun", "kept_triggers", "to_resume_point"]
 
@@ -28,9 +25,10 @@ __all__ = ["AFTER", "SimulatedRun", "kept_triggers", "to_resume_point"]
 AFTER: Final = {"step_end": PH_STEP, "epoch_end": PH_EPOCH_END}
 
 
-def to_resume_point(sim: Simulation, step: int, phase: str) -> None:
-    """Move the clock to where a checkpoint taken there resumes: the simulation jumps
-    between firings, and a resumed table takes its clock's position as evaluated."""
+def to_resume_point(sim: Any, step: int, phase: str) -> None:
+    """Move a ``Simulation``'s clock to where a checkpoint taken there resumes: the
+    simulation jumps between firings, and a resumed table takes its clock's position as
+    evaluated. (Typed ``Any``: this module sits below ``simulate``, which uses it.)"""
     sh, clock = sim.shape, sim.clock
     if not 1 <= step <= sh.total_steps:
         return
@@ -58,7 +56,7 @@ class SimulatedRun(FiringLog):
     """
 
     def __init__(self, firings: Iterable[Firing], schedule: Schedule,
-                 make: Callable[[Schedule], Simulation]) -> None:
+                 make: Callable[[Schedule], Any]) -> None:
         super().__init__(firings)
         self._schedule, self._make = schedule, make
 

@@ -35,6 +35,7 @@ from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_texts
 from schedtrain.planning.retime import (
     ANSWER_FILE,
+    HISTORY_FILE,
     REQUEST_FILE,
     Applied,
     History,
@@ -260,9 +261,8 @@ class Retimer:
             return
         write_json(self.run_dir / ANSWER_FILE, {"id": ident, "status": status, "step": step,
                                                 "epoch": epoch, "reason": reason})
-        request = self.run_dir / REQUEST_FILE
-        if read_request(self.run_dir) is not None:
-            request.unlink(missing_ok=True)
+        if self.directory is not None:
+            self.directory.remove_file(REQUEST_FILE)
 
     # -- resuming ------------------------------------------------------------------------------
     def resume(self, run: Mapping[str, Any]) -> None:
@@ -294,9 +294,9 @@ class Retimer:
     def forget(self) -> None:
         """A fresh run: no retimes of an earlier run in its directory."""
         self.history, self.replay = None, []
-        if self.chief and self.run_dir is not None:
-            for name in ("retimes.json", REQUEST_FILE, ANSWER_FILE):
-                (self.run_dir / name).unlink(missing_ok=True)
+        if self.directory is not None:
+            for name in (HISTORY_FILE, REQUEST_FILE, ANSWER_FILE):
+                self.directory.remove_file(name)
 
     def _read_history(self) -> History | None:
         history = read_history(self.run_dir) if self.run_dir is not None else None

@@ -33,7 +33,6 @@ from schedtrain.training.device import autocast, resolve_device
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.fit import Lifecycle
 from schedtrain.training.parts import StepFn, build_parts, epoch_length
-from schedtrain.training.retime import Retimer
 from schedtrain.training.stage import Stopped
 from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
@@ -205,8 +204,7 @@ class Trainer:
         #: the run's checkpoints: written, read, queued during events, pruned
         self.checkpoints: Checkpoints = parts.checkpoints
         self.steps_in_epoch: int | None = parts.loop.steps_in_epoch
-        #: ``trainer.retimer.retime(schedule)``: a new schedule for the running job
-        self.retimer: Retimer = parts.retimer
+        self.retimer = parts.retimer  # .retime(schedule): live retime (training.retime)
 
     # -- options (the rest: ``trainer.config``) ------------------------------------------------
     @property
@@ -379,7 +377,8 @@ class Trainer:
         return self._run.outcome
 
     def __repr__(self) -> str:
-        return f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}>"
+        return (f"<Trainer {len(self.callbacks)} callbacks, step {self.clock.step}, "
+                f"epoch {self.clock.epoch}>")
 
 
 #: ``Trainer``'s keywords that are options (``RunConfig``'s fields), and their defaults.
