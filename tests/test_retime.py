@@ -340,3 +340,29 @@ def test_retime_command_says_why_it_cannot(tmp_path: Path, capsys: pytest.Captur
     assert code == (1 if case == "wait" else 2)
     assert message in err and "Traceback" not in err
     assert (run_dir / "retime.json").exists() == (case == "wait")
+
+
+def test_an_unreadable_request_is_refused_once_and_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request file that is not the command's JSON: one line, removed (not refused again
+    at each look), the run unchanged."""
+    import warnings
+
+    import schedtrain.training.retime as live
+
+    monkeypatch.setattr(live, "POLL_NS", 0)
+    class Garbage(Callback):
+        def _trigger(self) -> None:
+            assert self.trainer.run_dir is not None
+            (self.trainer.run_dir / "retime.json").write_text("{not json")
+
+    a = Schedule({"ask": at("2 steps"), "a": every("3 steps")})
+    trainer = _trainer(tmp_path / "run", a, Garbage())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trainer.fit()
+    lines = [str(w.message) for w in seen if "retime refused" in str(w.message)]
+    assert lines == ["retime refused at step 2: retime.json is not a JSON object (write it "
+                     "with `schedtrain retime`)"]
+    assert not (tmp_path / "run" / "retime.json").exists()
+    assert _seen(trainer.firings) == _seen(simulate(a, shape=SHAPE))

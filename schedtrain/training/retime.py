@@ -257,11 +257,17 @@ class Retimer:
         if status == "refused":
             warnings.warn(f"retime {status} at step {step}: {reason}", ScheduleWarning,
                           stacklevel=2)
-        if self.run_dir is None or ident is None:
-            return
-        write_json(self.run_dir / ANSWER_FILE, {"id": ident, "status": status, "step": step,
-                                                "epoch": epoch, "reason": reason})
-        if self.directory is not None:
+        if self.run_dir is None or (ident is None and status != "refused"):
+            return  # a replay, or no directory: nobody waits for an answer
+        if ident is not None:
+            write_json(self.run_dir / ANSWER_FILE, {"id": ident, "status": status,
+                                                    "step": step, "epoch": epoch,
+                                                    "reason": reason})
+        # The file answered (or unreadable: else it is refused again at each look); one a
+        # command wrote since a request made in Python stays for the next look.
+        waiting = read_request(self.run_dir)
+        if self.directory is not None and (isinstance(waiting, str) or (
+                waiting is not None and waiting[0] == ident)):
             self.directory.remove_file(REQUEST_FILE)
 
     # -- resuming ------------------------------------------------------------------------------
