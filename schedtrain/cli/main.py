@@ -275,7 +275,14 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return cmd_diff(args)
 
 
-_COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "diff": _cmd_diff, "train": _cmd_train}
+def _cmd_retime(args: argparse.Namespace) -> int:
+    from schedtrain.cli.retime import cmd_retime
+
+    return cmd_retime(args)
+
+
+_COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "diff": _cmd_diff, "train": _cmd_train,
+             "retime": _cmd_retime}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,7 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from schedtrain.cli import preflight
 from schedtrain.cli.preflight import UsageError
@@ -61,7 +61,8 @@ with --resume auto
 
 @functools.cache  # parsing does not change it; built once per process
 def build_parser() -> argparse.ArgumentParser:
-    """The ``schedtrain`` command's arguments: ``check``, ``plan``, ``diff`` and ``train``."""
+    """The ``schedtrain`` command's arguments: ``check``, ``plan``, ``diff``, ``train`` and
+    ``retime``."""
     parser = _Parser(
         prog="schedtrain",
         description="Check, plan and run declarative training schedules written in TOML.",
@@ -154,7 +155,48 @@ def build_parser() -> argparse.ArgumentParser:
                        help="resuming a checkpoint saved with another schedule: refuse "
                             "(default; shows the diff) or apply the new one by the rules "
                             "of docs/checkpoints.md")
+    _add_retime(sub)
     return parser
+
+
+_RETIME_EPILOG = """\
+examples:
+  schedtrain retime runs/digits specs/digits_30_steps.toml
+  schedtrain retime runs/digits new.toml --wait 60    # until the job has applied it
+
+exit codes: 0 handed (with --wait: applied), 1 no answer within --wait (the request
+stays), 2 bad input, no job running there, or a change a running job cannot make
+"""
+
+
+def _add_retime(sub: Any) -> None:
+    retime = sub.add_parser(
+        "retime", help="hand a running job a new schedule", epilog=_RETIME_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Check a new spec's schedule against the one the job in RUN_DIR runs, "
+                    "print the diff of the next firings and hand it to the job, which "
+                    "applies it at its next slow-path step by the rules of "
+                    "--schedule-change apply (docs/checkpoints.md, \"Live retime\").")
+    retime.add_argument("run_dir", metavar="RUN_DIR", help="the running job's run directory")
+    retime.add_argument("new", metavar="NEW", help="a TOML spec file")
+    retime.add_argument("--wait", type=_seconds, metavar="SECONDS",
+                        help="wait up to SECONDS for the job's answer (applied or refused)")
+    retime.add_argument("--epochs", type=_positive_int, metavar="N",
+                        help="override clock.epochs (for the diff)")
+    retime.add_argument("--steps-per-epoch", type=_positive_int, metavar="S",
+                        help="override clock.steps_per_epoch (for the diff)")
+    retime.add_argument("--first", type=_positive_int, default=5, metavar="N",
+                        help="firings listed per callback and kind (default 5)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
 
 
 def _share(text: str) -> float:

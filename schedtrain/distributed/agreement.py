@@ -11,7 +11,7 @@ these are, and why nothing runs on quiet steps, is in docs/distributed.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from schedtrain.distributed.comm import Comm, first_flagged, reduce_column
@@ -74,6 +74,10 @@ class _Dispatch(Protocol):
     def request_stop(self, reason: str) -> None: ...
 
 
+def _never() -> bool:
+    return False
+
+
 class PreemptRequested(Error):
     """The loop's point to preempt has come (every rank at the same one): the run's
     lifecycle fires ``preempt``, checkpoints and ends the run as ``Preempted``.
@@ -98,6 +102,10 @@ class Alone:
         self.clock, self.guard = clock, guard
         #: the loop's clock must be exact after every step (the loop sets it)
         self.exact = False
+        #: live retime (``training.retime``): whether a request waits, asked on the chief
+        #: where ranks agree, and whether the last agreement found one
+        self.retime_waiting: Callable[[], bool] = _never
+        self.retime_asked = False
 
     # -- the loop --------------------------------------------------------------------------
     def begin_epoch(self, step: int) -> None:
@@ -221,17 +229,21 @@ class Agreement(Alone):
         prev_sample, prev_token = clock.sample, clock.token
         elapsed = clock.elapsed(time) if comm.is_chief else 0
         loss = losses.host_mean(step)
+        # Bit 32 of the chief's low time word: a live retime waits (no float of its own:
+        # an agreement stays 7 floats a rank, each exact in a float64).
+        waiting = int(comm.is_chief and self.retime_waiting()) << 32
         rows = comm.agree((sample - prev_sample, token - prev_token,
-                           elapsed >> 32, elapsed & 0xFFFFFFFF,  # each exact in a float64
+                           elapsed >> 32, (elapsed & 0xFFFFFFFF) | waiting,
                            0.0 if loss is None else loss, float(loss is not None),
                            float(posted or self.guard.requested is not None)))
         self._signalled = first_flagged(rows, 6) is not None
+        self.retime_asked = int(rows[0][3]) >> 32 > 0
         ds = sum(int(r[0]) for r in rows)
         dt = sum(int(r[1]) for r in rows)
         mean = reduce_column(rows, 4, 5, "mean")
         losses.agreed = None if mean is None else (step, mean)
         if not comm.is_chief:
-            chief = (int(rows[0][2]) << 32) | int(rows[0][3])
+            chief = (int(rows[0][2]) << 32) | (int(rows[0][3]) & 0xFFFFFFFF)
             prev_time, time = self._synced_time, clock.reading(chief)
             self._synced_time = time
         return prev_sample + ds, prev_token + dt, prev_sample, prev_token, prev_time, time

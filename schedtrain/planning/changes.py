@@ -32,7 +32,8 @@ from schedtrain.planning.nearest import nearest_pairs
 from schedtrain.retention import Policy, Saved
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.simulation.simclock import PH_EPOCH_END, PH_STEP, RunShape
+from schedtrain.simulation.retimed import AFTER, to_resume_point
+from schedtrain.simulation.simclock import RunShape
 from schedtrain.simulation.simulate import Simulation
 from schedtrain.spec.load import loads_spec
 from schedtrain.spec.write import schedule_to_toml, toml_value
@@ -41,8 +42,7 @@ __all__ = ["Carry", "Continuation", "FileChange", "FiringChange", "ScheduleDiff"
            "SpecChange", "canonical", "carry", "continue_with", "diff_texts",
            "file_changes", "firing_changes", "spec_changes"]
 
-#: Where a resumed run continues: after that step's ``step_end`` or its ``epoch_end``.
-_AFTER: Final = {"step_end": PH_STEP, "epoch_end": PH_EPOCH_END}
+_AFTER: Final = AFTER
 
 
 def canonical(schedule: Schedule) -> str | None:
@@ -165,7 +165,7 @@ def continue_with(old: Schedule, new: Schedule, shape: RunShape, *, from_step: i
         rules = _rules(old, new)
     first = Simulation(old, shape)
     before = tuple(first.iter_firings((from_step, _AFTER[phase], 10**9)))
-    _to_resume_point(first, from_step, phase)
+    to_resume_point(first, from_step, phase)
     state = copy.deepcopy(first.state_dict())
     kept = set(rules.kept)
     state["table"] = {"triggers": {n: s for n, s in state["table"]["triggers"].items()
@@ -173,20 +173,6 @@ def continue_with(old: Schedule, new: Schedule, shape: RunShape, *, from_step: i
     second = Simulation(new, shape)
     second.load_state_dict(state)
     return Continuation(before, tuple(first.iter_firings()), tuple(second.iter_firings()))
-
-
-def _to_resume_point(sim: Simulation, step: int, phase: str) -> None:
-    """Move the clock to where a checkpoint taken there resumes: the simulation jumps
-    between firings, and a resumed table takes its clock's position as evaluated."""
-    sh, clock = sim.shape, sim.clock
-    if not 1 <= step <= sh.total_steps:
-        return
-    epoch = sh.first_epoch_starting(step, after=False) - 1
-    if phase == "epoch_end" and sh.start(epoch + 1) == step:
-        if clock.key < (step, PH_EPOCH_END, 0):
-            clock.to_epoch_end(epoch)
-    elif clock.key < (step, PH_STEP, 0):
-        clock.to_step_end(step)
 
 
 def _rules(old: Schedule, new: Schedule) -> Carry:

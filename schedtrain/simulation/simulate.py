@@ -20,6 +20,7 @@ from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.metric_stream import StreamMetrics, records
+from schedtrain.simulation.retimed import SimulatedRun
 from schedtrain.simulation.simclock import (
     PH_BATCH,
     PH_EPOCH_END,
@@ -291,7 +292,8 @@ def simulate(
     deadline: Time | str | None = None,
     batches_per_epoch: int | None = None,
 ) -> FiringLog:
-    """Simulate a run and return every firing, in order.
+    """Simulate a run and return every firing, in order; given a ``Schedule``, the log's
+    ``continue_with(new, at=step)`` predicts the run retimed after ``step``.
 
     Args:
         schedule: a ``Schedule`` (or a compiled ``TriggerTable``).
@@ -322,8 +324,15 @@ def simulate(
              "seconds_per_step": seconds_per_step, "max_steps": max_steps,
              "batches_per_epoch": batches_per_epoch}
     shape = shape_of(shape, given)
-    return Simulation(schedule, shape, metrics=metrics, predicates=predicates,
-                      events=events, sanity_eval=sanity_eval, deadline=deadline).run()
+
+    def make(s: Schedule | TriggerTable) -> Simulation:
+        return Simulation(s, shape, metrics=metrics, predicates=predicates, events=events,
+                          sanity_eval=sanity_eval, deadline=deadline)
+
+    firings = make(schedule).run()
+    if not isinstance(schedule, Schedule):  # a compiled table: nothing to retime
+        return firings
+    return SimulatedRun(firings, schedule, make)
 
 
 def shape_of(shape: RunShape | None, given: Mapping[str, Any]) -> RunShape:

@@ -121,6 +121,7 @@ class Lifecycle:
         resume: its files stay, its ``events.jsonl`` starts anew."""
         if self.stage is Stage.NEW:
             self.stage = Stage.STARTING_OVER
+            self.parts.retimer.start_over()
 
     def save(self, path: Path, on_saved: Callable[[Path], None] | None) -> None:
         """During ``fit``, once the current event is over; otherwise now."""
@@ -171,6 +172,8 @@ class Lifecycle:
                     starting_over=self.stage is Stage.STARTING_OVER)
                 self._open_storage(directory)
                 self._cut_events(resumed)
+            if self.stage is Stage.NEW:  # no retime of an earlier run here is replayed
+                self.parts.retimer.forget()
             self.stage = Stage.OPENED
         elif directory is not None:  # a second fit() of this trainer continues its run
             directory.acquire()

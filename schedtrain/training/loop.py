@@ -36,6 +36,7 @@ from schedtrain.training.device import autocast
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
 from schedtrain.training.preempt import Guard
+from schedtrain.training.retime import Retimer
 from schedtrain.training.steps import PlainStep, Step, make_step
 
 __all__ = ["Loop"]
@@ -75,6 +76,7 @@ class Loop:
         exact: bool,
         publish_loss: Callable[[], None],
         agreement: Alone,
+        retimer: Retimer | None = None,
     ) -> None:
         self.clock, self.table, self.dispatch = clock, table, dispatch
         self.losses, self.position, self.step, self.guard = losses, position, step, guard
@@ -82,6 +84,8 @@ class Loop:
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.steps_in_epoch, self.exact = steps_in_epoch, exact
         self._publish_loss, self.agreement = publish_loss, agreement
+        #: live retime, looked for on the slow path only (``training.retime``)
+        self.retimer = retimer
         agreement.exact = exact
         #: whether an epoch is open (shared with the run's state, which checkpoints it)
         self.epoch = epoch
@@ -138,6 +142,8 @@ class Loop:
     def run(self) -> None:
         """Epochs until ``max_epochs``/``max_steps`` (exceptions end it early)."""
         clock, dispatch, flag = self.clock, self.dispatch, self.epoch
+        if self.retimer is not None:  # resumed where a retime was applied: again, now
+            self.retimer.poll(clock.step, due=False, replay_only=True)
         # A run resumed inside an epoch finishes it, even at max_steps: the checkpoint
         # may be of the epoch's last step, taken before its epoch_end.
         while flag.resume_inside or (clock.epoch < self.max_epochs
@@ -307,10 +313,13 @@ class Loop:
                 dispatch.after_step(now, step, StepOutputs(loss, outputs, batch, fetched))
             if trig:
                 dispatch.run_hooks("_trigger_step", now)
-        if step >= self.table.step_due:
+        due = step >= self.table.step_due
+        if due:
             dispatch.fire("step_end")
         elif dispatch.saves.pending:  # saves asked for by a hook
             dispatch.saves.flush("step_end")
+        if self.retimer is not None:
+            self.retimer.poll(step, due)
         self.agreement.after_step_end(step)
 
     def _limit(self, step: int, kept: int) -> float:
@@ -319,5 +328,6 @@ class Loop:
         ``PREEMPT_CHECK``, where ranks look for an agreed preemption."""
         if self.exact:
             return 0
+        retime = self.retimer.next_step if self.retimer is not None else math.inf
         return self.agreement.limit(min(self.table.step_due, self.max_steps,
-                                        step + FOLD - kept), step)
+                                        step + FOLD - kept, retime), step)

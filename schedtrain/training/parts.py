@@ -45,6 +45,7 @@ from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.preempt import Guard
+from schedtrain.training.retime import Retimer
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.run_state import RunState
 from schedtrain.training.schedule_change import ScheduleChange
@@ -85,6 +86,8 @@ class Parts:
     agreement: Alone
     dispatch: Dispatcher
     loop: Loop
+    #: live retime (``trainer.retimer``)
+    retimer: Retimer
 
 
 def publish_loss(losses: LossKeeper, metrics: MetricStore, clock: LoopClock) -> None:
@@ -172,6 +175,12 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
                                guard=guard, table=table, losses=losses,
                                max_steps=config.max_steps)
+    retimer = Retimer(
+        table=table, change=run_state.change, callbacks=by_name, predicates=known,
+        produced=bound.produced, shape=functools.partial(_shape, config, ready.train_data),
+        run_dir=run_dir, directory=directory, events=events, comm=comm, agreement=agreement,
+        position=run_state.position)
+    run_state.on_resume = retimer.resume
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
         gates={e.default_name(): e.gate for e in bound.schedule.entries}, metrics=metrics,
@@ -184,11 +193,11 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         clock=clock, table=table, dispatch=dispatch, losses=losses, position=position,
         guard=guard, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
         steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
-        publish_loss=publish, agreement=agreement)
+        publish_loss=publish, agreement=agreement, retimer=retimer)
     return Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
                   ready.train_data, ready.val_data, scaler, clock, bound.schedule, cbs, table,
                   known, directory, events, metrics, losses, position, guard, epoch, run_state,
-                  checkpoints, agreement, dispatch, loop)
+                  checkpoints, agreement, dispatch, loop, retimer)
 
 
 def _warn_sanity(batches: int, table: TriggerTable) -> None:

@@ -207,6 +207,11 @@ class RunDirectory:
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"
         write_atomic(self.path / RUN_FILE, lambda f: f.write(text.encode()))
 
+    def remove_file(self, name: str) -> None:
+        """Remove the run's own file ``name`` of the directory (live retime's request
+        once answered, or an earlier run's retimes on a fresh start)."""
+        (self.path / Path(name).name).unlink(missing_ok=True)
+
     def checkpoint_written(self, path: Path | str, phase: str, step: int, epoch: int) -> None:
         """Record the run's progress at each checkpoint: after a ``kill -9``, ``run.json``
         says how far the run got and which checkpoint it wrote last (its path or URL)."""

@@ -23,7 +23,7 @@ holds no file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,8 @@ class RunState:
         #: the run's schedule (canonical TOML, stored in every checkpoint) and what a
         #: resume does when the checkpoint's differs
         self.change = change if change is not None else ScheduleChange(None)
+        #: called with a checkpoint's ``run`` before it is checked (live retime's replay)
+        self.on_resume: Callable[[Mapping[str, Any]], None] | None = None
 
     def see_saved_files_with(self, present: Present) -> None:
         """How a resume with another schedule learns which of a saver's files are there
@@ -109,6 +111,8 @@ class RunState:
     def check(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse a checkpoint saved with another schedule (``ScheduleChanged``) unless
         told to apply it, or, its schedule unknown, with other callbacks (``ValueError``)."""
+        if self.on_resume is not None:
+            self.on_resume(run)
         self.change.check(path, run)
         if self.change.carried is not None:
             return

@@ -205,6 +205,7 @@ class Trainer:
         #: the run's checkpoints: written, read, queued during events, pruned
         self.checkpoints: Checkpoints = parts.checkpoints
         self.steps_in_epoch: int | None = parts.loop.steps_in_epoch
+        self.retimer = parts.retimer  # .retime(schedule): live retime (training.retime)
 
     # -- options (the rest: ``trainer.config``) ------------------------------------------------
     @property

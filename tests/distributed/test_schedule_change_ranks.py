@@ -63,3 +63,50 @@ def test_two_ranks_refuse_then_apply_alike(tmp_path: Path) -> None:
     after = rows[rows.index(change) + 1:]
     assert [(r["event"], r["step"]) for r in after
             if r.get("callback") == "validate"] == [("step_end", 20)]
+
+
+RETIME = """\
+[run]
+task = "jobs.ddp:make_task"
+max_epochs = 6
+seed = 1
+
+[callbacks.ask]
+type = "jobs.retime:AskRetime"
+spec = "new.toml"
+trigger = {{ at = "3 steps" }}
+
+[callbacks.validate]
+type = "InferenceRunner"
+trigger = {validate}
+
+[callbacks.slow]
+type = "jobs.ddp:Sleep"
+seconds = 0.05
+trigger = {{ every = "1 step" }}
+
+[callbacks.samples]
+type = "jobs.ddp:DumpFirings"
+trigger = {{ on = "train_end" }}
+"""
+
+
+def test_two_ranks_take_a_live_retime_at_one_step(tmp_path: Path) -> None:
+    """A retime asked while two ranks train: the chief sees the request, both apply it
+    after the same step_end (the log has one schedule_change line), and both fire the
+    old schedule before it and the new one after it, alike."""
+    old = tmp_path / "old.toml"
+    old.write_text(RETIME.format(validate='{ every = "7 steps" }'))
+    (tmp_path / "new.toml").write_text(RETIME.format(validate='{ every = "5 steps" }'))
+    run_dir = tmp_path / "run"
+    done = torchrun(old, run_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"firings-rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1]
+    rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    (change,) = [r for r in rows if r["kind"] == "schedule_change"]
+    step = change["step"]
+    assert change["rule"] == "retime" and change["rules"]["reset"] == ["validate"]
+    validate = [s for c, e, s, _ in ranks[0] if c == "validate" and e == "step_end"]
+    assert validate == (list(range(7, step + 1, 7))
+                        + list(range(5 * (step // 5 + 1), 6 * 8 + 1, 5)))

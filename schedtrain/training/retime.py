@@ -1,0 +1,326 @@
+"""Live retime: a running job takes a new schedule at its next slow-path step.
+
+How the run notices a request: it looks for ``RUN_DIR/retime.json`` (or a request made
+in this process, ``Retimer.retime``) only on the loop's slow path - a step where a
+trigger is due, the kept losses are folded (at least every ``FOLD`` steps) or training
+ends - and there at most once per ``POLL_NS`` of wall time: a quiet step pays nothing,
+not even a comparison. A signal was not chosen: a process without the handler (an
+earlier version, ``handle_signals=False``, a run in a thread) would be killed by
+SIGUSR2's default action. On several processes the chief's "a request is waiting"
+rides in the agreement the ranks already make where a trigger is due (no collective of
+its own); there the chief reads the request and broadcasts it, and every rank applies it
+after the same step's ``step_end``.
+
+The change is applied by the rules of ``--schedule-change apply``
+(``planning.changes.carry``; what a running job cannot do is refused,
+``planning.retime.live_refusal``), written to ``events.jsonl`` as a ``schedule_change``
+line (``"rule": "retime"``), kept in every later checkpoint (``run.schedule``) and in
+``RUN_DIR/retimes.json``, from which a resumed run applies each retime again at its step.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from schedtrain.callbacks.base import Callback
+from schedtrain.distributed.agreement import Alone
+from schedtrain.distributed.comm import Comm
+from schedtrain.errors import ScheduleWarning, SpecError
+from schedtrain.monitors.jsonl import JsonlWriter
+from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_texts
+from schedtrain.planning.retime import (
+    ANSWER_FILE,
+    HISTORY_FILE,
+    REQUEST_FILE,
+    Applied,
+    History,
+    ScheduleChangeRefused,
+    live_refusal,
+    read_history,
+    read_request,
+    write_history,
+    write_json,
+)
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.schedule.table import TriggerTable
+from schedtrain.simulation.simclock import RunShape
+from schedtrain.spec import load_spec, loads_spec
+from schedtrain.training.run_dir import RunDirectory
+from schedtrain.training.schedule_change import ScheduleChange
+
+__all__ = ["POLL_NS", "Retimer", "adopt"]
+
+#: The run looks for a request at most this often (on slow-path steps only).
+POLL_NS: Final = 500_000_000
+
+
+def adopt(table: TriggerTable, new: TriggerTable, kept: tuple[str, ...]) -> None:
+    """Make ``table`` (the object every part of the run holds) fire as ``new`` does,
+    its triggers' states kept for the callbacks in ``kept`` and fresh for the others;
+    an attached table takes its clock's position as evaluated, as a resumed one does."""
+    saved = table.state_dict()["triggers"]
+    table.names, table.triggers, table.nodes = new.names, new.triggers, new.nodes
+    table._shared, table._event_sets = new._shared, new._event_sets
+    table._listeners, table.warnings = {}, new.warnings
+    table.load_state_dict({"triggers": {n: s for n, s in saved.items() if n in kept}})
+
+
+class Retimer:
+    """A run's side of live retime (``trainer.retimer``).
+
+    Args:
+        table, change: the run's compiled table and its schedule (``change.text``).
+        callbacks: the callbacks by name.
+        predicates, produced: what the table was compiled with.
+        shape: the run's shape, for the diff of the next firings (``None``: unknown).
+        run_dir: the run directory on this rank (``None``: none).
+        directory: the chief's run directory (``None``: not the chief, or none).
+        events: ``events.jsonl`` (``None``: not written here).
+        comm: the ranks' communicator (``None``: one process).
+        agreement: what the ranks agree on (carries the chief's "a request waits").
+        position: the clock's ``(step, epoch)`` now.
+    """
+
+    def __init__(self, *, table: TriggerTable, change: ScheduleChange,
+                 callbacks: Mapping[str, Callback], predicates: Mapping[str, Any],
+                 produced: frozenset[str], shape: Callable[[], RunShape | None],
+                 run_dir: Path | None, directory: RunDirectory | None,
+                 events: JsonlWriter | None, comm: Comm | None, agreement: Alone,
+                 position: Callable[[], tuple[int, int]]) -> None:
+        self.table, self.change, self.callbacks = table, change, callbacks
+        self.predicates, self.produced, self.shape = predicates, produced, shape
+        self.run_dir, self.directory, self.events = run_dir, directory, events
+        self.comm, self.agreement, self.position = comm, agreement, position
+        self.chief = comm is None or comm.is_chief
+        #: the schedule the run started with, and the retimes applied since
+        self.history: History | None = None
+        #: retimes a resumed run applies again, at their steps
+        self.replay: list[Applied] = []
+        #: a request made in this process (``retime``): its id and schedule
+        self.asked: tuple[str, str] | None = None
+        self._next_look, self._seen = 0, False
+        # A callback whose trigger changes starts afresh, as on a resume: its state as built.
+        self._initial: dict[str, Any] = {}
+        for name, cb in callbacks.items():
+            try:
+                self._initial[name] = copy.deepcopy(cb.state_dict())
+            except Exception:  # such a callback keeps its state (documented)
+                continue
+        if self.chief:
+            agreement.retime_waiting = self.waiting
+
+    # -- asking --------------------------------------------------------------------------------
+    def retime(self, schedule: Schedule | str | Path) -> ScheduleDiff:
+        """Hand the running job ``schedule`` (a ``Schedule``, a spec's path, or TOML text):
+        checked against the run's now, applied at its next slow-path step. Returns the
+        diff of the next firings.
+
+        Raises:
+            ScheduleChangeRefused: a change the running job cannot make (the line says why).
+            SpecError: a spec or text with problems.
+        """
+        text = _text_of(schedule)
+        old = self.change.text
+        if old is None:
+            raise ScheduleChangeRefused("this run's schedule has a Python trigger (when(fn)) "
+                                        "with no stored form: it cannot be retimed")
+        why = live_refusal(old, text)
+        if why is not None:
+            raise ScheduleChangeRefused(why)
+        step, _ = self.position()
+        diff = self._diff(old, text, step)
+        self.asked = (f"python-{time.monotonic_ns()}", text)
+        self._next_look = 0
+        return diff
+
+    def waiting(self) -> bool:
+        """Whether a request waits (looked at once per ``POLL_NS``; chief only)."""
+        if self.asked is not None or self._seen:
+            return True
+        now = time.monotonic_ns()
+        if now < self._next_look or self.run_dir is None:
+            return False
+        self._next_look = now + POLL_NS
+        self._seen = (self.run_dir / REQUEST_FILE).exists()  # until it is taken
+        return self._seen
+
+    # -- the loop ------------------------------------------------------------------------------
+    @property
+    def next_step(self) -> float:
+        """The next step at which a resumed run applies a retime again."""
+        return self.replay[0].step if self.replay else float("inf")
+
+    def poll(self, step: int, due: bool, *, replay_only: bool = False) -> None:
+        """After a slow-path ``step_end`` (``due``: a trigger was due, where ranks agree):
+        apply a retime replayed at this step, or a request that waits."""
+        while self.replay and self.replay[0].step <= step:
+            self._apply(self.replay.pop(0).schedule, None, replayed=True)
+        if replay_only:
+            return
+        if self.comm is None:
+            if self.waiting():
+                self._take()
+        elif due and self.agreement.retime_asked:
+            self.agreement.retime_asked = False
+            self._take()
+
+    def _take(self) -> None:
+        """Read the request (the chief; every rank gets it) and apply or refuse it."""
+        found: tuple[str, str] | str | None = None
+        self._seen = False
+        if self.chief:
+            if self.asked is not None:
+                found, self.asked = self.asked, None
+            elif self.run_dir is not None:
+                found = read_request(self.run_dir)
+        if self.comm is not None and self.comm.size > 1:
+            found = self.comm.broadcast(found)
+        if isinstance(found, str):
+            self._answer(None, "refused", found)
+        elif found is not None:
+            self._apply(found[1], found[0])
+
+    # -- applying ------------------------------------------------------------------------------
+    def _apply(self, text: str, ident: str | None, *, replayed: bool = False) -> None:
+        old = self.change.text
+        if old is None:
+            self._answer(ident, "refused", "this run's schedule has a Python trigger "
+                                           "(when(fn)) with no stored form")
+            return
+        if text == old:
+            self._answer(ident, "unchanged", "the new schedule is the running one")
+            return
+        try:
+            why = live_refusal(old, text)
+            new = loads_spec(text, "retime").schedule().compile(
+                predicates=self.predicates, produced_metrics=self.produced)
+        except (SpecError, ValueError) as exc:
+            why = f"the new schedule is not valid: {exc}"
+        else:
+            if why is None and ((new.needs_batch_end and not self.table.needs_batch_end)
+                                or (new.needs_batch_start and not self.table.needs_batch_start)):
+                why = ("a trigger of the new schedule names batch_end or batch_start, which "
+                       "the running loop was not built to fire; restart with --resume auto "
+                       "--schedule-change apply")
+        if why is not None:
+            self._answer(ident, "refused", why)
+            return
+        step, epoch = self.position()
+        diff = self._diff(old, text, step)
+        rules = carry(old, text)
+        states = {n: self.callbacks[n].state_dict() for n in rules.reset}
+        adopt(self.table, new, rules.kept)
+        for name in rules.reset:  # afresh, as a resume does; a saver keeps its records
+            if name in self._initial:
+                self.callbacks[name].load_state_dict(copy.deepcopy(self._initial[name]))
+                self.callbacks[name].load_records(states[name])
+        self.change.text = text
+        if self.events is not None:
+            self.events.record({"kind": "schedule_change", "step": step, "epoch": epoch,
+                                "rule": "retime", **diff.to_dict()})
+        if not replayed:
+            self._remember(Applied(step, epoch, text), old)
+        if self.directory is not None:
+            self.directory.record("running", step=step, epoch=epoch, schedule=text)
+        self._answer(ident, "applied", f"applied after step {step}")
+
+    def _diff(self, old: str, new: str, step: int) -> ScheduleDiff:
+        try:
+            shape = self.shape()
+        except ValueError:
+            shape = None
+        return diff_texts(old, new, shape=shape, from_step=step if shape else None,
+                          files=("running schedule", "new schedule"))
+
+    def _remember(self, applied: Applied, old: str) -> None:
+        """Add ``applied`` to the history (a later retime replaces the replays after it)."""
+        self.replay = []
+        base = self.history
+        if base is None:
+            base = History(old)
+        kept = tuple(a for a in base.applied if a.step <= applied.step)
+        self.history = History(base.base, (*kept, applied))
+        if self.chief and self.run_dir is not None:
+            write_history(self.run_dir, self.history)
+
+    def _answer(self, ident: str | None, status: str, reason: str) -> None:
+        """Say what became of a request: a refusal as one line, the answer file for the
+        command that asked, the request removed."""
+        step, epoch = self.position()
+        if not self.chief:
+            return
+        if status == "refused":
+            warnings.warn(f"retime {status} at step {step}: {reason}", ScheduleWarning,
+                          stacklevel=2)
+        if self.run_dir is None or (ident is None and status != "refused"):
+            return  # a replay, or no directory: nobody waits for an answer
+        if ident is not None:
+            write_json(self.run_dir / ANSWER_FILE, {"id": ident, "status": status,
+                                                    "step": step, "epoch": epoch,
+                                                    "reason": reason})
+        # The file answered (or unreadable: else it is refused again at each look); one a
+        # command wrote since a request made in Python stays for the next look.
+        waiting = read_request(self.run_dir)
+        if self.directory is not None and (isinstance(waiting, str) or (
+                waiting is not None and waiting[0] == ident)):
+            self.directory.remove_file(REQUEST_FILE)
+
+    # -- resuming ------------------------------------------------------------------------------
+    def resume(self, run: Mapping[str, Any]) -> None:
+        """Before a checkpoint's ``run`` is checked and restored: when this run's history
+        starts from this trainer's schedule, the table takes the schedule the checkpoint
+        was taken with, and the retimes after it are replayed at their steps."""
+        history = self._read_history()
+        saved, step = run.get("schedule"), int(run["clock"]["now"]["step"])
+        if history is None:
+            return
+        texts = history.texts()
+        at = [i for i, t in enumerate(texts) if t == saved
+              and (i == 0 or history.applied[i - 1].step <= step)]
+        if not at:
+            return
+        i = at[-1]
+        if i:
+            new = loads_spec(texts[i], "retimes.json").schedule().compile(
+                predicates=self.predicates, produced_metrics=self.produced)
+            adopt(self.table, new, tuple(self.table.names))
+            self.change.text = texts[i]
+        self.replay = list(history.applied[i:])
+
+    def start_over(self) -> None:
+        """A run that starts over in its directory replays its retimes from the start."""
+        history = self._read_history()
+        self.replay = list(history.applied) if history is not None else []
+
+    def forget(self) -> None:
+        """A fresh run: no retimes of an earlier run in its directory."""
+        self.history, self.replay = None, []
+        if self.directory is not None:
+            for name in (HISTORY_FILE, REQUEST_FILE, ANSWER_FILE):
+                self.directory.remove_file(name)
+
+    def _read_history(self) -> History | None:
+        history = read_history(self.run_dir) if self.run_dir is not None else None
+        if history is None or history.base != self.change.text:
+            self.history = None
+            return None
+        self.history = history
+        return history
+
+
+def _text_of(schedule: Schedule | str | Path) -> str:
+    """A schedule's canonical TOML."""
+    if isinstance(schedule, Path):
+        schedule = load_spec(schedule).schedule()
+    elif isinstance(schedule, str):
+        schedule = loads_spec(schedule, "retime").schedule()
+    text = canonical(schedule)
+    if text is None:
+        raise ScheduleChangeRefused("the new schedule has a Python trigger (when(fn)) with "
+                                    "no stored form: it cannot be handed to a run")
+    return text
