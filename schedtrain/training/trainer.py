@@ -18,10 +18,9 @@ import torch
 from schedtrain.checkpoints import Checkpoints
 from schedtrain.clock import LoopClock
 from schedtrain.errors import ArgumentError
-from schedtrain.monitors.store import MetricStore, Sink
+from schedtrain.monitors.store import Sink
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.config import check_config, run_config
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.spec.run import DEFAULT_KEEP_FIRINGS, RunConfig
@@ -199,8 +198,7 @@ class Trainer:
         self.train_model, self.optimizer = parts.train_model, parts.optimizer
         self.train_data, self.val_data = parts.train_data, parts.val_data
         self.clock, self.schedule, self.callbacks = parts.clock, parts.schedule, parts.callbacks
-        self.table: TriggerTable = parts.table
-        self.metrics: MetricStore = parts.metrics
+        self.table, self.metrics = parts.table, parts.metrics
         self.dispatch: Dispatcher = parts.dispatch
         #: the run's checkpoints: written, read, queued during events, pruned
         self.checkpoints: Checkpoints = parts.checkpoints
