@@ -12,6 +12,7 @@ from typing import IO, Any
 import torch
 
 from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.format import CheckpointError
 from schedtrain.checkpoints.lease import Lease
 from schedtrain.checkpoints.owned import Identity, Tap, file_identity
 from schedtrain.checkpoints.pacing import paced_file
@@ -24,6 +25,7 @@ from schedtrain.checkpoints.store import (
     stored_newest_loaded,
     write_checkpoint,
 )
+from schedtrain.distributed.comm import Comm
 from schedtrain.errors import RunDirError
 
 __all__ = ["Mount"]
@@ -137,6 +139,32 @@ class Mount:
         if self.storage is not None and self.stored(folder / "x") is not None:
             return stored_newest_loaded(self.storage, folder, skipped)
         return newest_loaded(folder, skipped)
+
+    def pick_to_resume(self, folder: Path, comm: Comm | None,
+                       skipped: Callable[[Path, str], None] | None = None,
+                       ) -> tuple[Path, dict[str, Any] | None] | None:
+        """``newest_to_resume`` on the chief, whose pick every rank resumes: it tells them
+        its name (one broadcast), so all resume the same checkpoint even where their views
+        of the folder differ (a node that lists a bucket while a write lands, a rank whose
+        read failed once). The others get no content: they read it to restore it."""
+        found: tuple[Path, dict[str, Any] | None] | None = None
+        failed: Exception | None = None
+        if comm is None or comm.is_chief:
+            try:
+                found = self.newest_to_resume(folder, skipped)
+            except Exception as exc:  # every rank hears of it first: none waits for ever
+                failed = exc
+        if comm is not None:
+            picked = comm.broadcast("" if failed is not None else
+                                    None if found is None else found[0].name)
+            if picked == "" and failed is None:
+                raise CheckpointError(folder, "the chief could not pick a checkpoint to "
+                                              "resume (its error says why)")
+            if not comm.is_chief:
+                found = None if picked is None else (folder / picked, None)
+        if failed is not None:
+            raise failed
+        return found
 
     def claim(self) -> None:
         """Take an object-store folder for this run (its lease), before anything there is
