@@ -16,6 +16,8 @@ from schedtrain.checkpoints.format import CheckpointError
 from schedtrain.checkpoints.lease import Lease
 from schedtrain.checkpoints.owned import Identity, Tap, file_identity
 from schedtrain.checkpoints.pacing import paced_file
+from schedtrain.checkpoints.remote_shards import Remote, read_remote
+from schedtrain.checkpoints.sharded import SUFFIX
 from schedtrain.checkpoints.storage import FsspecStorage, LocalStorage, Storage
 from schedtrain.checkpoints.store import (
     checkpoint_body,
@@ -53,6 +55,14 @@ class Mount:
             return None
         mount = (self.run_dir / "checkpoints").resolve()
         return path.name if path.parent.resolve() == mount else None
+
+    def remote(self, path: Path) -> Remote | None:
+        """The sharded checkpoint in an object store that ``path`` stands for (``None``:
+        ``path`` is not one in ``storage``, or ``storage`` is a local folder)."""
+        name = self.stored(path)
+        if name is None or not isinstance(self.storage, FsspecStorage):
+            return None
+        return Remote(self.storage, name)
 
     def shown(self, path: Path) -> str:
         """Where ``path`` really is: its URL in ``storage``, or the path."""
@@ -116,6 +126,12 @@ class Mount:
         name = self.stored(path)
         if name is None or self.storage is None:
             return read_checkpoint(path, map_location="cpu")
+        return self._read_stored(name)
+
+    def _read_stored(self, name: str) -> dict[str, Any]:
+        if name.endswith(SUFFIX) and isinstance(self.storage, FsspecStorage):
+            return read_remote(Remote(self.storage, name))
+        assert self.storage is not None
         return read_stored(self.storage, name)
 
     def delete(self, path: Path) -> None:
@@ -137,7 +153,7 @@ class Mount:
         it really is (``storage``: the newest committed one), with what it holds (read
         once: the resume puts the run back from it)."""
         if self.storage is not None and self.stored(folder / "x") is not None:
-            return stored_newest_loaded(self.storage, folder, skipped)
+            return stored_newest_loaded(self.storage, folder, skipped, self._read_stored)
         return newest_loaded(folder, skipped)
 
     def pick_to_resume(self, folder: Path, comm: Comm | None,
