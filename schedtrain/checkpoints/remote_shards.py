@@ -25,10 +25,10 @@ import torch
 
 from schedtrain.checkpoints.format import STATE_FILE, CheckpointError
 from schedtrain.checkpoints.pacing import update_in_pieces
-from schedtrain.checkpoints.storage import MANIFEST, FsspecStorage, manifest_name
+from schedtrain.checkpoints.storage import MANIFEST, FsspecStorage, StorageError, manifest_name
 from schedtrain.checkpoints.store import checkpoint_body, load_checked
 
-__all__ = ["Remote", "commit_remote", "read_remote", "reader", "uncommit", "writer"]
+__all__ = ["Remote", "commit_remote", "listing", "read_remote", "reader", "uncommit", "writer"]
 
 
 @attrs.frozen
@@ -66,6 +66,19 @@ def reader(remote: Remote) -> Any:
     return _fsspec(FsspecReader, remote)
 
 
+def listing(storage: FsspecStorage, name: str) -> dict[str, int]:
+    """The objects under ``name/`` (a sharded checkpoint's files) and their sizes."""
+    try:
+        entries = storage._retry("list", name, lambda: storage._call(
+            "ls", storage._path(name), detail=True, refresh=True))
+    except StorageError as exc:
+        if exc.reason.endswith("not found"):
+            return {}
+        raise
+    return {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+            for e in entries if e.get("type") != "directory"}
+
+
 def uncommit(remote: Remote) -> None:
     """Remove ``remote``'s manifest, then all it holds (on the chief, before a write)."""
     remote.storage.delete(remote.name)
@@ -82,7 +95,7 @@ def commit_remote(remote: Remote, body: dict[str, Any], world_size: int) -> None
     shards' digests) and write the manifest naming every file (on the chief)."""
     storage, name = remote.storage, remote.name
     files = {f"{name}/{part}": _digest(storage.get(f"{name}/{part}", 1 << 62) or b"")
-             for part in storage.listing(name) if part != STATE_FILE}
+             for part in listing(storage, name) if part != STATE_FILE}
     shards = {"world_size": world_size,
               "files": {k.rsplit("/", 1)[1]: v["blake2b"] for k, v in files.items()}}
     buffer = io.BytesIO()

@@ -40,8 +40,7 @@ __all__ = ["ATTEMPTS", "MANIFEST", "TIMEOUT", "FsspecStorage", "LocalStorage", "
 #: The manifest's format tag.
 MANIFEST: Final = "schedtrain-manifest-1"
 _SUFFIX: Final = ".manifest.json"
-#: A sharded checkpoint's name ends so (``sharded.SUFFIX``): a folder of objects.
-_FOLDER: Final = ".dcp"
+_FOLDER: Final = ".dcp"  # a sharded checkpoint's name ends so: a folder of objects
 #: Attempts of one storage operation before its failure is reported (backoff between).
 ATTEMPTS: Final = 5
 #: Seconds before the second attempt; doubled before each next one (0.5, 1, 2, 4).
@@ -140,8 +139,7 @@ class FsspecStorage:
         #: How the folder is shown: never with the URL's credentials.
         self.shown = redact(self.base)
         per_try = TIMEOUT
-        #: The filesystem's options as opened (DCP's fsspec writer of a sharded
-        #: checkpoint is given them too).
+        #: The filesystem's options as opened (DCP's fsspec writer is given them too).
         self.options: dict[str, Any] = dict(options or {})
         if fs is None:
             fs, root, per_try = _filesystem(self.base, self.options)
@@ -245,18 +243,6 @@ class FsspecStorage:
                            deadline=QUICK if quick else None)
                 return
             self._call("rm_file", self._path(name), deadline=QUICK if quick else None)
-
-    def listing(self, name: str) -> dict[str, int]:
-        """The objects under ``name/`` (a sharded checkpoint's files) and their sizes."""
-        try:
-            entries = self._retry("list", name, lambda: self._call(
-                "ls", self._path(name), detail=True, refresh=True))
-        except StorageError as exc:
-            if exc.reason.endswith("not found"):
-                return {}
-            raise
-        return {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
-                for e in entries if e.get("type") != "directory"}
 
     def get(self, name: str, limit: int, *, quick: bool = False) -> bytes | None:
         """The first ``limit`` + 1 bytes of object ``name`` (``None``: there is none);
