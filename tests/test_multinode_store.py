@@ -258,12 +258,14 @@ def _events(run_dir: Path) -> list[dict[str, object]]:
 
 def _stored(url: str, endpoint: str) -> dict[str, dict[str, Any]]:
     """Every committed checkpoint in ``url``, read and checked."""
+    from schedtrain.checkpoints.remote_shards import Remote, read_remote
     from schedtrain.checkpoints.storage import FsspecStorage
     from schedtrain.checkpoints.store import read_stored
 
     storage = FsspecStorage(url, {"client_kwargs": {"endpoint_url": endpoint},
                                   "key": "testing", "secret": "testing"})
-    return {name: read_stored(storage, name) for name in sorted(storage.committed())}
+    return {name: read_remote(Remote(storage, name)) if name.endswith(".dcp")
+            else read_stored(storage, name) for name in sorted(storage.committed())}
 
 
 def _same(a: Any, b: Any, where: str) -> None:
@@ -339,8 +341,9 @@ def test_two_nodes_sharing_a_bucket_run_as_one_node_with_two_processes(
 
 
 #: (node killed, the step whose checkpoint's commit it follows): either node, early to
-#: late (checkpoints every 5 steps)
-TRIALS = ((1, 5), (0, 10), (1, 20))
+#: late (checkpoints every 5 steps; a background save is recorded in run.json when the
+#: loop collects it, at the next save: the kill lands before the run ends)
+TRIALS = ((1, 5), (0, 10), (1, 10))
 
 
 @pytest.mark.slow
@@ -402,7 +405,7 @@ def test_fsdp_shards_in_the_bucket_two_nodes_killed_and_resumed_as_one_node(
     two = tmp_path / "two-nodes"
     spec = _spec(two, "s3://fsdp/two-nodes", s3_endpoint)
     spec.write_text(fsdp.replace("s3://fsdp/one-node", "s3://fsdp/two-nodes"))
-    for node, step in ((0, 10), (1, 15)):
+    for node, step in ((0, 5), (1, 10)):
         codes = finish(launch(spec, two, "--resume", "auto"), two, kill_node=node,
                        at_step=step)
         assert codes[node] == -9 and codes[1 - node] != 0, codes
