@@ -214,10 +214,10 @@ class Checkpoints:
         # One process in "async": the writing thread checks the host copy and names it.
         deferred = self.mode == "async" and comm is None
         finite = deferred or is_finite(model_state, parts.last_loss())
-        if sharded and self.mount.stored(path) is not None:
+        if sharded and self.mount.stored(path) is not None and self.mount.remote(path) is None:
             raise CheckpointError(self.mount.shown(path), "a sharded (FSDP2) checkpoint is a "
-                                  "directory every rank writes: give a checkpoint_dir on a "
-                                  "shared file system, not a URL or another folder")
+                                  "directory every rank writes: give a checkpoint_dir URL "
+                                  "(an object store) or none, not another folder")
         if sharded and comm is not None:
             finite = not comm.any(not finite)  # each rank checked its own shard
             path = path.with_suffix(SUFFIX)
@@ -241,15 +241,17 @@ class Checkpoints:
             run["ranks"] = ranks
             body = body if comm.is_chief else None
         landing: Landing = (path, phase, step, epoch, on_saved)
+        remote = self.mount.remote(path) if sharded else None  # in an object store
         try:
             if sharded and comm is not None:
                 if self.mode == "async":  # each rank stages its shards; DCP writes them
                     self._flight = start_sharded(path, snapshot(body), model=parts.model,
-                                                 optimizer=parts.optimizer, comm=comm)
+                                                 optimizer=parts.optimizer, comm=comm,
+                                                 remote=remote)
                     self._landing = landing
                     return path
                 written = save_sharded(path, body, model=parts.model,
-                                       optimizer=parts.optimizer, comm=comm)
+                                       optimizer=parts.optimizer, comm=comm, remote=remote)
             elif body is None:
                 written = path
             else:
@@ -364,7 +366,7 @@ class Checkpoints:
         shown = self.mount.shown(path)  # its URL in object storage, not the stand-in path
         parts.check(shown, run)
         rng, data = own_part(self.comm, shown, run)
-        load_model(parts, path, state)
+        load_model(parts, path, state, self.mount.remote(path))
         if parts.scaler is not None and state["scaler"] is not None:
             parts.scaler.load_state_dict(state["scaler"])
         parts.restore(run, rng, data)
@@ -383,5 +385,5 @@ class Checkpoints:
         if self.comm is not None:
             self.comm.barrier()  # the chief's last write is over before anyone reads
         state = self.mount.read(path)
-        load_model(self.parts, path, state)
+        load_model(self.parts, path, state, self.mount.remote(path))
         return state

@@ -12,9 +12,12 @@ from typing import IO, Any
 import torch
 
 from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.format import CheckpointError
 from schedtrain.checkpoints.lease import Lease
 from schedtrain.checkpoints.owned import Identity, Tap, file_identity
 from schedtrain.checkpoints.pacing import paced_file
+from schedtrain.checkpoints.remote_shards import Remote, read_remote
+from schedtrain.checkpoints.sharded import SUFFIX
 from schedtrain.checkpoints.storage import FsspecStorage, LocalStorage, Storage
 from schedtrain.checkpoints.store import (
     checkpoint_body,
@@ -24,6 +27,7 @@ from schedtrain.checkpoints.store import (
     stored_newest_loaded,
     write_checkpoint,
 )
+from schedtrain.distributed.comm import Comm
 from schedtrain.errors import RunDirError
 
 __all__ = ["Mount"]
@@ -51,6 +55,14 @@ class Mount:
             return None
         mount = (self.run_dir / "checkpoints").resolve()
         return path.name if path.parent.resolve() == mount else None
+
+    def remote(self, path: Path) -> Remote | None:
+        """The sharded checkpoint in an object store that ``path`` stands for (``None``:
+        ``path`` is not one in ``storage``, or ``storage`` is a local folder)."""
+        name = self.stored(path)
+        if name is None or not isinstance(self.storage, FsspecStorage):
+            return None
+        return Remote(self.storage, name)
 
     def shown(self, path: Path) -> str:
         """Where ``path`` really is: its URL in ``storage``, or the path."""
@@ -114,6 +126,12 @@ class Mount:
         name = self.stored(path)
         if name is None or self.storage is None:
             return read_checkpoint(path, map_location="cpu")
+        return self._read_stored(name)
+
+    def _read_stored(self, name: str) -> dict[str, Any]:
+        if name.endswith(SUFFIX) and isinstance(self.storage, FsspecStorage):
+            return read_remote(Remote(self.storage, name))
+        assert self.storage is not None
         return read_stored(self.storage, name)
 
     def delete(self, path: Path) -> None:
@@ -135,8 +153,34 @@ class Mount:
         it really is (``storage``: the newest committed one), with what it holds (read
         once: the resume puts the run back from it)."""
         if self.storage is not None and self.stored(folder / "x") is not None:
-            return stored_newest_loaded(self.storage, folder, skipped)
+            return stored_newest_loaded(self.storage, folder, skipped, self._read_stored)
         return newest_loaded(folder, skipped)
+
+    def pick_to_resume(self, folder: Path, comm: Comm | None,
+                       skipped: Callable[[Path, str], None] | None = None,
+                       ) -> tuple[Path, dict[str, Any] | None] | None:
+        """``newest_to_resume`` on the chief, whose pick every rank resumes: it tells them
+        its name (one broadcast), so all resume the same checkpoint even where their views
+        of the folder differ (a node that lists a bucket while a write lands, a rank whose
+        read failed once). The others get no content: they read it to restore it."""
+        found: tuple[Path, dict[str, Any] | None] | None = None
+        failed: Exception | None = None
+        if comm is None or comm.is_chief:
+            try:
+                found = self.newest_to_resume(folder, skipped)
+            except Exception as exc:  # every rank hears of it first: none waits for ever
+                failed = exc
+        if comm is not None:
+            picked = comm.broadcast("" if failed is not None else
+                                    None if found is None else found[0].name)
+            if picked == "" and failed is None:
+                raise CheckpointError(folder, "the chief could not pick a checkpoint to "
+                                              "resume (its error says why)")
+            if not comm.is_chief:
+                found = None if picked is None else (folder / picked, None)
+        if failed is not None:
+            raise failed
+        return found
 
     def claim(self) -> None:
         """Take an object-store folder for this run (its lease), before anything there is

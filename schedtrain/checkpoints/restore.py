@@ -7,16 +7,19 @@ from pathlib import Path
 from typing import Any
 
 from schedtrain.checkpoints.contract import RunParts
+from schedtrain.checkpoints.remote_shards import Remote
 from schedtrain.checkpoints.sharded import is_sharded, load_full, load_sharded
 from schedtrain.distributed.comm import Comm
 
 __all__ = ["load_model", "own_part"]
 
 
-def load_model(parts: RunParts, path: Path, state: dict[str, Any]) -> None:
-    """Put a read checkpoint's model and optimizer states into the run's."""
+def load_model(parts: RunParts, path: Path, state: dict[str, Any],
+               remote: Remote | None = None) -> None:
+    """Put a read checkpoint's model and optimizer states into the run's (``remote``:
+    the sharded one in an object store that ``path`` stands for)."""
     if state.get("shards") is not None:
-        load_sharded(path, model=parts.model, optimizer=parts.optimizer)
+        load_sharded(path, model=parts.model, optimizer=parts.optimizer, remote=remote)
     elif is_sharded(parts.model.state_dict()):
         load_full(state["model"], state["optimizer"], model=parts.model,
                   optimizer=parts.optimizer)

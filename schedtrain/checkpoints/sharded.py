@@ -38,6 +38,7 @@ import torch
 
 from schedtrain.checkpoints.files import fresh_dir, fsync_dir, replace_dir
 from schedtrain.checkpoints.format import STATE_FILE, CheckpointError, file_digests
+from schedtrain.checkpoints.remote_shards import Remote, commit_remote, reader, uncommit, writer
 from schedtrain.checkpoints.rng import preserved_rng
 from schedtrain.checkpoints.store import write_checkpoint
 from schedtrain.distributed.comm import Comm
@@ -55,23 +56,29 @@ def is_sharded(model_state: dict[str, Any]) -> bool:
 
 
 def save_sharded(path: Path, body: dict[str, Any] | None, *, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, comm: Comm) -> Path:
+                 optimizer: torch.optim.Optimizer, comm: Comm,
+                 remote: Remote | None = None) -> Path:
     """Write a sharded checkpoint directory at ``path``; every rank calls this.
 
     ``body`` (the chief's; ``None`` elsewhere) is what goes into ``run.pt``. The shards
     are written into ``.NAME.tmp`` beside ``path``, which replaces ``path`` only once
-    complete and synced: a crash leaves the previous checkpoint as it was.
+    complete and synced: a crash leaves the previous checkpoint as it was. ``remote``:
+    the checkpoint goes to an object store instead (``remote_shards``), committed by its
+    manifest.
     """
     from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-    tmp = _begin(path, comm)
+    tmp = _begin(path, comm, remote)
     # DCP must not move the generators: the uninterrupted run would then differ from
     # the resumed one, which restores them as they were before the save.
     with preserved_rng():
         msd, osd = get_state_dict(model, optimizer)
-        dcp_save({"model": msd, "optimizer": osd}, checkpoint_id=tmp)
-    _commit(tmp, path, body, comm)
+        if remote is not None:
+            dcp_save({"model": msd, "optimizer": osd}, storage_writer=writer(remote))
+        else:
+            dcp_save({"model": msd, "optimizer": osd}, checkpoint_id=tmp)
+    _commit(tmp, path, body, comm, remote=remote)
     return path
 
 
@@ -83,13 +90,15 @@ class InFlight:
     tmp: Path
     body: dict[str, Any] | None
     future: Future[Any]
+    remote: Remote | None = None
 
 
 _groups: dict[int, Any] = {}  # the DCP thread's gloo group, one per world
 
 
 def start_sharded(path: Path, body: dict[str, Any] | None, *, model: torch.nn.Module,
-                  optimizer: torch.optim.Optimizer, comm: Comm) -> InFlight:
+                  optimizer: torch.optim.Optimizer, comm: Comm,
+                  remote: Remote | None = None) -> InFlight:
     """Stage this rank's shards to host memory and write them in the background; every
     rank calls this, then ``finish_sharded`` at one agreed later point. ``body`` is the
     chief's ``run.pt`` as of now (a snapshot)."""
@@ -100,13 +109,14 @@ def start_sharded(path: Path, body: dict[str, Any] | None, *, model: torch.nn.Mo
     group = _groups.get(comm.size)
     if group is None:  # collective: every rank is here at its first sharded save
         group = _groups[comm.size] = dist.new_group(backend="gloo")
-    tmp = _begin(path, comm)
+    tmp = _begin(path, comm, remote)
+    where: dict[str, Any] = ({"checkpoint_id": tmp} if remote is None else
+                             {"storage_writer": writer(remote)})
     with preserved_rng():
         msd, osd = get_state_dict(model, optimizer)
-        future = async_save({"model": msd, "optimizer": osd}, checkpoint_id=tmp,
-                            process_group=group)
+        future = async_save({"model": msd, "optimizer": osd}, process_group=group, **where)
     assert isinstance(future, Future)  # the default stager copies now: a plain future
-    return InFlight(path, tmp, body, future)
+    return InFlight(path, tmp, body, future, remote)
 
 
 def finish_sharded(flight: InFlight, comm: Comm, *, together: bool = True) -> Path:
@@ -131,32 +141,40 @@ def finish_sharded(flight: InFlight, comm: Comm, *, together: bool = True) -> Pa
         if error is not None:
             raise error
         if comm.is_chief:
-            _commit(flight.tmp, flight.path, flight.body, comm, barrier=False)
+            _commit(flight.tmp, flight.path, flight.body, comm, barrier=False,
+                    remote=flight.remote)
         return flight.path
     if comm.any(error is not None):
         if error is not None:
             raise error
         raise CheckpointError(flight.path, "another rank could not write its shard; the "
                                            "previous checkpoints are as they were")
-    _commit(flight.tmp, flight.path, flight.body, comm)
+    _commit(flight.tmp, flight.path, flight.body, comm, remote=flight.remote)
     return flight.path
 
 
-def _begin(path: Path, comm: Comm) -> Path:
+def _begin(path: Path, comm: Comm, remote: Remote | None = None) -> Path:
     """The temporary directory ``.NAME.tmp`` beside ``path`` (the same name on every
-    rank), fresh and empty once every rank returns."""
+    rank), fresh and empty once every rank returns; ``remote``'s folder is emptied
+    (its manifest first) instead."""
     tmp = path.with_name(f".{path.name}.tmp")
     if comm.is_chief:
-        fresh_dir(tmp)
+        if remote is not None:
+            uncommit(remote)
+        else:
+            fresh_dir(tmp)
     comm.barrier()
     return tmp
 
 
 def _commit(tmp: Path, path: Path, body: dict[str, Any] | None, comm: Comm, *,
-            barrier: bool = True) -> None:
+            barrier: bool = True, remote: Remote | None = None) -> None:
     """The shards in ``tmp`` are complete on every rank: the chief adds ``run.pt`` (with
-    their checksums) and renames ``tmp`` to ``path``."""
-    if comm.is_chief:
+    their checksums) and renames ``tmp`` to ``path`` (``remote``: writes its manifest)."""
+    if comm.is_chief and remote is not None:
+        assert body is not None
+        commit_remote(remote, body, comm.size)
+    elif comm.is_chief:
         assert body is not None
         fsync_dir(tmp)
         shards = {"world_size": comm.size, "files": file_digests(tmp)}
@@ -167,10 +185,11 @@ def _commit(tmp: Path, path: Path, body: dict[str, Any] | None, comm: Comm, *,
         comm.barrier()  # nobody prunes or saves again before the directory is in place
 
 
-def load_sharded(path: Path, *, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer) -> None:
+def load_sharded(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 remote: Remote | None = None) -> None:
     """Load a sharded checkpoint's model and optimizer into ``model`` (sharded on any
-    number of ranks, or plain on one process) and ``optimizer``."""
+    number of ranks, or plain on one process) and ``optimizer``; ``remote``: the one
+    in an object store that ``path`` stands for."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -181,7 +200,9 @@ def load_sharded(path: Path, *, model: torch.nn.Module,
         alone = not (dist.is_available() and dist.is_initialized())
         with warnings.catch_warnings():  # one process on purpose: DCP's warning says so
             warnings.filterwarnings("ignore", "torch.distributed is disabled")
-            dcp_load(state, checkpoint_id=path, no_dist=alone)
+            where: dict[str, Any] = ({"checkpoint_id": path} if remote is None else
+                                     {"storage_reader": reader(remote)})
+            dcp_load(state, no_dist=alone, **where)
         set_state_dict(model, optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
 

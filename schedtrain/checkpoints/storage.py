@@ -40,6 +40,7 @@ __all__ = ["ATTEMPTS", "MANIFEST", "TIMEOUT", "FsspecStorage", "LocalStorage", "
 #: The manifest's format tag.
 MANIFEST: Final = "schedtrain-manifest-1"
 _SUFFIX: Final = ".manifest.json"
+_FOLDER: Final = ".dcp"  # a sharded checkpoint's name ends so: a folder of objects
 #: Attempts of one storage operation before its failure is reported (backoff between).
 ATTEMPTS: Final = 5
 #: Seconds before the second attempt; doubled before each next one (0.5, 1, 2, 4).
@@ -138,8 +139,10 @@ class FsspecStorage:
         #: How the folder is shown: never with the URL's credentials.
         self.shown = redact(self.base)
         per_try = TIMEOUT
+        #: The filesystem's options as opened (DCP's fsspec writer is given them too).
+        self.options: dict[str, Any] = dict(options or {})
         if fs is None:
-            fs, root, per_try = _filesystem(self.base, dict(options or {}))
+            fs, root, per_try = _filesystem(self.base, self.options)
         else:
             root = fs._strip_protocol(self.base)
         self.fs, self.root = fs, root.rstrip("/")
@@ -235,6 +238,10 @@ class FsspecStorage:
 
     def _rm(self, name: str, *, quick: bool = False) -> None:
         with contextlib.suppress(FileNotFoundError):
+            if name.endswith(_FOLDER):  # a sharded checkpoint: a prefix of objects
+                self._call("rm", self._path(name), recursive=True,
+                           deadline=QUICK if quick else None)
+                return
             self._call("rm_file", self._path(name), deadline=QUICK if quick else None)
 
     def get(self, name: str, limit: int, *, quick: bool = False) -> bytes | None:

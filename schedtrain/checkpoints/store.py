@@ -198,13 +198,15 @@ def stored_newest_valid(storage: Storage, folder: Path,
 
 def stored_newest_loaded(storage: Storage, folder: Path,
                          skipped: Callable[[Path, str], None] | None = None,
+                         read: Callable[[str], dict[str, Any]] | None = None,
                          ) -> tuple[Path, dict[str, Any]] | None:
-    """``stored_newest_valid``, with the checkpoint it loaded."""
+    """``stored_newest_valid``, with the checkpoint it loaded (by ``read(name)``:
+    ``read_stored`` by default)."""
     found = [(int(m[1]), bool(m[2]), n) for n in storage.committed()
              if (m := NAME_RE.fullmatch(n)) is not None]
     for _, _, name in sorted(found, key=lambda x: (-x[0], x[1])):
         try:
-            state = read_stored(storage, name)
+            state = read_stored(storage, name) if read is None else read(name)
         except CheckpointError as exc:
             if skipped is not None:
                 skipped(folder / name, exc.reason)

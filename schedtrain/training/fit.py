@@ -77,8 +77,8 @@ class Lifecycle:
             raise ValueError("resume('auto') looks in RUN_DIR/checkpoints: give "
                              "Trainer(run_dir=...)")
         shown = checkpoints.mount.shown
-        found = checkpoints.mount.newest_to_resume(
-            run_dir / "checkpoints",
+        found = checkpoints.mount.pick_to_resume(
+            run_dir / "checkpoints", self.parts.comm,
             lambda p, why: _log.warning("checkpoint_skipped", checkpoint=shown(p), reason=why))
         if found is None:
             self.start_over()
