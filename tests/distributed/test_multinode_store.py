@@ -441,7 +441,10 @@ def _sharded(storage: Any, name: str, step: int, shards: dict[str, bytes]) -> An
     remote = Remote(storage, name)
     for part, data in shards.items():
         storage.put(f"{name}/{part}", data)
-    commit_remote(remote, {"step": step, "phase": "step_end", "finite": True}, 2)
+    run = {"clock": {}, "table": {}, "callbacks": {}, "metrics": {}, "losses": {},
+           "epoch_open": True, "written": []}  # the keys a reader needs (store.check_shape)
+    commit_remote(remote, {"step": step, "epoch": 0, "phase": "step_end", "finite": True,
+                           "run": run}, 2)
     return remote
 
 
