@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from schedtrain.callbacks.autosave import AutoPacing
 from schedtrain.callbacks.base import Callback
 from schedtrain.callbacks.retaining import Ranking, Records, save_folder, save_time
 from schedtrain.callbacks.topk import TopKSaver
@@ -54,12 +55,18 @@ class ModelSaver(Callback):
         self.folder = folder
         self.needs = self.keep.monitors() if self.keep is not None else ()
         self._records = Records()  # what ``keep`` reads of each save
+        self._pacing: AutoPacing | None = None  # with every("auto"): its measurements
 
     def _dir(self) -> Path:
         return save_folder(self, self.folder, "checkpoints")
 
     def _setup(self) -> None:
         self._dir()  # fail at start, not at the first save
+        self._pacing = AutoPacing.of(self)
+
+    def _before_train(self) -> None:
+        if self._pacing is not None:
+            self._pacing.started(self.now.step)
 
     def _trigger(self) -> None:
         # Every rank saves: each adds its generators and data position, the chief writes.
@@ -67,7 +74,17 @@ class ModelSaver(Callback):
         # Recorded on every rank before the write, so the checkpoint holds its own record.
         if self.keep is not None:
             self._records.add(Saved(path.name, save_time(self), True, _values(self, self.needs)))
-        self.trainer.save_checkpoint(path, on_saved=self._prune)
+        if self._pacing is not None:
+            self._pacing.fired(self.now.step)
+        self.trainer.save_checkpoint(path, on_saved=self._landed)
+
+    def _landed(self, written: Path) -> None:
+        """The save is committed: with every("auto") its cost decides the interval."""
+        if self._pacing is not None:
+            for decision in self._pacing.landed(self.now.step):
+                self.metrics.put("checkpoint/interval", decision["interval"])
+                self.metrics.put("checkpoint/cost", decision["cost_s"])
+        self._prune(written)
 
     def _prune(self, written: Path) -> None:
         """Delete this run's checkpoints ``keep`` does not keep, sparing the newest finite

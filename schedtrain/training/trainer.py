@@ -109,6 +109,8 @@ class Trainer:
         schedule_change: resuming a checkpoint saved with another schedule: ``"refuse"``
             (default; ``ScheduleChanged`` shows the diff of the next firings) or
             ``"apply"`` the new one by the rules of docs/checkpoints.md.
+        mtbf, failure_rate, max_checkpoint_overhead: what a saver's ``every("auto")``
+            picks its interval from (docs/checkpoints.md).
         config: the options above as one ``RunConfig`` (then give none of them).
         prepared: instead of ``callbacks``/``schedule``/``bindings``, a schedule already
             bound and order-checked (``schedtrain.training.binding.bind_checked``, or
@@ -158,6 +160,9 @@ class Trainer:
         deadline: str | None = None,
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
         schedule_change: str = "refuse",
+        mtbf: str | None = None,
+        failure_rate: float | None = None,
+        max_checkpoint_overhead: str | None = None,
         config: RunConfig | None = None,
         prepared: Bound | None = None,
     ) -> None:
