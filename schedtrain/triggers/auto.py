@@ -81,7 +81,8 @@ class Decider:
     interval: int = DEFAULT_FIRST
     #: (count, sum of costs, sum of seconds per step) of the saves measured
     measured: tuple[int, float, float] = (0, 0.0, 0.0)
-    #: the newest decisions: {"step", "interval", "cost_s", "step_s"}
+    #: the newest decisions: {"step", "interval", "cost_s", "step_s"}, the save at
+    #: ``step`` and what was measured of it
     decisions: list[dict[str, Any]] = attrs.field(factory=list)
 
     def configure(self, mtbf_s: float, max_overhead: float | None = None) -> None:
@@ -110,7 +111,8 @@ class Decider:
     def decide(self, step: int, cost_s: float, step_s: float) -> dict[str, Any]:
         """A save at ``step`` was measured: ``cost_s`` seconds, at ``step_s`` seconds per
         step. The interval becomes Young/Daly's for the mean cost and step time measured
-        so far; returns the decision (recorded)."""
+        so far; returns the decision (recorded). The same measurements in the same
+        order give the same decisions: a resumed run replays the log's."""
         if self.mtbf_s is None:
             raise ValueError("every('auto') needs a mean time between failures: configure "
                              "the Decider (a saver does, from [run] mtbf or failure_rate)")
@@ -121,8 +123,8 @@ class Decider:
         cost = max(costs / n, 1e-6)
         self.interval = auto_interval(cost, self.mtbf_s, max(steps / n, 1e-9),
                                       self.max_overhead)
-        decision = {"step": step, "interval": self.interval, "cost_s": cost,
-                    "step_s": steps / n}
+        decision = {"step": step, "interval": self.interval, "cost_s": cost_s,
+                    "step_s": step_s}
         self.decisions = [*self.decisions, decision][-KEEP_DECISIONS:]
         return decision
 
