@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
                       help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
                            "peak disk its ModelSavers' files take")
+    plan.add_argument("--checkpoint-seconds", type=float, metavar="S",
+                      help="what one save costs (seconds): every = \"auto\" savers get "
+                           "their interval, work lost per failure and overhead from it")
     plan.add_argument("--host", choices=HOSTS, metavar="HOST", help=HOST_HELP)
     plan.add_argument("--import", dest="do_import", action="store_true",
                       help="import custom trigger classes ({ custom = \"module:Class\" }); "
