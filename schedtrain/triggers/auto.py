@@ -157,8 +157,12 @@ class AutoEvery(Trigger):
     def events(self) -> EventSet:
         return EventSet.of("step_end")
 
+    def __attrs_post_init__(self) -> None:
+        self.decider.reset(self.first)  # nothing measured yet
+
     def compile(self) -> _AutoNode:
-        self.decider.reset(self.first)  # a fresh run: nothing measured yet
+        # The decider is not reset here: a diff or plan that compiles the schedule again
+        # must not wipe what the live run measured (it shares the decider).
         return _AutoNode(self)
 
     def evaluate(self, pt: Point) -> bool:  # a plain (stateless) look: the first firing
