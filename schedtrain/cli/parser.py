@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
                       help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
                            "peak disk its ModelSavers' files take")
-    plan.add_argument("--checkpoint-seconds", type=float, metavar="S",
+    plan.add_argument("--checkpoint-seconds", type=_seconds, metavar="S",
                       help="what one save costs (seconds): every = \"auto\" savers get "
                            "their interval, work lost per failure and overhead from it")
     plan.add_argument("--host", choices=HOSTS, metavar="HOST", help=HOST_HELP)
@@ -158,6 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default; shows the diff) or apply the new one by the rules "
                             "of docs/checkpoints.md")
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0.0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
 
 
 def _share(text: str) -> float:

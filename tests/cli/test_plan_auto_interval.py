@@ -87,3 +87,10 @@ def test_plan_without_a_cost_warns_and_uses_the_start(
     assert main(["plan", str(_spec(tmp_path))]) == 0
     assert "every = \"auto\" is planned at its start interval; --checkpoint-seconds" \
         in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "inf", "nan", "soon"])
+def test_a_bad_checkpoint_seconds_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    assert main(["plan", str(_spec(tmp_path)), "--checkpoint-seconds", bad]) == 2
+    assert f"--checkpoint-seconds: expected seconds > 0, got {bad!r}" in capsys.readouterr().err
