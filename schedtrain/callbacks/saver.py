@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from schedtrain.callbacks.autosave import AutoPacing, logged_decisions
 from schedtrain.callbacks.base import Callback
 from schedtrain.callbacks.retaining import Ranking, Records, save_folder, save_time
 from schedtrain.callbacks.topk import TopKSaver
@@ -54,12 +55,23 @@ class ModelSaver(Callback):
         self.folder = folder
         self.needs = self.keep.monitors() if self.keep is not None else ()
         self._records = Records()  # what ``keep`` reads of each save
+        self._pacing: AutoPacing | None = None  # with every("auto"): its measurements
+        self._replay: list[tuple[int, float, float]] = []  # decisions read from the log
 
     def _dir(self) -> Path:
         return save_folder(self, self.folder, "checkpoints")
 
     def _setup(self) -> None:
         self._dir()  # fail at start, not at the first save
+        self._pacing = AutoPacing.of(self)
+        replayed, self._replay = self._replay, []
+        if self._pacing is not None:  # the killed run's decisions after the checkpoint
+            for decision in self._pacing.replay(replayed):
+                self._put(decision)
+
+    def _before_train(self) -> None:
+        if self._pacing is not None:
+            self._pacing.started(self.now.step)
 
     def _trigger(self) -> None:
         # Every rank saves: each adds its generators and data position, the chief writes.
@@ -67,7 +79,23 @@ class ModelSaver(Callback):
         # Recorded on every rank before the write, so the checkpoint holds its own record.
         if self.keep is not None:
             self._records.add(Saved(path.name, save_time(self), True, _values(self, self.needs)))
-        self.trainer.save_checkpoint(path, on_saved=self._prune)
+        if self._pacing is not None:
+            self._pacing.fired(self.now.step)
+        self.trainer.save_checkpoint(path, on_saved=self._landed)
+
+    def _landed(self, written: Path) -> None:
+        """The save is committed: with every("auto") its cost decides the interval."""
+        if self._pacing is not None:
+            for decision in self._pacing.landed(self.now.step):
+                self._put(decision)
+        self._prune(written)
+
+    def _put(self, decision: dict[str, Any]) -> None:
+        """A decision of every("auto"), as three lines of ``events.jsonl``."""
+        name = self.name or "ModelSaver"
+        self.metrics.put(f"{name}/interval", decision["interval"])
+        self.metrics.put(f"{name}/save_cost", decision["cost_s"])
+        self.metrics.put(f"{name}/step_time", decision["step_s"])
 
     def _prune(self, written: Path) -> None:
         """Delete this run's checkpoints ``keep`` does not keep, sparing the newest finite
@@ -96,6 +124,12 @@ class ModelSaver(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_records(state)
+
+    def read_log(self, events: Path) -> None:
+        """On a resume, before ``events.jsonl`` is cut back to the checkpoint: with
+        every("auto"), the decisions logged (the one its own save made comes after it)."""
+        if self.name is not None:
+            self._replay = logged_decisions(events, self.name)
 
     def load_records(self, state: dict[str, Any]) -> None:
         # Absent from checkpoints of 0.3 and before: pruning then knows steps alone.

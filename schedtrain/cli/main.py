@@ -8,6 +8,7 @@ the only module that configures logging (``structlog.configure``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -33,6 +34,13 @@ from schedtrain.errors import (
     traceback_file,
 )
 from schedtrain.files import write_atomic
+from schedtrain.planning.auto import (
+    AutoPlan,
+    auto_savers,
+    auto_table,
+    declare_auto,
+    logged_save_cost,
+)
 from schedtrain.planning.plan import PlanError
 from schedtrain.simulation.metric_stream import MetricStreamError
 from schedtrain.spec import load_spec
@@ -133,6 +141,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         size = estimate_checkpoint_bytes(task.model, task.optimizer)
     metrics = read_metrics(args.metrics) if args.metrics else None
+    autos = _declare_auto(spec, args)
     with warnings.catch_warnings():  # a schedule's warnings as one line each, not Python's
         warnings.showwarning = _warning_printer(args.spec)
         plan = plan_spec(spec, metrics, epochs=args.epochs,
@@ -156,12 +165,42 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                 plan.keep) or not preflight.hosted(spec, args.host)))
     if args.costs:
         text = _with_costs(plan, args, text)
+    if autos and args.format == "json":
+        text = json.dumps({**json.loads(text), "auto_intervals": [a.to_dict() for a in autos]},
+                          indent=2) + "\n"
+    elif autos:
+        text += auto_table(autos)
     if args.out:
         # Replaced whole: a link planted at --out is replaced, never written through.
         write_atomic(Path(args.out), lambda f: f.write(text.encode()))
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+def _declare_auto(spec: Any, args: argparse.Namespace) -> list[AutoPlan]:
+    """The intervals of ``every = "auto"`` savers, declared to their triggers for the plan."""
+    names = auto_savers(spec)
+    if not names:
+        return []
+    if args.checkpoint_seconds is None and not args.costs:
+        print(f"warning: {args.spec}: every = \"auto\" is planned at its start interval; "
+              "--checkpoint-seconds S or --costs EVENTS gives its decided one",
+              file=sys.stderr)
+        return []
+    from schedtrain.planning.costs import read_costs
+
+    costs = read_costs(args.costs) if args.costs else None
+    cost = {}
+    for name in names:
+        got = args.checkpoint_seconds
+        if got is None and costs is not None:
+            got = logged_save_cost(args.costs, name) or costs.per_firing(name) or None
+        if got is not None:
+            cost[name] = got
+    step = costs.seconds_per_step if costs is not None else spec.clock.seconds_per_step
+    return declare_auto(spec, cost_s=cost, step_s=step,
+                        restart_s=costs.warmup if costs is not None else 0.0)
 
 
 def _with_costs(plan: Any, args: argparse.Namespace, text: str) -> str:

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--checkpoint-size", type=preflight.size_argument, metavar="SIZE",
                       help="one checkpoint's size ('4GB', '500 MB'): the plan gives the "
                            "peak disk its ModelSavers' files take")
+    plan.add_argument("--checkpoint-seconds", type=_positive_seconds, metavar="S",
+                      help="what one save costs (seconds): every = \"auto\" savers get "
+                           "their interval, work lost per failure and overhead from it")
     plan.add_argument("--host", choices=HOSTS, metavar="HOST", help=HOST_HELP)
     plan.add_argument("--import", dest="do_import", action="store_true",
                       help="import custom trigger classes ({ custom = \"module:Class\" }); "
@@ -196,6 +199,16 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not 0.0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
     return value
 
 

@@ -30,6 +30,7 @@ from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_callback_name, is_name
 from schedtrain.spec.clock_check import check_clock, check_whole
 from schedtrain.spec.deadlines import check_deadline, check_notice, check_signals
+from schedtrain.spec.failures import check_failures
 from schedtrain.spec.model import ClockSpec
 from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel
@@ -284,6 +285,7 @@ def check_run(run: RunConfig, problems: Problems, *, in_process: bool = False) -
         if why:
             problems.add(("run", key), why, found=repr(getattr(run, key)))
     check_outputs(run, problems, in_process=in_process)
+    check_failures(run, problems)
 
 
 def _one_of(allowed: tuple[str, ...]) -> str:

@@ -18,6 +18,7 @@ from schedtrain.schedule.analysis import analyze
 from schedtrain.spec.callbacks import read_callback
 from schedtrain.spec.direction import direction_notes
 from schedtrain.spec.document import parse_toml, read_document
+from schedtrain.spec.failures import check_auto_triggers
 from schedtrain.spec.hints import with_hints
 from schedtrain.spec.metrics import check_early_stopping
 from schedtrain.spec.model import CallbackSpec, Spec
@@ -67,6 +68,7 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
     if not doc.callbacks:
         problems.add("callbacks", "a spec needs at least one [callbacks.NAME] table",
                      expected="a [callbacks.NAME] table", found="none")
+    check_auto_triggers(located.values(), doc.run, problems)
     problems.raise_if_any()
     analysis = with_hints(analyze(list(located.items()), doc.events, file=file),
                           located.values())

@@ -91,6 +91,11 @@ class RunConfig:
         log_events: write ``RUN_DIR/events.jsonl`` (``sinks`` holds ``"jsonl"`` in a spec).
         schedule_change: resuming a checkpoint saved with another schedule: ``"refuse"``
             or ``"apply"`` the new one (``--schedule-change``).
+        mtbf: the mean time between failures (``"6 h"``): what ``every = "auto"`` picks a
+            saver's interval from (docs/checkpoints.md).
+        failure_rate: instead of ``mtbf``, failures per hour.
+        max_checkpoint_overhead: with ``every = "auto"``, the most of the time saves may
+            take (``"2%"``): the interval is raised to keep to it.
     """
 
     task: str | None = None
@@ -123,6 +128,9 @@ class RunConfig:
     handle_signals: bool = True
     log_events: bool = True
     schedule_change: str = "refuse"
+    mtbf: str | None = None
+    failure_rate: float | None = None
+    max_checkpoint_overhead: str | None = None
 
     @property
     def run_path(self) -> Path | None:

@@ -21,6 +21,7 @@ from schedtrain.time import Time
 from schedtrain.triggers import (
     MAX_DEPTH,
     At,
+    AutoEvery,
     BeforeDeadline,
     Every,
     Improved,
@@ -37,6 +38,7 @@ from schedtrain.triggers import (
     when,
     window,
 )
+from schedtrain.triggers.auto import DEFAULT_FIRST
 
 __all__ = ["COMPOSITE_KEYS", "TERMS", "TRIGGER_KEYS", "Term", "term_of"]
 
@@ -101,6 +103,8 @@ def _time(table: Mapping[str, Any], key: str, rel: Rel, problems: Problems,
 
 
 def _read_every(table: Mapping[str, Any], rel: Rel, problems: Problems) -> Trigger | None:
+    if table["every"] == "auto":
+        return _read_auto(table, rel, problems)
     period = _time(table, "every", rel, problems)
     offset = _time(table, "offset", rel, problems) if "offset" in table else None
     if period is None or ("offset" in table and offset is None):
@@ -108,7 +112,28 @@ def _read_every(table: Mapping[str, Any], rel: Rel, problems: Problems) -> Trigg
     return _EVERY.build(table, rel, problems, lambda: every(period, offset=offset))
 
 
-def _write_every(t: Every) -> dict[str, Any]:
+def _read_auto(table: Mapping[str, Any], rel: Rel, problems: Problems) -> Trigger | None:
+    """``every = "auto"``: the interval picked from the save's cost and ``[run] mtbf``
+    (checked with the run's options); ``offset`` is the step of the first save."""
+    first = DEFAULT_FIRST
+    if "offset" in table:
+        offset = _time(table, "offset", rel, problems,
+                       expected="the step of the first save, such as '20 steps'")
+        if offset is None:
+            return None
+        if offset.counter != "step":
+            problems.add((*rel, "offset"), f"`offset` of every = \"auto\" is the step of the "
+                         f"first save: give it in steps, not {offset}",
+                         expected="a number of steps such as '20 steps'", found=str(offset))
+            return None
+        first = offset.base
+    return _EVERY.build(table, rel, problems, lambda: AutoEvery(first))
+
+
+def _write_every(t: Every | AutoEvery) -> dict[str, Any]:
+    if isinstance(t, AutoEvery):
+        return {"every": "auto"} if t.first == DEFAULT_FIRST \
+            else {"every": "auto", "offset": f"{t.first} steps"}
     out: dict[str, Any] = {"every": str(t.period)}
     if t.offset is not None:
         out["offset"] = str(t.offset)
@@ -308,7 +333,7 @@ TRIGGER_KEYS: Final = tuple(dict.fromkeys(
 #: Keys that name a term (the others only modify one).
 NAMING_KEYS: Final = (*(term.key for term in TERMS), "stop", *COMPOSITE_KEYS)
 
-_BY_KIND: Final = {term.kind: term for term in TERMS}
+_BY_KIND: Final = {**{term.kind: term for term in TERMS}, AutoEvery: _EVERY}
 
 
 def term_of(trigger: Trigger) -> Term | None:

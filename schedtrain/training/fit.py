@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from schedtrain.callbacks.autosave import read_decisions
 from schedtrain.checkpoints.rng import preserved_rng
 from schedtrain.distributed.agreement import PreemptRequested
 from schedtrain.distributed.comm import reraise_on_all
@@ -191,6 +192,8 @@ class Lifecycle:
             return
         offset = self.parts.run_state.events_offset
         if offset is not None:
+            # every("auto") savers read the decisions the killed run logged first
+            read_decisions(self.parts.callbacks, self.parts.schedule, events.path)
             events.truncate(int(offset))
         change = self.parts.run_state.change
         if change.record is not None:  # the rules applied, for the log's reader

@@ -108,6 +108,7 @@ class Trainer:
         schedule_change: resuming a checkpoint saved with another schedule: ``"refuse"``
             (default; ``ScheduleChanged`` shows the diff of the next firings) or
             ``"apply"`` the new one by the rules of docs/checkpoints.md.
+        mtbf, failure_rate, max_checkpoint_overhead: ``every("auto")``'s (checkpoints.md).
         config: the options above as one ``RunConfig`` (then give none of them).
         prepared: instead of ``callbacks``/``schedule``/``bindings``, a schedule already
             bound and order-checked (``schedtrain.training.binding.bind_checked``, or
@@ -142,8 +143,7 @@ class Trainer:
         clock: LoopClock | None = None,
         keep_firings: int | None = DEFAULT_KEEP_FIRINGS,
         handle_signals: bool = True,
-        strategy: str = "auto",
-        shard_data: bool = True,
+        strategy: str = "auto", shard_data: bool = True,
         reduce: Mapping[str, str] | None = None,
         log_events: bool = True,
         sanity_eval_batches: int = 0,
@@ -157,7 +157,8 @@ class Trainer:
         deadline: str | None = None,
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
         preempt_notice: str | None = None,
-        schedule_change: str = "refuse",
+        schedule_change: str = "refuse", mtbf: str | None = None,
+        failure_rate: float | None = None, max_checkpoint_overhead: str | None = None,
         config: RunConfig | None = None,
         prepared: Bound | None = None,
     ) -> None:

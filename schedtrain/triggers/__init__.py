@@ -7,6 +7,8 @@ Build triggers with the factories and compose them with ``&``, ``|`` and ``~``::
 
 from schedtrain.events import DEFAULT_EVENTS as DEFAULT_EVENTS
 from schedtrain.events import EventSet as EventSet
+from schedtrain.triggers.auto import AutoEvery as AutoEvery
+from schedtrain.triggers.auto import auto_every as auto_every
 from schedtrain.triggers.base import MAX_DEPTH as MAX_DEPTH
 from schedtrain.triggers.base import AllOf as AllOf
 from schedtrain.triggers.base import AnyOf as AnyOf
@@ -42,10 +44,41 @@ from schedtrain.triggers.windows import Window as Window
 from schedtrain.triggers.windows import window as window
 
 __all__ = [
-    "ANY_TIME", "DEFAULT_EVENTS", "MAX_DEPTH", "NEVER", "AllOf", "AnyOf", "At",
-    "BeforeDeadline", "Due",
-    "EventSet", "Every", "Explanation", "Improved", "MetricValue", "MetricsView", "Not", "On",
-    "Plateau", "Point", "Trigger", "When", "Window", "all_of", "any_of", "at",
-    "before_deadline", "due_on",
-    "every", "improved", "not_", "on", "parse_condition", "plateau", "when", "window",
+    "ANY_TIME",
+    "DEFAULT_EVENTS",
+    "MAX_DEPTH",
+    "NEVER",
+    "AllOf",
+    "AnyOf",
+    "At",
+    "AutoEvery",
+    "BeforeDeadline",
+    "Due",
+    "EventSet",
+    "Every",
+    "Explanation",
+    "Improved",
+    "MetricValue",
+    "MetricsView",
+    "Not",
+    "On",
+    "Plateau",
+    "Point",
+    "Trigger",
+    "When",
+    "Window",
+    "all_of",
+    "any_of",
+    "at",
+    "auto_every",
+    "before_deadline",
+    "due_on",
+    "every",
+    "improved",
+    "not_",
+    "on",
+    "parse_condition",
+    "plateau",
+    "when",
+    "window",
 ]  # fmt: skip

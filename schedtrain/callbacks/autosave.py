@@ -1,0 +1,150 @@
+"""``AutoPacing``: what a saver whose trigger is ``every("auto")`` measures and decides.
+
+A save's cost ``C`` is what it takes from training: the time from the firing to the
+checkpoint's landing (committed), less the steps trained meanwhile at the step time
+measured outside saves. In ``"sync"`` mode no step runs meanwhile, so it is the loop's
+stall; in ``"async"`` mode it is the stall for the host copy plus what the background
+write slowed the steps it overlapped by. The step time is measured from the previous
+landing (or the start of training) to this firing. Each landing feeds the trigger's
+``Decider`` (Young/Daly), whose interval places the next firing.
+
+Each decision is three metrics of the saver, lines of ``events.jsonl``: ``NAME/interval``
+(steps), ``NAME/save_cost`` and ``NAME/step_time`` (seconds, what was measured). The
+checkpoint of a save holds the decisions before it: the one its own landing made comes
+after it was written. A run resumed from it replays that decision from the log the
+killed run wrote (``replay_from_log``), so it places its firings as the killed run did;
+a decision the killed run had not yet written is made by the resumed run's next save.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
+from schedtrain.triggers import Trigger
+from schedtrain.triggers.auto import AutoEvery, Decider
+
+__all__ = ["AutoPacing", "auto_deciders", "deciders_of", "logged_decisions", "read_decisions"]
+
+_KEYS = ("interval", "save_cost", "step_time")
+
+
+def auto_deciders(trigger: Trigger) -> list[Decider]:
+    """The deciders of the ``AutoEvery`` parts of ``trigger``."""
+    found = [trigger.decider] if isinstance(trigger, AutoEvery) else []
+    for child in trigger.children():
+        found.extend(auto_deciders(child))
+    return found
+
+
+def logged_decisions(events: Path, saver: str) -> list[tuple[int, float, float]]:
+    """``(landing step, save cost, step time)`` of each decision ``saver`` logged in
+    ``events`` (``events.jsonl``), in order; a line cut short by a kill ends the list."""
+    got: dict[str, list[Any]] = {k: [] for k in _KEYS}
+    names = {f"{saver}/{k}": k for k in _KEYS}
+    try:
+        with events.open(encoding="utf-8") as f:
+            for line in f:
+                if not any(n in line for n in names):
+                    continue  # most lines: no JSON to parse
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    break
+                key = names.get(str(row.get("name"))) if isinstance(row, dict) else None
+                if key is not None and row.get("kind") == "scalar":
+                    got[key].append((int(row["step"]), float(row["value"])))
+    except OSError:
+        return []
+    n = min(len(v) for v in got.values())
+    return [(got["interval"][i][0], got["save_cost"][i][1], got["step_time"][i][1])
+            for i in range(n)]
+
+
+class AutoPacing:
+    """Measures a saver's saves and feeds its ``every("auto")`` deciders."""
+
+    def __init__(self, deciders: list[Decider], clock: Any = time.monotonic) -> None:
+        self.deciders = deciders
+        self.clock = clock  # the seconds the measurements read
+        self._since: tuple[float, int] | None = None  # the last landing (or the start)
+        self._fired: tuple[float, int] | None = None  # the firing in flight
+
+    @classmethod
+    def of(cls, callback: Any) -> AutoPacing | None:
+        """For ``callback`` (a saver) when its trigger has ``every("auto")``, configured
+        from its trainer's ``[run] mtbf`` and ``max_checkpoint_overhead``; else ``None``.
+
+        Raises:
+            ValueError: the run declares no failure rate, or runs on several processes.
+        """
+        trainer = callback.trainer
+        deciders = deciders_of(callback)
+        if not deciders:
+            return None
+        name = callback.name
+        config = getattr(trainer, "config", None)
+        mtbf = mtbf_seconds(config)
+        if mtbf is None:
+            raise ValueError(f"callback {name!r}: every('auto') picks the interval from the "
+                             "failure rate: give the run mtbf ('6 h') or failure_rate")
+        if getattr(trainer, "world_size", 1) > 1:
+            raise ValueError(f"callback {name!r}: every('auto') runs on one process only "
+                             "(each rank would measure its own interval)")
+        for d in deciders:
+            d.configure(mtbf, overhead_fraction(config))
+        return cls(deciders)
+
+    def started(self, step: int) -> None:
+        """Training starts (or resumes) at ``step``: step times count from now."""
+        self._since = (self.clock(), step)
+
+    def fired(self, step: int) -> None:
+        """The saver fired at ``step``: its save is asked for now."""
+        self._fired = (self.clock(), step)
+
+    def landed(self, step: int) -> list[dict[str, Any]]:
+        """The save landed with the clock at ``step``: the decisions it leads to."""
+        now = self.clock()
+        fired, since = self._fired, self._since
+        self._fired, self._since = None, (now, step)
+        if fired is None or since is None or fired[1] <= since[1]:
+            return []  # no step between the last landing and this firing to time
+        step_s = (fired[0] - since[0]) / (fired[1] - since[1])
+        cost = (now - fired[0]) - (step - fired[1]) * step_s
+        return [d.decide(fired[1], cost, step_s) for d in self.deciders]
+
+    def replay(self, logged: list[tuple[int, float, float]]) -> list[dict[str, Any]]:
+        """The decision the landing of the checkpoint resumed from made (the log's next
+        one after those the deciders' state knows), made again from its measurements;
+        none where the killed run had not written it."""
+        made: list[dict[str, Any]] = []
+        for d in self.deciders:
+            known = d.measured[0]
+            if len(logged) > known:
+                step, cost, step_s = logged[known]
+                made.append(d.decide(step, cost, step_s))
+        return made
+
+
+def deciders_of(callback: Any) -> list[Decider]:
+    """The ``every("auto")`` deciders of ``callback``'s trigger in its trainer's schedule."""
+    schedule = getattr(callback.trainer, "schedule", None)
+    name = callback.name
+    if schedule is None or name is None or name not in schedule.names:
+        return []
+    return auto_deciders(schedule[name])
+
+
+def read_decisions(callbacks: Iterable[Any], schedule: Any, events: Path) -> None:
+    """On a resume, before ``events`` (``events.jsonl``) is cut back to the checkpoint:
+    each saver with ``every("auto")`` reads the decisions logged (``read_log``)."""
+    for cb in callbacks:
+        name = getattr(cb, "name", None)
+        if hasattr(cb, "read_log") and name in schedule.names \
+                and auto_deciders(schedule[name]):
+            cb.read_log(events)

@@ -1,0 +1,124 @@
+"""``plan`` for ``every = "auto"``: the interval Young/Daly give a declared save cost, the
+work a failure loses and the time saves take.
+
+The save's cost is ``--checkpoint-seconds`` or, from ``--costs`` (a run's
+``events.jsonl``), the mean of the ``NAME/save_cost`` values an auto saver logged (else
+the mean of its firings' durations); the seconds per step are ``--costs``' or
+``[clock] seconds_per_step``. The interval so found is declared to the trigger
+(``Decider.declare``), so the plan's firings use it after the first save. A failure
+loses on average half an interval of work plus the restart (the warm-up ``--costs``
+measured, 0 without it).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import attrs
+
+from schedtrain.planning.plan import PlanError
+from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
+from schedtrain.spec.model import Spec
+from schedtrain.triggers import AutoEvery, Trigger
+
+__all__ = ["AutoPlan", "auto_savers", "auto_table", "declare_auto", "logged_save_cost"]
+
+
+@attrs.frozen
+class AutoPlan:
+    """One auto saver's planned interval and what it costs."""
+
+    callback: str
+    interval: int
+    cost_s: float
+    step_s: float
+    mtbf_s: float
+    restart_s: float
+
+    @property
+    def interval_s(self) -> float:
+        return self.interval * self.step_s
+
+    @property
+    def lost_s(self) -> float:
+        """Expected work lost per failure: half an interval plus the restart."""
+        return self.interval_s / 2 + self.restart_s
+
+    @property
+    def overhead(self) -> float:
+        """The share of the time saves take: cost over the interval's seconds."""
+        return self.cost_s / self.interval_s
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return {"callback": self.callback, "interval_steps": self.interval,
+                "interval_seconds": self.interval_s, "save_seconds": self.cost_s,
+                "step_seconds": self.step_s, "mtbf_seconds": self.mtbf_s,
+                "lost_per_failure_seconds": self.lost_s, "overhead": self.overhead}
+
+
+def _autos(trigger: Trigger) -> list[AutoEvery]:
+    found = [trigger] if isinstance(trigger, AutoEvery) else []
+    for child in trigger.children():
+        found.extend(_autos(child))
+    return found
+
+
+def auto_savers(spec: Spec) -> list[str]:
+    """The callbacks of ``spec`` whose trigger has ``every = "auto"``."""
+    return [name for name, cb in spec.callbacks.items() if _autos(cb.trigger)]
+
+
+def logged_save_cost(events: str | Path, callback: str) -> float | None:
+    """The mean ``NAME/save_cost`` a run logged for ``callback`` (``None``: none)."""
+    name, got = f"{callback}/save_cost", []
+    with Path(events).open(encoding="utf-8") as f:
+        for line in f:
+            if name in line:
+                row = json.loads(line)
+                if row.get("name") == name:
+                    got.append(float(row["value"]))
+    return statistics.fmean(got) if got else None
+
+
+def declare_auto(spec: Spec, *, cost_s: dict[str, float], step_s: float | None,
+                 restart_s: float = 0.0) -> list[AutoPlan]:
+    """Declare the interval of each auto saver of ``spec`` from its save cost
+    (``cost_s[name]``) and ``step_s``; the plans, in the spec's order.
+
+    Raises:
+        PlanError: an auto saver without a cost or without the seconds per step.
+    """
+    mtbf = mtbf_seconds(spec.run)
+    out: list[AutoPlan] = []
+    for name, cb in spec.callbacks.items():
+        autos = _autos(cb.trigger)
+        if not autos or mtbf is None:  # loading refused an auto trigger without mtbf
+            continue
+        if name not in cost_s:
+            raise PlanError(f"{spec.path}: callbacks.{name} saves every = \"auto\": give "
+                            "--checkpoint-seconds S (a save's cost) or --costs EVENTS")
+        if step_s is None or step_s <= 0:
+            raise PlanError(f"{spec.path}: callbacks.{name} saves every = \"auto\": its "
+                            "interval in steps needs the seconds per step: --costs EVENTS "
+                            "or [clock] seconds_per_step")
+        for auto in autos:
+            auto.decider.configure(mtbf, overhead_fraction(spec.run))
+            steps = auto.decider.declare(cost_s[name], step_s)
+        out.append(AutoPlan(name, steps, cost_s[name], step_s, mtbf, restart_s))
+    return out
+
+
+def auto_table(plans: list[AutoPlan]) -> str:
+    """The plans as text, a block after the plan's table."""
+    if not plans:
+        return ""
+    lines = ["", "checkpoint interval (every = \"auto\", Young/Daly sqrt(2 C MTBF)):"]
+    for p in plans:
+        lines.append(
+            f"  {p.callback}: every {p.interval:,} steps ({p.interval_s:.4g} s) for a save "
+            f"of {p.cost_s:.4g} s and MTBF {p.mtbf_s:.4g} s; work lost per failure "
+            f"{p.lost_s:.4g} s (interval/2 + restart {p.restart_s:.4g} s); overhead "
+            f"{p.overhead:.2%}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,93 @@
+"""``[run] mtbf``, ``failure_rate`` and ``max_checkpoint_overhead``: what ``every = "auto"``
+reads to pick a checkpoint interval (``triggers.auto``), checked and converted here.
+
+``mtbf`` is a duration (``"6 h"``), ``failure_rate`` failures per hour (one of the two);
+``max_checkpoint_overhead`` the most of the time saves may take, ``"2%"`` or ``0.02``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from schedtrain.schedule.analysis import Located
+from schedtrain.spec.problems import Problems
+from schedtrain.spec.run import RunConfig
+from schedtrain.time import Time
+from schedtrain.triggers.auto import AutoEvery
+
+__all__ = ["check_auto_triggers", "check_failures", "mtbf_seconds", "overhead_fraction"]
+
+
+def _mtbf(text: str) -> float:
+    """``text``'s duration in seconds (``ValueError`` for anything else)."""
+    t = Time.parse(text)
+    if t.counter != "time_ns" or t.base <= 0:
+        raise ValueError(f"expected a positive duration, got {text!r}")
+    return t.base / 1e9
+
+
+def _overhead(value: str | float) -> float:
+    """``"2%"`` or ``0.02`` as a fraction in (0, 1] (``ValueError`` otherwise)."""
+    if isinstance(value, str):
+        text = value.strip()
+        got = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a share of the time, got {value!r}")
+    else:
+        got = float(value)
+    if not (math.isfinite(got) and 0 < got <= 1):
+        raise ValueError(f"expected a share of the time in (0%, 100%], got {value!r}")
+    return got
+
+
+def check_failures(run: RunConfig, problems: Problems) -> None:
+    """Add the problems of ``mtbf``, ``failure_rate`` and ``max_checkpoint_overhead``."""
+    if run.mtbf is not None:
+        try:
+            _mtbf(run.mtbf)
+        except ValueError:
+            problems.expect(("run", "mtbf"), "a duration such as '6 h' or '90 min'", run.mtbf)
+    rate = run.failure_rate
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        problems.expect(("run", "failure_rate"), "failures per hour, a finite number > 0", rate)
+    if run.mtbf is not None and rate is not None:
+        problems.add(("run", "failure_rate"), "give `mtbf` or `failure_rate`, not both",
+                     expected="one of mtbf, failure_rate", found="both")
+    if run.max_checkpoint_overhead is not None:
+        try:
+            _overhead(run.max_checkpoint_overhead)
+        except ValueError:
+            problems.expect(("run", "max_checkpoint_overhead"), "a share of the time such as "
+                            "'2%' (more than 0%, at most 100%)", run.max_checkpoint_overhead)
+
+
+def mtbf_seconds(run: RunConfig | None) -> float | None:
+    """The declared mean time between failures in seconds (``None``: neither key given)."""
+    if run is None:
+        return None
+    if run.mtbf is not None:
+        return _mtbf(run.mtbf)
+    return None if run.failure_rate is None else 3600.0 / run.failure_rate
+
+
+def overhead_fraction(run: RunConfig | None) -> float | None:
+    """``max_checkpoint_overhead`` as a fraction (``None``: not given)."""
+    if run is None or run.max_checkpoint_overhead is None:
+        return None
+    return _overhead(run.max_checkpoint_overhead)
+
+
+def check_auto_triggers(located: Iterable[Located], run: RunConfig | None,
+                        problems: Problems) -> None:
+    """``every = "auto"`` needs ``[run] mtbf`` or ``failure_rate``: one line per use,
+    at the key path it was written at."""
+    if run is not None and (run.mtbf is not None or run.failure_rate is not None):
+        return
+    for loc in located:
+        for node in loc.walk():
+            if isinstance(node.trigger, AutoEvery):
+                problems.add(node.path, 'every = "auto" picks the checkpoint interval from the '
+                             "failure rate: set [run] mtbf (such as \"6 h\") or failure_rate "
+                             "(failures per hour)", expected="[run] mtbf or failure_rate",
+                             found="neither")

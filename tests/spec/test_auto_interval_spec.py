@@ -1,0 +1,79 @@
+"""``every = "auto"`` in a spec: ``[run] mtbf``/``failure_rate``/``max_checkpoint_overhead``
+checked, a use without a failure rate refused in one line at its key path, written back."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schedtrain.errors import ArgumentError, SpecError
+from schedtrain.spec import loads_spec
+from schedtrain.spec.config import run_config
+from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
+from schedtrain.spec.write import dump_spec
+from schedtrain.triggers import AutoEvery
+
+
+def _spec(run: str, trigger: str = '{ every = "auto" }') -> str:
+    return f"{run}\n[callbacks.save]\ntype = \"ModelSaver\"\ntrigger = {trigger}\n"
+
+
+@pytest.mark.parametrize("trigger, path", [
+    ('{ every = "auto" }', "callbacks.save.trigger.every"),
+    ('{ any = [{ on = "train_end" }, { every = "auto", offset = "5 steps" }] }',
+     "callbacks.save.trigger.any[1].every"),
+])
+def test_auto_without_a_failure_rate_is_refused_in_one_line(trigger: str, path: str) -> None:
+    with pytest.raises(SpecError) as err:
+        loads_spec(_spec("", trigger))
+    assert len(err.value.problems) == 1
+    assert str(err.value) == (f"<string>: {path}: every = \"auto\" picks the checkpoint "
+                              "interval from the failure rate: set [run] mtbf (such as "
+                              "\"6 h\") or failure_rate (failures per hour)")
+
+
+@pytest.mark.parametrize("run, key", [
+    ('mtbf = "6 steps"', "run.mtbf"), ('mtbf = "0 s"', "run.mtbf"),
+    ("failure_rate = 0.0", "run.failure_rate"), ("failure_rate = -2.0", "run.failure_rate"),
+    ('mtbf = "1 h"\nfailure_rate = 1.0', "run.failure_rate"),
+    ('mtbf = "1 h"\nmax_checkpoint_overhead = "0%"', "run.max_checkpoint_overhead"),
+    ('mtbf = "1 h"\nmax_checkpoint_overhead = "101%"', "run.max_checkpoint_overhead"),
+    ('mtbf = "1 h"\nmax_checkpoint_overhead = "lots"', "run.max_checkpoint_overhead"),
+])
+def test_bad_failure_keys_name_their_key_path(run: str, key: str) -> None:
+    with pytest.raises(SpecError) as err:
+        loads_spec(_spec(f"[run]\n{run}"))
+    assert [p.path for p in err.value.problems] == [key]
+
+
+def test_offset_of_auto_is_the_first_save_in_steps() -> None:
+    spec = loads_spec(_spec('[run]\nmtbf = "6 h"', '{ every = "auto", offset = "25 steps" }'))
+    trig = spec.callbacks["save"].trigger
+    assert isinstance(trig, AutoEvery) and trig.first == 25
+    with pytest.raises(SpecError, match=r"callbacks\.save\.trigger\.offset: `offset` of "
+                                        r"every = \"auto\" is the step of the first save"):
+        loads_spec(_spec('[run]\nmtbf = "6 h"', '{ every = "auto", offset = "1 epoch" }'))
+
+
+@given(st.sampled_from(['{ every = "auto" }', '{ every = "auto", offset = "7 steps" }',
+                        '{ any = [{ every = "auto" }, { on = "train_end" }] }']))
+def test_written_back_it_reads_the_same(trigger: str) -> None:
+    spec = loads_spec(_spec('[run]\nfailure_rate = 0.5\nmax_checkpoint_overhead = "2%"',
+                            trigger))
+    again = loads_spec(dump_spec(spec))
+    assert again.callbacks == spec.callbacks
+    assert again.run == spec.run
+
+
+@given(st.floats(0.01, 100.0), st.integers(1, 100))
+def test_failure_rate_and_overhead_convert(rate: float, percent: int) -> None:
+    config = run_config(failure_rate=rate, max_checkpoint_overhead=f"{percent}%")
+    assert mtbf_seconds(config) == pytest.approx(3600 / rate)
+    assert overhead_fraction(config) == pytest.approx(percent / 100)
+    assert mtbf_seconds(run_config(mtbf="90 min")) == 5400
+
+
+def test_python_keywords_get_the_same_rules() -> None:
+    with pytest.raises(ArgumentError, match="`mtbf`: expected a duration such as '6 h'"):
+        run_config(mtbf="3 epochs")
