@@ -192,7 +192,6 @@ class Lifecycle:
             return
         offset = self.parts.run_state.events_offset
         if offset is not None:
-            # every("auto") savers read the decisions the killed run logged first
             read_decisions(self.parts.callbacks, self.parts.schedule, events.path)
             events.truncate(int(offset))
         change = self.parts.run_state.change
