@@ -20,7 +20,7 @@ from schedtrain.checkpoints.background import Writer, checked, nonfinite
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
 from schedtrain.checkpoints.files import checkpoint_name
-from schedtrain.checkpoints.format import CheckpointError, is_finite
+from schedtrain.checkpoints.format import CheckpointError, check_shape, is_finite
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.owned import Owned
 from schedtrain.checkpoints.pacing import write_share
@@ -362,8 +362,9 @@ class Checkpoints:
         # On the host: tensors are copied into the model's and optimizer's own devices.
         if state is None:
             state = self.mount.read(path)
-        run = state["run"]
         shown = self.mount.shown(path)  # its URL in object storage, not the stand-in path
+        check_shape(state, shown)  # a whole file may still lack what a resume reads
+        run = state["run"]
         parts.check(shown, run)
         rng, data = own_part(self.comm, shown, run)
         load_model(parts, path, state, self.mount.remote(path))

@@ -23,7 +23,6 @@ from schedtrain.checkpoints.format import (
     STATE_FILE,
     CheckpointError,
     check_plain,
-    check_shape,
     digest,
     file_digests,
 )
@@ -108,7 +107,6 @@ def load_checked(source: Path | IO[bytes], map_location: Any, *,
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(shown, f"not a {FORMAT} file (found {found!r})")
     _check_sum(state, shown)
-    check_shape(state, shown)
     return state
 
 

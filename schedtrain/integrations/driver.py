@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.vocabulary import REDUCE_OPS
-from schedtrain.integrations.driver_state import check_driver_state, load_trigger_states
+from schedtrain.integrations.driver_state import check_driver_state, load_part
 from schedtrain.integrations.values import HOST, number
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
@@ -377,11 +377,11 @@ class ScheduleDriver:
             clock.batch += batches
             clock.sample += samples
             clock.token += tokens
-        self.metrics.load_state_dict(state["metrics"])
+        load_part("metrics", self.metrics.load_state_dict, state["metrics"])
         self._started = bool(state["started"])
         self._in_epoch = bool(state["in_epoch"])
         agreed = state.get("agreed")
         self._agreed = None if agreed is None else (int(agreed[0]), int(agreed[1]))
-        load_trigger_states(self.table, state["table"])
+        load_part("table.triggers", self.table.load_state_dict, state["table"])
         self.table.attach(self.clock, self.metrics, self.table.predicates,
                           last_step_end=step_end)

@@ -8,13 +8,13 @@ instead of hanging, or crashing somewhere later.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from schedtrain.errors import Error, describe, one_line
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["DriverStateError", "check_driver_state", "load_trigger_states"]
+__all__ = ["DriverStateError", "check_driver_state", "load_part"]
 
 _FIELDS: Final = ("step", "batch", "epoch", "step_in_epoch", "sample", "token", "time_ns")
 _KEYS: Final = ("clock", "pending", "table", "metrics", "started", "in_epoch")
@@ -90,15 +90,7 @@ def check_driver_state(state: object) -> None:
         if now[field] + count > MAX_COUNT:
             raise DriverStateError(f"pending[{i}]", f"at most {MAX_COUNT - now[field]} (the "
                                    f"clock's {field} count is {now[field]})", str(count))
-    for name, entry in _table(top["metrics"], "metrics").items():
-        where = f"metrics[{describe(name)}]" if not isinstance(name, str) else f"metrics.{name}"
-        if not isinstance(name, str) or not name:
-            raise DriverStateError(where, "a metric name", name)
-        if not isinstance(entry, list | tuple) or len(entry) != 2:
-            raise DriverStateError(where, "a list [value, count]", entry)
-        if isinstance(entry[0], bool) or not isinstance(entry[0], int | float):
-            raise DriverStateError(f"{where}[0]", "a number", entry[0])
-        _count(entry[1], f"{where}[1]")
+    _table(top["metrics"], "metrics")  # its own load_state_dict reads its entries
     _flag(top["started"], "started")
     _flag(top["in_epoch"], "in_epoch")
     triggers = _table(top["table"], "table").get("triggers", {})
@@ -111,11 +103,13 @@ def check_driver_state(state: object) -> None:
             _count(n, f"agreed[{i}]")
 
 
-def load_trigger_states(table: Any, state: Mapping[str, Any]) -> None:
-    """``table.load_state_dict(state)``, a trigger's part it cannot read refused in one
-    line: each trigger kind reads its own part, so its error is named, not re-checked."""
+def load_part(path: str, load: Callable[[Any], None], value: Any) -> None:
+    """``load(value)`` for the part at ``path`` (the metrics, the triggers), a part it
+    cannot read refused in one line: each part's own ``load_state_dict`` knows its
+    shape (the hosts keep their metrics differently), so its error is named, not
+    re-checked here."""
     try:
-        table.load_state_dict(state)
+        load(value)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise DriverStateError("table.triggers", "the state this schedule's triggers saved",
+        raise DriverStateError(path, "the state this part saved",
                                f"{type(exc).__name__}: {exc}") from None
