@@ -23,7 +23,6 @@ from schedtrain.events import BOUNDED_EVENTS, EventSet
 from schedtrain.schedule.dues import DueBook
 from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
-from schedtrain.triggers.deadline import BeforeDeadline
 from schedtrain.triggers.protocol import (
     ANY_TIME,
     Due,
@@ -60,11 +59,6 @@ class TableExplanation:
         head = f"at {self.event}, step {self.now.step}, epoch {self.now.epoch}:"
         return "\n".join([head] + [f"[{n}] {e.render(1).lstrip()}"
                                    for n, e in self.callbacks.items()])
-
-
-def _counts_down(trigger: Trigger) -> bool:
-    """Whether ``trigger`` holds a ``before_deadline``."""
-    return isinstance(trigger, BeforeDeadline) or any(map(_counts_down, trigger.children()))
 
 
 def _share_groups(triggers: Sequence[Trigger]) -> tuple[int, ...]:
@@ -202,7 +196,7 @@ class TriggerTable:
         if self._clock is None:
             return
         self._books["step_end"].set([(i, ANY_TIME) for i in self.listeners("step_end")
-                                     if _counts_down(self.triggers[i])])
+                                     if self.triggers[i].reads_deadline()])
         self._update_step_due()
 
     def due(self, event: str) -> Due:

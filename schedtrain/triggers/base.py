@@ -94,6 +94,11 @@ class Trigger:
         """Sub-triggers, for walking a tree."""
         return ()
 
+    def reads_deadline(self) -> bool:
+        """Whether it (or a sub-trigger) reads the run's deadline: a deadline learned
+        mid-run (a preemption notice) re-arms it."""
+        return any(c.reads_deadline() for c in self.children())
+
     def child_path(self, index: int) -> str:
         """The key-path step to child ``index`` in error messages (``.any[1]``)."""
         return f".children[{index}]"

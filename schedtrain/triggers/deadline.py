@@ -38,6 +38,9 @@ class BeforeDeadline(Trigger):
 
     margin: Time = attrs.field(validator=_validate_margin)
 
+    def reads_deadline(self) -> bool:
+        return True
+
     def events(self) -> EventSet:
         return EventSet.of(_EVENT)
 
