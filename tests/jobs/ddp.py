@@ -139,6 +139,21 @@ class FailOnRank(Callback):
             raise RuntimeError(f"deliberate failure on rank {self.rank}")
 
 
+class KillNode(Callback):
+    """``kill -9`` of this rank's whole node (its torchrun agent, then itself) at the end
+    of one step, when ``SCHEDTRAIN_TEST_KILL`` = ``"RANK:STEP"`` names this rank: a lost
+    node timed off the training's own steps, not off a clock. Unset: does nothing."""
+
+    def _trigger(self) -> None:
+        import os
+        import signal
+
+        rank, _, step = os.environ.get("SCHEDTRAIN_TEST_KILL", "").partition(":")
+        if step and self.rank == int(rank) and self.now.step == int(step):
+            os.kill(os.getppid(), signal.SIGKILL)  # the agent first: it must not restart us
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class DumpFirings(Callback):
     """At train end, writes this rank's firings to ``RUN_DIR/../firings-rankN.json``."""
 
