@@ -180,7 +180,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         produced=bound.produced, shape=functools.partial(_shape, config, ready.train_data),
         run_dir=run_dir, directory=directory, events=events, comm=comm, agreement=agreement,
         position=run_state.position)
-    run_state.on_resume = retimer.resume
+    run_state.replay_on_resume(retimer.resume)
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
         gates={e.default_name(): e.gate for e in bound.schedule.entries}, metrics=metrics,

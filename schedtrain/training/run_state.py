@@ -71,8 +71,13 @@ class RunState:
         #: the run's schedule (canonical TOML, stored in every checkpoint) and what a
         #: resume does when the checkpoint's differs
         self.change = change if change is not None else ScheduleChange(None)
-        #: called with a checkpoint's ``run`` before it is checked (live retime's replay)
-        self.on_resume: Callable[[Mapping[str, Any]], None] | None = None
+        self._on_resume: Callable[[Mapping[str, Any]], None] | None = None
+
+    def replay_on_resume(self, replay: Callable[[Mapping[str, Any]], None]) -> None:
+        """What a resume calls with the checkpoint's ``run`` before checking it (live
+        retime's replay of the retimes applied after it). Given once the retimer, which
+        needs the agreement built after this state, exists."""
+        self._on_resume = replay
 
     def see_saved_files_with(self, present: Present) -> None:
         """How a resume with another schedule learns which of a saver's files are there
@@ -111,8 +116,8 @@ class RunState:
     def check(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse a checkpoint saved with another schedule (``ScheduleChanged``) unless
         told to apply it, or, its schedule unknown, with other callbacks (``ValueError``)."""
-        if self.on_resume is not None:
-            self.on_resume(run)
+        if self._on_resume is not None:
+            self._on_resume(run)
         self.change.check(path, run)
         if self.change.carried is not None:
             return
