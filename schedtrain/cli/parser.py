@@ -192,24 +192,23 @@ def _add_retime(sub: Any) -> None:
                         help="firings listed per callback and kind (default 5)")
 
 
-def _seconds(text: str) -> float:
+def _parse_seconds(text: str, *, zero: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    if not (value >= 0.0 if zero else value > 0.0) or value == float("inf"):
+        bound = ">= 0" if zero else "> 0"
+        raise argparse.ArgumentTypeError(f"expected seconds {bound}, got {text!r}")
     return value
+
+
+def _seconds(text: str) -> float:
+    return _parse_seconds(text, zero=True)
 
 
 def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return value
+    return _parse_seconds(text, zero=False)
 
 
 def _share(text: str) -> float:
