@@ -46,6 +46,8 @@ class ModelSaver(Callback):
     """
 
     may_stop_alone: ClassVar[bool] = False
+    #: It feeds an ``every("auto")`` trigger the cost of each save (binding checks).
+    measures_its_saves: ClassVar[bool] = True
 
     default_trigger: ClassVar[Trigger] = every("1 epoch")
 

@@ -41,6 +41,7 @@ from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import Runner, TriggerTable
 from schedtrain.time import Timestamp
+from schedtrain.triggers.auto import uses_auto
 from schedtrain.triggers.protocol import MetricValue, Predicate
 
 if TYPE_CHECKING:
@@ -93,6 +94,17 @@ def takes_event(fn: Callable[..., object]) -> bool:
         return False
     return found is not None and found.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                 inspect.Parameter.KEYWORD_ONLY)
+
+
+def _refuse_auto(table: TriggerTable) -> None:
+    """``every("auto")`` is fed by the measured cost of each save, which only schedtrain's
+    ``Trainer`` measures: under a host it would stay at its first step, so it is refused."""
+    for name, trigger in zip(table.names, table.triggers, strict=True):
+        if uses_auto(trigger):
+            raise ValueError(
+                f"callback {name!r}: every('auto') picks a checkpoint interval from the "
+                "measured cost of each save, which only schedtrain's Trainer measures; "
+                "under a host give the interval (such as every(500, 'steps'))")
 
 
 def refuse_unknown_actions(names: Iterable[str], actions: Iterable[str]) -> None:
@@ -166,6 +178,7 @@ class ScheduleDriver:
             self.table = schedule
         else:
             raise TypeError(f"expected a Schedule or a TriggerTable, got {schedule!r}")
+        _refuse_auto(self.table)
         self.clock = LoopClock(time_source)
         self.metrics = LatestValues()
         self.firings: list[Firing] = []

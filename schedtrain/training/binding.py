@@ -18,6 +18,7 @@ from schedtrain.callbacks.base import Callback
 from schedtrain.errors import ScheduleError, did_you_mean
 from schedtrain.schedule.schedule import Schedule, Scheduled
 from schedtrain.spec.metrics import TRAINER_METRICS
+from schedtrain.triggers.auto import uses_auto
 
 __all__ = ["Bound", "FunctionCallback", "bind", "bind_checked", "check_order", "order_problems"]
 
@@ -87,6 +88,7 @@ def bind(
                 f"{did_you_mean(extra[0], schedule.names)}")
     sched = Schedule(entries, events=events)
     _check_unambiguous(sched)
+    _check_auto_fed(sched)
     cbs: list[Callback] = []
     for e in sched.entries:
         cb = e.callback
@@ -100,6 +102,19 @@ def _keeps_state(callback: Callback) -> bool:
         return bool(callback.state_dict())
     except Exception:  # a state_dict that needs setup: assume it has state
         return True
+
+
+def _check_auto_fed(schedule: Schedule) -> None:
+    """Refuse ``every("auto")`` on a callback that does not measure its saves: nothing
+    would feed the interval, which would stay at its first step for the whole run."""
+    for e in schedule.entries:
+        cb = e.callback
+        if uses_auto(e.trigger) and not getattr(cb, "measures_its_saves", False):
+            raise ScheduleError(
+                f"callbacks.{e.default_name()}: every('auto') picks a checkpoint interval "
+                f"from the measured cost of the saves its callback makes, and "
+                f"{type(cb).__name__} measures none: bind it to a ModelSaver (or a "
+                "subclass), or give an interval such as every(500, 'steps')")
 
 
 def _check_unambiguous(schedule: Schedule) -> None:
