@@ -8,10 +8,11 @@ reads to pick a checkpoint interval (``triggers.auto``), checked and converted h
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 from schedtrain.schedule.analysis import Located
 from schedtrain.spec.problems import Problems
+from schedtrain.spec.registry import BUILTINS
 from schedtrain.spec.run import RunConfig
 from schedtrain.time import Time
 from schedtrain.triggers.auto import AutoEvery
@@ -78,16 +79,24 @@ def overhead_fraction(run: RunConfig | None) -> float | None:
     return _overhead(run.max_checkpoint_overhead)
 
 
-def check_auto_triggers(located: Iterable[Located], run: RunConfig | None,
-                        problems: Problems) -> None:
-    """``every = "auto"`` needs ``[run] mtbf`` or ``failure_rate``: one line per use,
-    at the key path it was written at."""
-    if run is not None and (run.mtbf is not None or run.failure_rate is not None):
-        return
-    for loc in located:
+def check_auto_triggers(located: Mapping[str, Located], types: Mapping[str, str],
+                        run: RunConfig | None, problems: Problems) -> None:
+    """``every = "auto"`` needs ``[run] mtbf`` or ``failure_rate``, and a ``ModelSaver`` to
+    measure its saves (a built-in of another type measures none): one line per use, at
+    the key path it was written at. A user's class is judged when it is bound."""
+    rate = run is not None and (run.mtbf is not None or run.failure_rate is not None)
+    for name, loc in located.items():
         for node in loc.walk():
-            if isinstance(node.trigger, AutoEvery):
+            if not isinstance(node.trigger, AutoEvery):
+                continue
+            if not rate:
                 problems.add(node.path, 'every = "auto" picks the checkpoint interval from the '
                              "failure rate: set [run] mtbf (such as \"6 h\") or failure_rate "
                              "(failures per hour)", expected="[run] mtbf or failure_rate",
                              found="neither")
+            kind = types.get(name)
+            if kind in BUILTINS and kind != "ModelSaver":
+                problems.add(node.path, 'every = "auto" picks a checkpoint interval from the '
+                             f"measured cost of each save, and {kind} measures none: use it "
+                             'on a ModelSaver, or give an interval (every = "500 steps")',
+                             expected="a ModelSaver", found=kind)

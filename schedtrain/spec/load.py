@@ -68,7 +68,8 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
     if not doc.callbacks:
         problems.add("callbacks", "a spec needs at least one [callbacks.NAME] table",
                      expected="a [callbacks.NAME] table", found="none")
-    check_auto_triggers(located.values(), doc.run, problems)
+    types = {n: c.type for n, c in callbacks.items() if c.type is not None}
+    check_auto_triggers(located, types, doc.run, problems)
     problems.raise_if_any()
     analysis = with_hints(analyze(list(located.items()), doc.events, file=file),
                           located.values())

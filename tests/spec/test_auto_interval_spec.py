@@ -11,6 +11,7 @@ from schedtrain.errors import ArgumentError, SpecError
 from schedtrain.spec import loads_spec
 from schedtrain.spec.config import run_config
 from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
+from schedtrain.spec.registry import BUILTINS
 from schedtrain.spec.write import dump_spec
 from schedtrain.triggers import AutoEvery
 
@@ -77,3 +78,34 @@ def test_failure_rate_and_overhead_convert(rate: float, percent: int) -> None:
 def test_python_keywords_get_the_same_rules() -> None:
     with pytest.raises(ArgumentError, match="`mtbf`: expected a duration such as '6 h'"):
         run_config(mtbf="3 epochs")
+
+
+#: The arguments a built-in cannot do without (its table is refused without them first).
+_REQUIRED = {
+    "GradientAccumulationScheduler": "schedule = { 0 = 1 }",
+    "LRScheduler": 'scheduler = "StepLR"\nargs = { step_size = 10 }',
+    "ScheduledHyperParamSetter": 'param = "lr"\nschedule = [[0, 0.1]]',
+    "SendStat": 'command = ["true"]',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(set(BUILTINS) - {"ModelSaver"}))
+@pytest.mark.parametrize("trigger, path", [
+    ('{ every = "auto" }', "callbacks.save.trigger.every"),
+    ('{ all = [{ every = "auto" }, { not = { at = "3 steps" } }] }',
+     "callbacks.save.trigger.all[0].every"),
+])
+def test_auto_on_a_built_in_that_measures_no_save_is_refused_at_its_key_path(
+        kind: str, trigger: str, path: str) -> None:
+    """Only a ModelSaver feeds the interval: ``schedtrain check`` says so, without torch."""
+    text = _spec('[run]\nmtbf = "6 h"', trigger).replace(
+        '"ModelSaver"', f'"{kind}"\n{_REQUIRED.get(kind, "")}')
+    with pytest.raises(SpecError) as err:
+        loads_spec(text)
+    [found] = [p for p in err.value.problems if p.path == path]
+    assert f"{kind} measures none: use it on a ModelSaver" in found.message
+
+
+def test_auto_on_a_user_class_waits_for_the_binding() -> None:
+    """A user's class may subclass ModelSaver: judged when bound, not by its name."""
+    loads_spec(_spec('[run]\nmtbf = "6 h"').replace('"ModelSaver"', '"mypkg.saving:MySaver"'))
