@@ -275,7 +275,11 @@ class Agreement(Alone):
             return
         posted = self.comm.preempt_target()
         if posted is None:
-            posted = self.comm.post_preempt(self.clock.step, self.guard.requested or "SIGTERM")
+            # A rank that had no signal waits for the one that had: it posts at this epoch
+            # end too, under its signal's own name (a notice's source, SIGINT...).
+            requested = self.guard.requested
+            posted = (self.comm.post_preempt(self.clock.step, requested)
+                      if requested is not None else self.comm.await_preempt())
         raise PreemptRequested(posted[1])
 
     # -- the dispatcher ------------------------------------------------------------------------

@@ -181,6 +181,12 @@ class Comm:
         won = self._store.compare_set(_PREEMPT_KEY, "", f"{target_step} {signal_name}")
         return _preempt_value(won)
 
+    def await_preempt(self) -> tuple[int, str]:
+        """The agreed preemption step and signal, waiting for a rank to post one (a rank
+        that knows another has a signal: that rank posts it, naming its own)."""
+        self._store.wait([_PREEMPT_KEY])
+        return _preempt_value(self._store.get(_PREEMPT_KEY))
+
     def preempt_target(self) -> tuple[int, str] | None:
         """The agreed preemption step and signal, once any rank has posted one."""
         if not self._store.check([_PREEMPT_KEY]):

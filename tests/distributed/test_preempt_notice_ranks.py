@@ -47,9 +47,10 @@ trigger = { on = "preempt" }
         served.start()
         result = torchrun(spec, run_dir, timeout=300)
     assert "source='the GCE preemption notice'" in result.stderr  # the chief's thread
-    # One line, from the chief. The name is the first rank's to post at an epoch end: the
-    # other rank posts "SIGTERM" (distributed.agreement), as for any signal on one rank.
+    # One line, from the chief, naming the notice: a rank without it waits for the rank
+    # that has it to post (distributed.agreement), as for any signal on one rank.
     assert result.stderr.count("preempted by ") == 1, result.stderr[-3000:]
+    assert result.stderr.count("preempted by the GCE preemption notice") == 1
     assert "exitcode  : 75" in result.stderr
     assert json.loads((run_dir / "run.json").read_text())["status"] == "preempted"
     preempted = [p for p in (run_dir / "checkpoints").glob("*.pt")
