@@ -22,7 +22,7 @@ optimum it is 2.1 times the optimum's, so the fixed runs bracket it.
 
 Reproduce (from the repository root)::
 
-    python benchmarks/bench_auto_interval.py               # 3 seeds, about 6 min each
+    python benchmarks/bench_auto_interval.py               # 3 seeds, about 8 min each
     python benchmarks/bench_auto_interval.py --seeds 1 --work 4000
 """
 
@@ -152,7 +152,7 @@ def main() -> None:
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--every", default="auto", help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--work", type=int, default=12000, help="steps the job trains")
+    p.add_argument("--work", type=int, default=8000, help="steps the job trains")
     p.add_argument("--step-seconds", type=float, default=0.005)
     p.add_argument("--save-seconds", type=float, default=0.1,
                    help="delay added to each save's write")
