@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from schedtrain.errors import ScheduleError
 from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
 from schedtrain.triggers import Trigger
 from schedtrain.triggers.auto import AutoEvery, Decider
@@ -68,9 +69,12 @@ def logged_decisions(events: Path, saver: str) -> list[tuple[int, float, float]]
 class AutoPacing:
     """Measures a saver's saves and feeds its ``every("auto")`` deciders."""
 
-    def __init__(self, deciders: list[Decider], clock: Any = time.monotonic) -> None:
+    def __init__(self, deciders: list[Decider], clock: Any = time.monotonic,
+                 share: Callable[[Any], Any] | None = None) -> None:
         self.deciders = deciders
         self.clock = clock  # the seconds the measurements read
+        #: on several processes: the chief's value of what it is given, on every rank
+        self.share = share
         self._since: tuple[float, int] | None = None  # the last landing (or the start)
         self._fired: tuple[float, int] | None = None  # the firing in flight
 
@@ -80,7 +84,8 @@ class AutoPacing:
         from its trainer's ``[run] mtbf`` and ``max_checkpoint_overhead``; else ``None``.
 
         Raises:
-            ValueError: the run declares no failure rate, or runs on several processes.
+            ScheduleError: the run declares no failure rate, or runs on several
+                processes with background saves.
         """
         trainer = callback.trainer
         deciders = deciders_of(callback)
@@ -90,14 +95,20 @@ class AutoPacing:
         config = getattr(trainer, "config", None)
         mtbf = mtbf_seconds(config)
         if mtbf is None:
-            raise ValueError(f"callback {name!r}: every('auto') picks the interval from the "
+            raise ScheduleError(f"callback {name!r}: every('auto') picks the interval from the "
                              "failure rate: give the run mtbf ('6 h') or failure_rate")
-        if getattr(trainer, "world_size", 1) > 1:
-            raise ValueError(f"callback {name!r}: every('auto') runs on one process only "
-                             "(each rank would measure its own interval)")
+        comm = getattr(trainer, "comm", None)
+        if comm is not None and getattr(config, "checkpoint_mode", "sync") != "sync":
+            # Every rank must decide alike, at the same step: on the chief's measurement,
+            # shared when the save lands. A "sync" save lands on every rank in one call;
+            # a background one on the chief alone, at a step of its own.
+            raise ScheduleError(f"callback {name!r}: every('auto') on several processes needs "
+                                "checkpoint_mode = 'sync' (the ranks decide the interval "
+                                "together when a save lands, which a background write does "
+                                "on the chief alone)")
         for d in deciders:
             d.configure(mtbf, overhead_fraction(config))
-        return cls(deciders)
+        return cls(deciders, share=None if comm is None else comm.broadcast)
 
     def started(self, step: int) -> None:
         """Training starts (or resumes) at ``step``: step times count from now."""
@@ -116,12 +127,16 @@ class AutoPacing:
             return []  # no step between the last landing and this firing to time
         step_s = (fired[0] - since[0]) / (fired[1] - since[1])
         cost = (now - fired[0]) - (step - fired[1]) * step_s
+        if self.share is not None:  # every rank lands here in one call: the chief's
+            cost, step_s = self.share((cost, step_s))
         return [d.decide(fired[1], cost, step_s) for d in self.deciders]
 
     def replay(self, logged: list[tuple[int, float, float]]) -> list[dict[str, Any]]:
         """The decision the landing of the checkpoint resumed from made (the log's next
         one after those the deciders' state knows), made again from its measurements;
         none where the killed run had not written it."""
+        if self.share is not None:  # the chief read the log (its run directory has it)
+            logged = self.share(logged)
         made: list[dict[str, Any]] = []
         for d in self.deciders:
             known = d.measured[0]

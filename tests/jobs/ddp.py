@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from schedtrain.callbacks import Callback
+from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.training import Task
 
 
@@ -310,3 +310,26 @@ class RaiseStopInHookOnRank(StopOnRank):
 
         if self.rank == self.stop_rank and step == self.stop_step:
             raise StopTraining(f"rank {self.rank}'s hook raised at step {step}")
+
+
+class StepClockSaver(ModelSaver):
+    """A ``ModelSaver`` whose ``every("auto")`` measurements read a clock of steps: one
+    second a step, and each landing adds ``cost`` seconds (times the rank plus one, so
+    the ranks measure differently and only agreeing on the chief's keeps them together).
+    The decisions are the same in every run, killed and resumed or not."""
+
+    def __init__(self, cost: float = 1.0, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.cost, self._offset = cost, 0.0
+
+    def _cost(self) -> float:
+        return self.cost * (1 + self.now.step * 7 % 5 / 4) * (1 + self.rank)
+
+    def _setup(self) -> None:
+        super()._setup()
+        assert self._pacing is not None
+        self._pacing.clock = lambda: self.now.step + self._offset
+
+    def _landed(self, written: object) -> None:
+        self._offset += self._cost()
+        super()._landed(written)  # type: ignore[arg-type]
