@@ -63,8 +63,7 @@ class Lifecycle:
         self.checkpoint_step: int | None = None
         #: how the last fit stopped early (``None``: it did not)
         self.stopped: Stopped | None = None
-        #: how the run is ending, for ``after_train`` hooks: "finished", "stopped",
-        #: "failed" or "preempted" (``None`` while it runs)
+        #: how the run is ending, for ``after_train``: finished/stopped/failed/preempted
         self.outcome: str | None = None
 
     # -- before fit ----------------------------------------------------------------------------
@@ -85,8 +84,7 @@ class Lifecycle:
             self.start_over()
             return None
         self.resume(*found)
-        path = found[0]
-        return path if checkpoints.mount.stored(path) is None else shown(path)
+        return found[0] if checkpoints.mount.stored(found[0]) is None else shown(found[0])
 
     def resume(self, path: Path, state: dict[str, Any] | None = None) -> None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
@@ -398,3 +396,5 @@ class Lifecycle:
                 parts.checkpoints.mount.close()
                 if parts.directory is not None:
                     parts.directory.release()
+                if outcome == "preempted" and parts.comm is not None:  # none leaves first:
+                    parts.comm.barrier()  # torchrun would stop the chief mid-way
