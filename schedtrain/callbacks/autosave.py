@@ -70,13 +70,21 @@ class AutoPacing:
     """Measures a saver's saves and feeds its ``every("auto")`` deciders."""
 
     def __init__(self, deciders: list[Decider], clock: Any = time.monotonic,
-                 share: Callable[[Any], Any] | None = None) -> None:
+                 share: Callable[[Any], Any] | None = None, *,
+                 at_firing: bool = False) -> None:
         self.deciders = deciders
         self.clock = clock  # the seconds the measurements read
         #: on several processes: the chief's value of what it is given, on every rank
         self.share = share
+        #: several processes, background saves: decide at the next firing, not the landing
+        self.at_firing = at_firing and share is not None
         self._since: tuple[float, int] | None = None  # the last landing (or the start)
         self._fired: tuple[float, int] | None = None  # the firing in flight
+        #: at_firing: the newest landing's (cost, step time), not yet decided on
+        self._measured: tuple[float, float] | None = None
+        #: at_firing, resumed: the decisions the killed run logged after the checkpoint,
+        #: by the step of the firing that made them
+        self._logged: dict[int, tuple[float, float]] = {}
 
     @classmethod
     def of(cls, callback: Any) -> AutoPacing | None:
@@ -84,8 +92,7 @@ class AutoPacing:
         from its trainer's ``[run] mtbf`` and ``max_checkpoint_overhead``; else ``None``.
 
         Raises:
-            ScheduleError: the run declares no failure rate, or runs on several
-                processes with background saves.
+            ScheduleError: the run declares no failure rate.
         """
         trainer = callback.trainer
         deciders = deciders_of(callback)
@@ -95,28 +102,37 @@ class AutoPacing:
         config = getattr(trainer, "config", None)
         mtbf = mtbf_seconds(config)
         if mtbf is None:
-            raise ScheduleError(f"callback {name!r}: every('auto') picks the interval from the "
-                             "failure rate: give the run mtbf ('6 h') or failure_rate")
-        comm = getattr(trainer, "comm", None)
-        if comm is not None and getattr(config, "checkpoint_mode", "sync") != "sync":
-            # Every rank must decide alike, at the same step: on the chief's measurement,
-            # shared when the save lands. A "sync" save lands on every rank in one call;
-            # a background one on the chief alone, at a step of its own.
-            raise ScheduleError(f"callback {name!r}: every('auto') on several processes needs "
-                                "checkpoint_mode = 'sync' (the ranks decide the interval "
-                                "together when a save lands, which a background write does "
-                                "on the chief alone)")
+            raise ScheduleError(f"callback {name!r}: every('auto') picks the interval from "
+                                "the failure rate: give the run mtbf ('6 h') or failure_rate")
         for d in deciders:
             d.configure(mtbf, overhead_fraction(config))
-        return cls(deciders, share=None if comm is None else comm.broadcast)
+        comm = getattr(trainer, "comm", None)
+        if comm is None:
+            return cls(deciders)
+        # Every rank decides alike, on the chief's measurement. A "sync" save lands on
+        # every rank in one call, which shares it; a background one lands on the chief
+        # alone, at a step of its own, so the next firing (every rank's) shares it.
+        background = getattr(config, "checkpoint_mode", "sync") != "sync"
+        return cls(deciders, share=comm.broadcast, at_firing=background)
 
     def started(self, step: int) -> None:
         """Training starts (or resumes) at ``step``: step times count from now."""
         self._since = (self.clock(), step)
 
-    def fired(self, step: int) -> None:
-        """The saver fired at ``step``: its save is asked for now."""
+    def fired(self, step: int) -> list[dict[str, Any]]:
+        """The saver fired at ``step``: its save is asked for now. With ``at_firing``,
+        the decisions made now: on the chief's newest measured save (one still being
+        written there waits for a later firing), or, resumed, on what the killed run
+        logged at this step; every rank alike."""
+        made = []
+        if self.at_firing:
+            assert self.share is not None
+            measured, self._measured = self._measured, None
+            got = self.share(self._logged.pop(step, measured))
+            if got is not None:
+                made = [d.decide(step, got[0], got[1]) for d in self.deciders]
         self._fired = (self.clock(), step)
+        return made
 
     def landed(self, step: int) -> list[dict[str, Any]]:
         """The save landed with the clock at ``step``: the decisions it leads to."""
@@ -127,6 +143,9 @@ class AutoPacing:
             return []  # no step between the last landing and this firing to time
         step_s = (fired[0] - since[0]) / (fired[1] - since[1])
         cost = (now - fired[0]) - (step - fired[1]) * step_s
+        if self.at_firing:  # the chief's is shared at the next firing
+            self._measured = (cost, step_s)
+            return []
         if self.share is not None:  # every rank lands here in one call: the chief's
             cost, step_s = self.share((cost, step_s))
         return [d.decide(fired[1], cost, step_s) for d in self.deciders]
@@ -137,6 +156,10 @@ class AutoPacing:
         none where the killed run had not written it."""
         if self.share is not None:  # the chief read the log (its run directory has it)
             logged = self.share(logged)
+        if self.at_firing:  # made again at the firings that made them
+            known = min(d.measured[0] for d in self.deciders)
+            self._logged = {step: (cost, step_s) for step, cost, step_s in logged[known:]}
+            return []
         made: list[dict[str, Any]] = []
         for d in self.deciders:
             known = d.measured[0]

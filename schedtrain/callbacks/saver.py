@@ -66,6 +66,10 @@ class ModelSaver(Callback):
     def _setup(self) -> None:
         self._dir()  # fail at start, not at the first save
         self._pacing = AutoPacing.of(self)
+        if self._pacing is not None and self._pacing.at_firing:
+            # Decided inside the firing on several ranks: reduced (alike) before the log.
+            name = self.name or "ModelSaver"
+            self.produces = tuple(f"{name}/{k}" for k in ("interval", "save_cost", "step_time"))
         replayed, self._replay = self._replay, []
         if self._pacing is not None:  # the killed run's decisions after the checkpoint
             for decision in self._pacing.replay(replayed):
@@ -82,7 +86,8 @@ class ModelSaver(Callback):
         if self.keep is not None:
             self._records.add(Saved(path.name, save_time(self), True, _values(self, self.needs)))
         if self._pacing is not None:
-            self._pacing.fired(self.now.step)
+            for decision in self._pacing.fired(self.now.step):
+                self._put(decision)
         self.trainer.save_checkpoint(path, on_saved=self._landed)
 
     def _landed(self, written: Path) -> None:

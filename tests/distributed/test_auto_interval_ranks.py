@@ -1,6 +1,6 @@
 """``every("auto")`` on two ranks (torchrun, gloo): every rank decides on the chief's
-measurements at the saver's firings, so both save at the same steps, and a run killed
-and resumed saves where the uninterrupted one did."""
+measurements, so both save at the same steps; a "sync" run killed and resumed saves where
+the uninterrupted one did, and "async" saves are decided on at the next firing."""
 
 from __future__ import annotations
 
@@ -102,12 +102,24 @@ def test_killed_and_resumed_it_saves_where_the_uninterrupted_run_did(
     assert _decisions(run_dir) == _decisions(uninterrupted)
 
 
-def test_background_saves_on_several_processes_are_refused_in_one_line(
-        tmp_path: Path) -> None:
-    """A background write lands on the chief alone, at a step of its own: the ranks
-    could not decide together, so the run says what to change."""
-    result = torchrun(_spec(tmp_path, "async"), tmp_path / "run")
-    assert result.returncode != 0
-    assert ("callback 'save': every('auto') on several processes needs checkpoint_mode = "
-            "'sync'") in result.stderr, result.stderr[-3000:]
-    assert "exitcode  : 2" in result.stderr, result.stderr[-3000:]
+@pytest.mark.parametrize("kill_at", [None, 20])
+def test_background_saves_decide_at_the_next_firing_on_every_rank(
+        tmp_path: Path, kill_at: int | None) -> None:
+    """An "async" save lands on the chief alone, at a step of its own: its measurement is
+    shared at the saver's next firing (every rank's), so the ranks still save alike, killed
+    and resumed too (the resumed ranks replay what the chief's log holds)."""
+    spec, run_dir = _spec(tmp_path, "async"), tmp_path / "run"
+    if kill_at is not None:
+        assert torchrun(spec, run_dir, kill_at_line=kill_at).returncode != 0
+    args = ("--resume", "auto") if kill_at is not None else ()
+    result = torchrun(spec, run_dir, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert rank_firings(tmp_path, 0) == rank_firings(tmp_path, 1)
+    saves, decided = _saves(run_dir), _decisions(run_dir)
+    assert decided
+    costs: list[float] = []
+    for step, interval, cost in decided:
+        assert step in saves  # made at a firing
+        assert cost in (1.0, 1.25, 1.5, 1.75, 2.0)  # rank 0's (rank 1's are doubled)
+        costs.append(cost)
+        assert interval == auto_interval(sum(costs) / len(costs), 40.0, 1.0)
