@@ -174,8 +174,8 @@ def test_a_preemption_costs_two_store_requests_per_rank_and_one_checkpoint(
         tmp_path: Path) -> None:
     """SIGTERM on rank 1 at step 6: the epoch's end (step 8, due) carries the signal in
     its agreement; each rank reads the store, then proposes the step or reads the
-    proposal (no collective), and the preemption checkpoint's gather is the only
-    collective after ``preempt``."""
+    proposal (no collective); after ``preempt`` come the preemption checkpoint's gather
+    and one barrier once run.json is written (no rank exits before the others)."""
     extra = ('[callbacks.signal]\ntype = "jobs.ddp:SignalOnRank"\nrank = 1\nstep = 6\n'
              'trigger = { every = "2 steps" }\n')
     got = recorded(tmp_path / "run", 2, extra, ok=False)  # a preempted worker exits 1
@@ -187,7 +187,8 @@ def test_a_preemption_costs_two_store_requests_per_rank_and_one_checkpoint(
     for records in got:
         fired = [i for i, r in enumerate(records) if r[0] == "fired"]
         assert [r[1] for r in records if r[0] == "fired"] == [STEPS_PER_EPOCH]
-        assert [name for name, _ in calls(records[fired[0]:])] == ["gather_object"]
+        assert [name for name, _ in calls(records[fired[0]:])] == ["gather_object",
+                                                                   "barrier"]
         assert set(calls(records[:fired[0]])) == {DUE_STEP}
 
 
