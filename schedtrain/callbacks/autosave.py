@@ -27,7 +27,7 @@ from typing import Any
 from schedtrain.errors import ScheduleError
 from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
 from schedtrain.triggers import Trigger
-from schedtrain.triggers.auto import AutoEvery, Decider
+from schedtrain.triggers.auto import Decider, auto_parts
 
 __all__ = ["AutoPacing", "auto_deciders", "deciders_of", "logged_decisions", "read_decisions"]
 
@@ -36,10 +36,7 @@ _KEYS = ("interval", "save_cost", "step_time")
 
 def auto_deciders(trigger: Trigger) -> list[Decider]:
     """The deciders of the ``AutoEvery`` parts of ``trigger``."""
-    found = [trigger.decider] if isinstance(trigger, AutoEvery) else []
-    for child in trigger.children():
-        found.extend(auto_deciders(child))
-    return found
+    return [part.decider for part in auto_parts(trigger)]
 
 
 def logged_decisions(events: Path, saver: str) -> list[tuple[int, float, float]]:

@@ -41,7 +41,7 @@ from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import Runner, TriggerTable
 from schedtrain.time import Timestamp
-from schedtrain.triggers.auto import uses_auto
+from schedtrain.triggers.auto import auto_parts
 from schedtrain.triggers.protocol import MetricValue, Predicate
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def _refuse_auto(table: TriggerTable) -> None:
     """``every("auto")`` is fed by the measured cost of each save, which only schedtrain's
     ``Trainer`` measures: under a host it would stay at its first step, so it is refused."""
     for name, trigger in zip(table.names, table.triggers, strict=True):
-        if uses_auto(trigger):
+        if auto_parts(trigger):
             raise ValueError(
                 f"callback {name!r}: every('auto') picks a checkpoint interval from the "
                 "measured cost of each save, which only schedtrain's Trainer measures; "

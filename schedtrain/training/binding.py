@@ -18,7 +18,7 @@ from schedtrain.callbacks.base import Callback
 from schedtrain.errors import ScheduleError, did_you_mean
 from schedtrain.schedule.schedule import Schedule, Scheduled
 from schedtrain.spec.metrics import TRAINER_METRICS
-from schedtrain.triggers.auto import uses_auto
+from schedtrain.triggers.auto import auto_parts
 
 __all__ = ["Bound", "FunctionCallback", "bind", "bind_checked", "check_order", "order_problems"]
 
@@ -109,7 +109,7 @@ def _check_auto_fed(schedule: Schedule) -> None:
     would feed the interval, which would stay at its first step for the whole run."""
     for e in schedule.entries:
         cb = e.callback
-        if uses_auto(e.trigger) and not getattr(cb, "measures_its_saves", False):
+        if auto_parts(e.trigger) and not getattr(cb, "measures_its_saves", False):
             raise ScheduleError(
                 f"callbacks.{e.default_name()}: every('auto') picks a checkpoint interval "
                 f"from the measured cost of the saves its callback makes, and "

@@ -29,7 +29,7 @@ from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import NEVER, Due, Explanation, Point, due_on
 
 __all__ = ["DEFAULT_FIRST", "KEEP_DECISIONS", "AutoEvery", "Decider", "auto_every", "auto_interval",
-           "uses_auto", "young_daly_seconds"]
+           "auto_parts", "young_daly_seconds"]
 
 #: The step of an auto trigger's first firing when not given: early, so the save's cost
 #: is measured before the interval it decides matters.
@@ -216,7 +216,10 @@ def auto_every(first: int = DEFAULT_FIRST) -> AutoEvery:
     return AutoEvery(first)
 
 
-def uses_auto(trigger: Trigger) -> bool:
-    """Whether ``trigger`` or a part of it is an ``every("auto")``: its interval waits for
-    a saver that measures its saves to feed it."""
-    return isinstance(trigger, AutoEvery) or any(uses_auto(c) for c in trigger.children())
+def auto_parts(trigger: Trigger) -> list[AutoEvery]:
+    """The ``every("auto")`` parts of ``trigger`` (itself included): their intervals wait
+    for a saver that measures its saves to feed them."""
+    found = [trigger] if isinstance(trigger, AutoEvery) else []
+    for child in trigger.children():
+        found.extend(auto_parts(child))
+    return found
