@@ -35,7 +35,9 @@ def open_shell(namespace: dict[str, Any], banner: str, shell: str = "ipython") -
         except ImportError:
             banner += "\n(IPython is not installed: a plain Python shell)"
         else:
-            InteractiveShellEmbed(banner1=banner)(local_ns=namespace)
+            # Some IPython releases leave the constructor untyped: call it through Any.
+            embed: Any = InteractiveShellEmbed
+            embed(banner1=banner)(local_ns=namespace)
             return
     code.interact(banner=banner, local=namespace, exitmsg="training resumes")
 
