@@ -202,7 +202,7 @@ def _given(text: str) -> str:
 
 def _parse_seconds(text: str, *, zero: bool) -> float:
     try:
-        value = float(text)
+        value = -1.0 if number_text(text) else float(text)
     except ValueError:
         value = -1.0
     if not (value >= 0.0 if zero else value > 0.0) or value == float("inf"):

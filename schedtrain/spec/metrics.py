@@ -5,8 +5,10 @@ callback's ``monitor`` argument that nothing produces never changes: a saver sav
 nothing, an early stop never stops. ``check`` refuses it when it knows every producer
 (built-ins without import, every callback once built), and warns when a callback it
 cannot see into (a user class, one bound from Python) might produce it; ``train``
-refuses it before training. An ``EarlyStopping`` without ``patience`` whose trigger has
-no metric part would stop the first time it fires: refused too.
+refuses it before training. A spec without ``[run]`` is not judged: whoever runs it (a
+host, callbacks bound from Python) produces metrics ``check`` cannot see. An
+``EarlyStopping`` without ``patience`` whose trigger has no metric part would stop the
+first time it fires: refused too.
 """
 
 from __future__ import annotations
