@@ -169,7 +169,7 @@ def gate_notes(spec: Spec) -> list[str]:
         return []
     notes = []
     for name in table.always_evaluated:
-        trigger = table.triggers[table.names.index(name)]
+        trigger = table.triggers[table.names.index(name)]  # not echoed: its repr is long
         todo, judged = [trigger], set[str]()
         while todo:
             t = todo.pop()
@@ -179,7 +179,7 @@ def gate_notes(spec: Spec) -> list[str]:
         if judged:
             metric = sorted(judged)[0]
             notes.append(
-                f"callbacks.{name}.trigger: {trigger!r} has no clock part, so it is "
-                f"evaluated at every event, every step included; gate it where {metric!r} "
+                f"callbacks.{name}.trigger: judges {metric!r} and has no clock part: it is "
+                f"evaluated at every event, every step too; gate it where {metric!r} "
                 f"is new: trigger = {{ all = [{{ every = \"1 epoch\" }}, ...] }}")
     return notes
