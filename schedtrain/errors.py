@@ -34,15 +34,28 @@ __all__ = [
     "failure_place",
     "int_text",
     "locate_failure",
+    "number_text",
     "one_line",
     "shorten",
     "summarized",
     "traceback_file",
+    "with_head",
 ]
 
-#: The longest message and key path one problem prints (longer ones are cut in the middle).
-MESSAGE_LIMIT: Final = 1000
+#: The longest line a message prints, ``error: FILE: KEY PATH:`` included (longer
+#: messages are cut in the middle); a screen line, not a page.
+MESSAGE_LIMIT: Final = 300
+#: The longest key path (and file name) one problem prints.
 PATH_LIMIT: Final = 100
+#: The longest head a problem's line gets before its file: ``warning: ``.
+_HEAD: Final = len("warning: ")
+#: The least of a message a line keeps, however long its file and key path.
+_LEAST: Final = 80
+#: Digits past which a number a user wrote is named by its digit count, never converted:
+#: Python refuses more than 4,300 in its own words, and no count schedtrain takes has
+#: more than 19.
+MAX_DIGITS: Final = 100
+_DIGIT_RUN: Final = re.compile(r"\d[\d_]*")
 #: Problems ``str(ScheduleError)`` lists before "... and N more".
 SHOWN_PROBLEMS: Final = 20
 _LONG_WORD: Final = re.compile(r"\S{81,}")
@@ -76,6 +89,22 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
     return text
 
 
+def with_head(head: str, text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``head`` then ``text`` as one line of at most ``limit`` characters: ``text`` is
+    cut (``one_line``) to what ``head`` leaves, keeping at least 80 characters of it."""
+    return head + one_line(text, max(limit - len(head), _LEAST))
+
+
+def number_text(text: str) -> str | None:
+    """``"a number of 5,000 digits"`` when ``text`` holds a number of more than
+    ``MAX_DIGITS`` digits (``_`` separators not counted), else ``None``: checked before
+    ``int()``, ``float()`` or ``Fraction()`` read what a user wrote."""
+    if len(text) <= MAX_DIGITS:
+        return None
+    longest = max((len(m[0].replace("_", "")) for m in _DIGIT_RUN.finditer(text)), default=0)
+    return f"a number of {longest:,} digits" if longest > MAX_DIGITS else None
+
+
 def summarized(lines: Sequence[str], limit: int = SHOWN_PROBLEMS,
                more: str = "more") -> list[str]:
     """The first ``limit`` of ``lines``, each ``one_line``, then ``... and N more``: a
@@ -105,12 +134,12 @@ class Problem:
     found: str | None = attrs.field(default=None, kw_only=True)
 
     def __str__(self) -> str:
-        """One line: the file, the key path and the message (a long path or message is
-        cut in the middle; the attributes keep them whole)."""
-        where = f"{self.file}: " if self.file else ""
-        path = one_line(self.path, PATH_LIMIT)
-        message = one_line(self.message)
-        return f"{where}{path}: {message}" if self.path else f"{where}{message}"
+        """One line of at most ``MESSAGE_LIMIT`` characters with ``warning: `` before it:
+        the file, the key path and the message (a long file, path or message is cut in
+        the middle; the attributes keep them whole)."""
+        where = f"{one_line(self.file, PATH_LIMIT)}: " if self.file else ""
+        head = f"{where}{one_line(self.path, PATH_LIMIT)}: " if self.path else where
+        return with_head(head, self.message, MESSAGE_LIMIT - _HEAD)
 
 
 class Error(Exception):

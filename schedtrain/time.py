@@ -20,7 +20,7 @@ from typing import Final
 
 import attrs
 
-from schedtrain.errors import ArgumentError, did_you_mean
+from schedtrain.errors import ArgumentError, did_you_mean, number_text, shorten
 
 __all__ = ["COUNTERS", "MAX_COUNT", "NS_PER_SECOND", "Time", "Timestamp", "Unit", "as_time",
            "exact_ns"]
@@ -219,6 +219,10 @@ class Time:
             unit = Unit.parse(match["unit"])
         except ValueError as exc:
             raise ValueError(f"invalid time {text!r}: {exc}") from None
+        huge = number_text(match["num"])
+        if huge is not None:
+            raise ValueError(f"invalid time {shorten(text)!r}: {huge}; at most {MAX_COUNT} "
+                             f"{'ns' if unit.is_time else unit.spell(2)}")
         digits = match["num"].replace("_", "")
         scale = _SUFFIX.get(match["suffix"], 1)
         # Fraction reads the decimal exactly; plain integers (most times) skip it.

@@ -21,6 +21,7 @@ from schedtrain.cli import preflight
 from schedtrain.cli.parser import build_parser
 from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
 from schedtrain.errors import (
+    PATH_LIMIT,
     SHOWN_PROBLEMS,
     PortingWarning,
     Preempted,
@@ -32,6 +33,7 @@ from schedtrain.errors import (
     failure_place,
     one_line,
     traceback_file,
+    with_head,
 )
 from schedtrain.files import write_atomic
 from schedtrain.planning.auto import (
@@ -78,7 +80,7 @@ def _report(problems: Sequence[Problem], err: IO[str]) -> None:
     for p in problems[:SHOWN_PROBLEMS]:
         print(f"error: {p}", file=err)
     if len(problems) > SHOWN_PROBLEMS:
-        where = f"{problems[0].file}: " if problems[0].file else ""
+        where = f"{one_line(problems[0].file, PATH_LIMIT)}: " if problems[0].file else ""
         print(f"error: {where}... and {len(problems) - SHOWN_PROBLEMS} more problems", file=err)
 
 
@@ -86,7 +88,7 @@ def _warn(path: str, notes: Sequence[str], err: IO[str]) -> None:
     """One line per warning (the same one once), the first ``SHOWN_PROBLEMS``."""
     notes = list(dict.fromkeys(notes))
     for note in notes[:SHOWN_PROBLEMS]:
-        print(f"warning: {path}: {one_line(note)}", file=err)
+        print(with_head(f"warning: {one_line(path, PATH_LIMIT)}: ", note), file=err)
     if len(notes) > SHOWN_PROBLEMS:
         print(f"warning: {path}: ... and {len(notes) - SHOWN_PROBLEMS} more warnings", file=err)
 
@@ -116,8 +118,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             continue
         _warn(path, [*spec.warnings, *notes], sys.stderr)
         for target in spec.unimported:
-            print(f"note: {path}: custom trigger {target!r} was not imported; --import "
-                  "imports it (and runs its module) to check it fully", file=sys.stderr)
+            print(with_head(f"note: {one_line(path, PATH_LIMIT)}: ",
+                            f"custom trigger {target!r} was not imported; --import imports it "
+                            "(and runs its module) to check it fully"), file=sys.stderr)
         print(f"{path}: ok: {_plural(len(spec.callbacks), 'callback')}, "
               f"{_plural(len(spec.triggers), 'named trigger')}, "
               f"{_plural(len(spec.events), 'custom event')}, "
@@ -150,13 +153,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"warning: stopped after {len(plan.log):,} firings; plan a shorter run with "
               "--epochs/--steps-per-epoch", file=sys.stderr)
     for note in plan.notes:
-        print(f"warning: {note}", file=sys.stderr)
+        print(with_head("warning: ", note), file=sys.stderr)
     if args.format == "png":
         out = args.out or "plan.png"
         try:
             plan_render.render_png(plan, out)
         except plan_render.PngUnavailable as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(with_head("error: ", str(exc)), file=sys.stderr)
             return EXIT_FAILURE
         print(f"wrote {out}")
         return EXIT_OK
@@ -241,17 +244,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                       schedule_change=args.schedule_change)
     except ScheduleChanged as exc:  # every rank refuses alike; the chief says why
         if os.environ.get("RANK", "0") == "0":
-            print(f"error: {exc}", file=sys.stderr)
+            print(with_head("error: ", str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except RunEnded as exc:
         if args.resume != "auto":
-            print(f"error: {exc}", file=sys.stderr)
+            print(with_head("error: ", str(exc)), file=sys.stderr)
             return EXIT_BAD_INPUT
         # A requeued job whose run already ended: nothing to do is success, not failure.
         print(f"the run {exc.status} at step {exc.step}; nothing left to do", file=sys.stderr)
         return EXIT_OK
     except RunDirError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(with_head("error: ", str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:  # a second Ctrl-C: no checkpoint of the step in progress
         from schedtrain.training.from_spec import interrupted_line
@@ -283,9 +286,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _warning_printer(path: str) -> Callable[..., None]:
     def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
         if issubclass(category, ScheduleWarning):
-            print(f"warning: {path}: {one_line(str(message))}", file=sys.stderr)
+            print(with_head(f"warning: {one_line(path, PATH_LIMIT)}: ", str(message)),
+                  file=sys.stderr)
         else:
-            print(f"warning: {category.__name__}: {one_line(str(message))}", file=sys.stderr)
+            print(with_head(f"warning: {category.__name__}: ", str(message)), file=sys.stderr)
     return show
 
 
@@ -334,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:  # argparse printed the usage; now the reason, no traceback
-        print(str(exc), file=sys.stderr)
+        print(one_line(str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except SystemExit as exc:  # --help exits 0 through argparse
         return exc.code if isinstance(exc.code, int) else EXIT_OK
@@ -350,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report(exc.problems, sys.stderr)
         return EXIT_BAD_INPUT
     except (UsageError, PlanError, MetricStreamError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(with_head("error: ", str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -377,4 +381,4 @@ def _failure_line(exc: BaseException, rank: str | None, shown: bool) -> str:
         line += f"; traceback in {saved}"
     elif not shown:
         line += " (run with --traceback for details)"
-    return line
+    return one_line(line)

@@ -10,6 +10,8 @@ from typing import Any, NoReturn
 
 from schedtrain.cli import preflight
 from schedtrain.cli.preflight import UsageError
+from schedtrain.errors import number_text, one_line, shorten
+from schedtrain.time import MAX_COUNT
 
 __all__ = ["build_parser"]
 
@@ -19,7 +21,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        raise UsageError(f"{self.prog}: error: {message}")
+        # argparse echoes what was given (a value, a choice): one bounded line.
+        raise UsageError(one_line(f"{self.prog}: error: {message}"))
 
 
 #: ``--host``: the schedule runs inside one of them (docs/integrations.md).
@@ -192,14 +195,19 @@ def _add_retime(sub: Any) -> None:
                         help="firings listed per callback and kind (default 5)")
 
 
+def _given(text: str) -> str:
+    """What the user gave, as a refusal names it: a huge number by its digit count."""
+    return number_text(text) or repr(shorten(text))
+
+
 def _parse_seconds(text: str, *, zero: bool) -> float:
     try:
-        value = float(text)
+        value = -1.0 if number_text(text) else float(text)
     except ValueError:
         value = -1.0
     if not (value >= 0.0 if zero else value > 0.0) or value == float("inf"):
         bound = ">= 0" if zero else "> 0"
-        raise argparse.ArgumentTypeError(f"expected seconds {bound}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected seconds {bound}, got {_given(text)}")
     return value
 
 
@@ -217,20 +225,26 @@ def _share(text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a share between 0 and 1, got {_given(text)}")
     return value
 
 
 def _whole_number(minimum: int) -> Callable[[str], int]:
     """An argument type: a whole number of at least ``minimum``."""
     def parse(text: str) -> int:
+        huge = number_text(text)
+        if huge is not None:  # int() would refuse it in Python's words, or take seconds
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number of at most {MAX_COUNT:,}, got {huge}")
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
             raise argparse.ArgumentTypeError(
-                f"expected a whole number >= {minimum}, got {value}")
+                f"expected a whole number, got {_given(text)}") from None
+        if not minimum <= value <= MAX_COUNT:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {minimum} to {MAX_COUNT:,}, got {value}")
         return value
     return parse
 

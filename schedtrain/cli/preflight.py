@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from schedtrain.errors import Error, ScheduleError
+from schedtrain.errors import Error, ScheduleError, number_text, shorten
 from schedtrain.spec import Spec
 
 __all__ = ["UsageError", "check_spec", "derived_clock", "hosted", "plan_task", "size_argument",
@@ -106,7 +106,13 @@ def size_argument(text: str) -> int:
     """``--checkpoint-size``: a size such as ``4GB``, in bytes."""
     from schedtrain.planning.disk import parse_size
 
+    huge = number_text(text)
+    if huge is not None:
+        raise argparse.ArgumentTypeError(f"expected a size such as '4GB', got {huge}")
     try:
         return parse_size(text)
+    except OverflowError:  # float('1e999') * the unit is infinite: no size
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as '4GB', got {shorten(text)!r}: too large") from None
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None

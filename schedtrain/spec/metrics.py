@@ -5,8 +5,10 @@ callback's ``monitor`` argument that nothing produces never changes: a saver sav
 nothing, an early stop never stops. ``check`` refuses it when it knows every producer
 (built-ins without import, every callback once built), and warns when a callback it
 cannot see into (a user class, one bound from Python) might produce it; ``train``
-refuses it before training. An ``EarlyStopping`` without ``patience`` whose trigger has
-no metric part would stop the first time it fires: refused too.
+refuses it before training. A spec without ``[run]`` is not judged: whoever runs it (a
+host, callbacks bound from Python) produces metrics ``check`` cannot see. An
+``EarlyStopping`` without ``patience`` whose trigger has no metric part would stop the
+first time it fires: refused too.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def gate_notes(spec: Spec) -> list[str]:
         return []
     notes = []
     for name in table.always_evaluated:
-        trigger = table.triggers[table.names.index(name)]
+        trigger = table.triggers[table.names.index(name)]  # not echoed: its repr is long
         todo, judged = [trigger], set[str]()
         while todo:
             t = todo.pop()
@@ -177,7 +179,7 @@ def gate_notes(spec: Spec) -> list[str]:
         if judged:
             metric = sorted(judged)[0]
             notes.append(
-                f"callbacks.{name}.trigger: {trigger!r} has no clock part, so it is "
-                f"evaluated at every event, every step included; gate it where {metric!r} "
+                f"callbacks.{name}.trigger: judges {metric!r} and has no clock part: it is "
+                f"evaluated at every event, every step too; gate it where {metric!r} "
                 f"is new: trigger = {{ all = [{{ every = \"1 epoch\" }}, ...] }}")
     return notes

@@ -141,8 +141,9 @@ class ScheduleChange:
         return {n: s for n, s in states.items() if n in keep}
 
 
-def _names(names: list[str], limit: int = 10) -> str:
-    """A list of callback names, the first ``limit`` of thousands, each readable."""
+def _names(names: list[str], limit: int = 4) -> str:
+    """A list of callback names, the first ``limit`` of thousands, each readable (the
+    line stays within the 300 characters of a message)."""
     shown = ", ".join(repr(shorten(n, 60)) for n in names[:limit])
     more = f", ... and {len(names) - limit:,} more" if len(names) > limit else ""
     return f"[{shown}{more}]"
