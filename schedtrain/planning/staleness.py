@@ -74,13 +74,12 @@ def stale_notes(spec: Spec, produces: Mapping[str, Collection[str]]) -> list[str
         metric, kind = judged[name], spec.callbacks[name].type
         makers = [n for n, p in produces.items() if metric in p]
         shown = ", ".join(places[:SHOWN]) + (", ..." if len(places) > SHOWN else "")
-        what = ("counts a check without a new value as one without improvement"
+        what = ("counts a check without a new value as no improvement"
                 if kind == "EarlyStopping" else
-                "would rank the weights by a value measured on older ones, so it saves "
-                "nothing ranked there")
+                "would rank the weights by an older value, so it saves nothing there")
         notes.append(
-            f"callbacks.{name}.trigger: {kind} judges {metric!r} at each firing, but "
-            f"{len(places)} of its {fired[name]} planned firings ({shown}) come where "
-            f"{' or '.join(map(repr, makers))} put no new {metric!r} at that step: it "
-            f"{what}; fire it where {makers[0]!r} fires (its trigger, declared after it)")
+            f"callbacks.{name}.trigger: {kind} judges {metric!r}, but {len(places)} of its "
+            f"{fired[name]} planned firings ({shown}) come where "
+            f"{' or '.join(map(repr, makers))} put no new value: it {what}; fire it where "
+            f"{makers[0]!r} fires (its trigger, after it)")
     return notes
