@@ -24,8 +24,8 @@ import attrs
 import torch
 
 from schedtrain.checkpoints.format import STATE_FILE, CheckpointError
-from schedtrain.checkpoints.pacing import update_in_pieces
 from schedtrain.checkpoints.manifests import MANIFEST, parse_manifest
+from schedtrain.checkpoints.pacing import update_in_pieces
 from schedtrain.checkpoints.storage import FsspecStorage, StorageError, manifest_name
 from schedtrain.checkpoints.store import checkpoint_body, load_checked
 from schedtrain.readback import DamagedFile

@@ -35,7 +35,7 @@ from schedtrain.checkpoints.manifests import MANIFEST, Entry, parse_manifest
 from schedtrain.checkpoints.pacing import update_in_pieces
 from schedtrain.checkpoints.transient import cause, transient
 from schedtrain.readback import DamagedFile
-from schedtrain.urls import is_url, missing_package, redact, redact_text
+from schedtrain.urls import is_url, missing_package, redact
 
 __all__ = ["ATTEMPTS", "MANIFEST", "TIMEOUT", "FsspecStorage", "LocalStorage", "Storage",
            "StorageError", "StorageWarning", "is_url", "manifest_name", "open_storage"]

@@ -137,7 +137,8 @@ class TestRetries:
         url, options = s3_bucket
         flaky = _Flaky(s3fs.S3FileSystem(**options), fail=100, commits=True)
         store = FsspecStorage(f"{url}/ck", fs=flaky, attempts=2, sleep=lambda _: None)
-        with pytest.raises(StorageError, match=r"commit \(write the manifest\) failed after \d+ attempts"):
+        with pytest.raises(StorageError,
+                           match=r"commit \(write the manifest\) failed after \d+ attempts"):
             store.write("step-00000002.pt", _save(2.0))
         assert not flaky.fs.exists(f"{store.root}/step-00000002.pt")
         assert store.committed() == []
