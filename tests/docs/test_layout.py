@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("schedtrain.time", "schedtrain.errors", "schedtrain.names",
                     "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
                     "schedtrain.files", "schedtrain.urls", "schedtrain.compat",
+                    "schedtrain.readback",
                     "schedtrain.retention", *TORCH_FREE_FOUNDATION)),
     ("triggers", ("schedtrain.triggers",)),
     ("schedule", ("schedtrain.schedule",)),
