@@ -18,15 +18,20 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import torch
 
 from schedtrain.checkpoints.format import STATE_FILE, CheckpointError
+from schedtrain.checkpoints.manifests import MANIFEST, parse_manifest
 from schedtrain.checkpoints.pacing import update_in_pieces
-from schedtrain.checkpoints.storage import MANIFEST, FsspecStorage, StorageError, manifest_name
+from schedtrain.checkpoints.storage import FsspecStorage, StorageError, manifest_name
 from schedtrain.checkpoints.store import checkpoint_body, load_checked
+from schedtrain.readback import DamagedFile
+
+#: The largest manifest of a sharded checkpoint read (an entry per shard: ~150 bytes).
+MANIFEST_LIMIT: Final = 1 << 20
 
 __all__ = ["Remote", "commit_remote", "listing", "read_remote", "reader", "uncommit", "writer"]
 
@@ -115,16 +120,19 @@ def read_remote(remote: Remote) -> dict[str, Any]:
         CheckpointError: it is not committed, or a file is missing or damaged.
     """
     storage, name = remote.storage, remote.name
-    raw = storage.get(manifest_name(name), 1 << 20)
+    raw = storage.get(manifest_name(name), MANIFEST_LIMIT)
     if raw is None:
         raise CheckpointError(remote.shown, "it has no manifest: it was never committed")
     try:
-        files = json.loads(raw)["files"]
-        expected = {k: (int(v["size"]), str(v["blake2b"])) for k, v in files.items()
-                    if k.startswith(f"{name}/")}
-    except Exception:  # any way a crafted manifest fails to parse is damage
-        raise CheckpointError(remote.shown, f"its manifest is not a {MANIFEST} naming it"
+        files = parse_manifest(raw, storage.url(manifest_name(name)), MANIFEST_LIMIT)
+    except DamagedFile as exc:
+        raise CheckpointError(remote.shown, f"its manifest is not a {MANIFEST} naming it "
+                                            f"({exc.key or 'the file'}: {exc.reason})"
                               ) from None
+    expected = {k: (v.size, v.blake2b) for k, v in files.items() if k.startswith(f"{name}/")}
+    if f"{name}/{STATE_FILE}" not in expected:
+        raise CheckpointError(remote.shown, f"its manifest is not a {MANIFEST} naming it "
+                                            f"(files: no entry '{name}/{STATE_FILE}')")
     state = b""
     for key, (size, blake2b) in sorted(expected.items()):
         data = storage.get(key, size)

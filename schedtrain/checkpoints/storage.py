@@ -31,20 +31,23 @@ from typing import IO, Any, Final, Protocol, TypeVar
 from schedtrain.checkpoints.files import NAME_RE
 from schedtrain.checkpoints.format import CheckpointError
 from schedtrain.checkpoints.local import LocalStorage
+from schedtrain.checkpoints.manifests import MANIFEST, Entry, parse_manifest
 from schedtrain.checkpoints.pacing import update_in_pieces
-from schedtrain.urls import is_url, missing_package, redact, redact_text
+from schedtrain.checkpoints.transient import cause, transient
+from schedtrain.readback import DamagedFile
+from schedtrain.urls import is_url, missing_package, redact
 
 __all__ = ["ATTEMPTS", "MANIFEST", "TIMEOUT", "FsspecStorage", "LocalStorage", "Storage",
            "StorageError", "StorageWarning", "is_url", "manifest_name", "open_storage"]
 
-#: The manifest's format tag.
-MANIFEST: Final = "schedtrain-manifest-1"
 _SUFFIX: Final = ".manifest.json"
 _FOLDER: Final = ".dcp"  # a sharded checkpoint's name ends so: a folder of objects
 #: Attempts of one storage operation before its failure is reported (backoff between).
 ATTEMPTS: Final = 5
-#: Seconds before the second attempt; doubled before each next one (0.5, 1, 2, 4).
+#: Seconds before the second attempt; doubled before each next one (0.5, 1, 2, 4), up to
+#: ``MAX_BACKOFF``: the tries go on, that far apart, until the operation's deadline.
 BACKOFF: Final = 0.5
+MAX_BACKOFF: Final = 4.0
 #: Seconds one try may take (then a transient failure); bytes moved get 1 s per MIN_RATE more.
 TIMEOUT: Final = 10.0
 MIN_RATE: Final = 1 << 20
@@ -96,22 +99,6 @@ class Storage(Protocol):
 
     def identity(self, name: str) -> tuple[int, str] | None:
         """Committed checkpoint ``name``'s size and blake2b-256 digest (``None``: none)."""
-
-
-def _transient(exc: BaseException) -> bool:
-    """Worth another attempt: a dropped connection, a timeout, a server's 5xx or throttle
-    (s3fs raises those as ``OSError``); a missing object or a refusal is not."""
-    if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError
-                  | NotADirectoryError | FileExistsError):
-        return False
-    return isinstance(exc, OSError | ConnectionError | TimeoutError)
-
-
-def _cause(exc: BaseException, timeout: float | None = None) -> str:
-    text = redact_text((str(exc).strip().splitlines() or [""])[0][:200])
-    if not text and timeout is not None and isinstance(exc, TimeoutError):
-        text = f"no answer within {timeout:g} s"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class FsspecStorage:
@@ -179,9 +166,15 @@ class FsspecStorage:
         return f"{self.root}/{name}"
 
     def _retry(self, operation: str, name: str, call: Callable[[], _T]) -> _T:
-        delay = self.backoff
+        """``call()``, tried again on a transient failure until the operation's
+        deadline (``bound()``): at least ``attempts`` tries, and more while the deadline
+        allows, since a refused connection fails in a millisecond and its tries alone
+        would not outlast a store restarting for a few seconds."""
+        delay, waited, start = self.backoff, 0.0, time.monotonic()
         self.unreachable = False
-        for attempt in range(1, self.attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return call()
             except FileNotFoundError:
@@ -190,21 +183,24 @@ class FsspecStorage:
                                                        "committed") from None
                 raise StorageError(self.url(name), f"{operation} failed: not found") from None
             except Exception as exc:
-                cause = _cause(exc, self.timeout)
-                if not _transient(exc):
-                    raise StorageError(self.url(name), f"{operation} failed ({cause})"
+                why = cause(exc, self.timeout)
+                if not transient(exc):
+                    raise StorageError(self.url(name), f"{operation} failed ({why})"
                                        ) from None
-                if attempt == self.attempts:
+                # The sleeps count even where ``sleep`` is a test's, so retries end.
+                spent = max(time.monotonic() - start, waited)
+                if attempt >= self.attempts and spent + delay >= self.bound():
                     self.unreachable = True
                     raise StorageError(self.url(name), f"{operation} failed after "
-                                       f"{attempt} attempts ({cause})") from None
+                                       f"{attempt} attempts in {spent:.0f} s ({why})"
+                                       ) from None
                 if attempt == 1:
-                    self.on_retry(f"{self.url(name)}: {operation} failed ({cause}); trying "
-                                  f"{self.attempts - 1} more times, for at most "
+                    self.on_retry(f"{self.url(name)}: {operation} failed ({why}); trying "
+                                  f"{self.attempts - 1} or more times, for at most "
                                   f"{self.bound():.0f} s in all")
             self._sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")  # pragma: no cover
+            waited += delay
+            delay = min(delay * 2, MAX_BACKOFF)
 
     def write(self, name: str, save: Callable[[IO[bytes]], None]) -> None:
         buffer = io.BytesIO()
@@ -273,33 +269,27 @@ class FsspecStorage:
         else:
             self._retry("delete", name, lambda: self._rm(name))
 
-    def _manifest(self, name: str) -> dict[str, Any]:
+    def _manifest(self, name: str) -> Entry:
         raw = self._retry("read the manifest", name, lambda: self._call(
             "cat_file", self._path(manifest_name(name)), start=0, end=MANIFEST_LIMIT + 1))
+        shown = self.url(manifest_name(name))
         try:
-            if len(raw) > MANIFEST_LIMIT:
-                raise ValueError("too long")
-            manifest = json.loads(raw)
-            entry = manifest["files"][name]
-            if manifest.get("format") != MANIFEST:
-                raise ValueError(manifest.get("format"))
-            size, blake2b = entry["size"], entry["blake2b"]
-            if (not isinstance(size, int) or isinstance(size, bool) or size < 0
-                    or not isinstance(blake2b, str)):
-                raise TypeError(entry)
-            return {"size": size, "blake2b": blake2b}
-        # Any way a crafted manifest fails to parse (a 100,000-deep nesting raises
-        # RecursionError, a 5,000-digit size ValueError) is damage, not a crash.
-        except Exception:
-            raise StorageError(self.url(name), f"its manifest is not a {MANIFEST} naming it"
+            entry = parse_manifest(bytes(raw), shown, MANIFEST_LIMIT).get(name)
+        except DamagedFile as exc:
+            raise StorageError(self.url(name), f"its manifest is not a {MANIFEST} naming it "
+                                               f"({exc.key or 'the file'}: {exc.reason})"
                                ) from None
+        if entry is None:
+            raise StorageError(self.url(name), f"its manifest is not a {MANIFEST} naming it "
+                                               f"(files: no entry {name!r})")
+        return entry
 
     def read(self, name: str) -> bytes:
         expected = self._manifest(name)
         data: bytes = self._retry("read", name, lambda: self._call(
-            "cat_file", self._path(name), size=expected["size"]))
-        if (len(data) != expected["size"]
-                or hashlib.blake2b(data, digest_size=32).hexdigest() != expected["blake2b"]):
+            "cat_file", self._path(name), size=expected.size))
+        if (len(data) != expected.size
+                or hashlib.blake2b(data, digest_size=32).hexdigest() != expected.blake2b):
             raise StorageError(self.url(name), "its content does not match its manifest: "
                                                "it is corrupt")
         return data
@@ -327,7 +317,7 @@ class FsspecStorage:
             entry = self._manifest(name)
         except StorageError:
             return None
-        return entry["size"], entry["blake2b"]
+        return entry.size, entry.blake2b
 
     def clean_leftovers(self) -> list[str]:
         names = set(self._names())
@@ -363,11 +353,11 @@ def _filesystem(url: str, options: dict[str, Any]) -> tuple[Any, str, float]:
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:  # a protocol schedtrain has no extra for
-        raise StorageError(shown, f"its protocol's package is missing ({_cause(exc)})"
+        raise StorageError(shown, f"its protocol's package is missing ({cause(exc)})"
                            ) from None
     except (ValueError, TypeError) as exc:
         raise StorageError(shown, f"not a storage URL fsspec knows, or options it does not "
-                                  f"take ({_cause(exc)})") from None
+                                  f"take ({cause(exc)})") from None
     return fs, str(root), per_try
 
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import datetime as dt
 import re
 import signal
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from schedtrain.errors import describe
 from schedtrain.time import Time
+from schedtrain.urls import redact
 
 __all__ = ["DEFAULT_SIGNALS", "NOTICE_SERVERS", "SLURM_END", "check_deadline", "check_notice",
            "check_signals", "deadline_ns", "notice_source", "resolve_deadline", "signals_of"]
@@ -108,14 +111,27 @@ def notice_source(value: str) -> tuple[str, str]:
     """The cloud (``"aws"`` or ``"gce"``) and server of ``[run] preempt_notice``.
 
     Raises:
-        ValueError: ``value`` is neither a cloud's name nor ``aws+URL``/``gce+URL``.
+        ValueError: ``value`` is neither a cloud's name nor ``aws+URL``/``gce+URL`` with a
+            host and a port within 1..65535 and no credentials (shown redacted).
     """
     if value in NOTICE_SERVERS:
         return value, NOTICE_SERVERS[value]
+    shown = redact(value)
     match = _NOTICE_URL.fullmatch(value)
     if match is None:
         raise ValueError(f"expected 'aws', 'gce', or a server answering as one of them, "
-                         f"'aws+http://HOST:PORT' or 'gce+http://HOST:PORT', got {value!r}")
+                         f"'aws+http://HOST:PORT' or 'gce+http://HOST:PORT', got {shown!r}")
+    parts = urllib.parse.urlsplit(match["url"])
+    if "@" in parts.netloc:
+        raise ValueError(f"{shown!r} holds credentials in the URL, which would be printed "
+                         "and stored; a metadata server takes none: give 'aws+http://HOST:PORT'")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or not parts.hostname:
+        raise ValueError(f"{shown!r}: expected a host and a port from 1 to 65535, "
+                         "'aws+http://HOST:PORT'")
     return match["kind"], match["url"]
 
 
@@ -123,7 +139,7 @@ def check_notice(value: object) -> str | None:
     """Why ``value`` is not a ``preempt_notice`` (``None``: it is one)."""
     if not isinstance(value, str):
         return f"expected 'aws', 'gce', 'aws+http://HOST:PORT' or 'gce+http://HOST:PORT', " \
-               f"got {value!r}"
+               f"got {describe(value)}"
     try:
         notice_source(value)
     except ValueError as exc:

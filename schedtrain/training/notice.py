@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import threading
 import time
@@ -29,8 +28,10 @@ from typing import Final
 import structlog
 
 from schedtrain.distributed.comm import Comm
+from schedtrain.readback import parse_json, printable
 from schedtrain.spec.deadlines import notice_source
 from schedtrain.training.preempt import Guard
+from schedtrain.urls import redact, redact_text
 
 __all__ = ["DEFAULT_POLL", "GCE_NOTICE", "POLL_ENV", "NoticeWatcher", "watch_notices"]
 
@@ -115,7 +116,8 @@ class NoticeWatcher:
                     self._token = None
                     continue
                 raise
-            notice = json.loads(body)
+            # The answer is read back as a file is: a crafted one is refused, not recursed.
+            notice = parse_json(body, redact(self.server) + _AWS_ACTION)
             if not isinstance(notice, dict) or not isinstance(notice.get("time"), str):
                 raise ValueError(f"expected {{'action': ..., 'time': ...}}, got {body[:200]!r}")
             return _when(notice["time"])
@@ -143,12 +145,13 @@ class NoticeWatcher:
             # keeps polling, since the run must not lose its notices to one bad answer.
             except Exception as exc:
                 if not failing:
-                    _log.warning("preempt_notice_unreachable", server=self.server,
-                                 error=f"{type(exc).__name__}: {exc}")
+                    _log.warning("preempt_notice_unreachable", server=redact(self.server),
+                                 error=printable(redact_text(
+                                     f"{type(exc).__name__}: {exc}"))[:300])
                 failing = True
             else:
                 if failing:
-                    _log.info("preempt_notice_reachable", server=self.server)
+                    _log.info("preempt_notice_reachable", server=redact(self.server))
                 failing = False
                 if deadline is not None and not stop.is_set():
                     _log.warning("preempt_notice", source=self.source, deadline=dt.datetime

@@ -443,10 +443,10 @@ class TestTwoWriters:
         lease = Lease(storage, tmp_path / "run", interval=0.05)
         lease.acquire()
         first = lease.held()
-        assert first is not None and first["run"] == str((tmp_path / "run").resolve())
+        assert first is not None and first.run == str((tmp_path / "run").resolve())
         for _ in range(400):  # until the thread wrote it again
             now = lease.held()
-            if now is not None and now["refreshed"] != first["refreshed"]:
+            if now is not None and now.refreshed != first.refreshed:
                 break
             time.sleep(0.01)
         else:

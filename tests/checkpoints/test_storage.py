@@ -111,16 +111,21 @@ class TestRetries:
 
     def test_gives_up_naming_url_and_operation(self, s3_bucket: tuple[str, dict[str, Any]]
                                                ) -> None:
-        """Past its attempts, the failure names the URL, the operation and the cause, and
-        leaves no uncommitted file."""
+        """Past its deadline (at least its attempts, the backoff doubling up to 4 s), the
+        failure names the URL, the operation and the cause, and leaves no uncommitted
+        file."""
         url, options = s3_bucket
         flaky = _Flaky(s3fs.S3FileSystem(**options), fail=100)
-        store = FsspecStorage(f"{url}/ck", fs=flaky, attempts=3, sleep=lambda _: None)
+        waits: list[float] = []
+        store = FsspecStorage(f"{url}/ck", fs=flaky, attempts=3, sleep=waits.append)
         with pytest.raises(StorageError) as info:
             store.write("step-00000002.pt", _save(2.0))
+        tries = len(waits) + 1
         assert str(info.value) == (
-            f"checkpoint '{url}/ck/step-00000002.pt': write failed after 3 attempts "
-            "(ConnectionError: connection reset by peer)")
+            f"checkpoint '{url}/ck/step-00000002.pt': write failed after {tries} attempts "
+            f"in {sum(waits):.0f} s (ConnectionError: connection reset by peer)")
+        assert waits[:4] == [0.5, 1.0, 2.0, 4.0] and max(waits) == 4.0
+        assert sum(waits) < store.bound() <= sum(waits) + 4.0
         assert store.committed() == []
         assert store.clean_leftovers() == []
 
@@ -132,7 +137,8 @@ class TestRetries:
         url, options = s3_bucket
         flaky = _Flaky(s3fs.S3FileSystem(**options), fail=100, commits=True)
         store = FsspecStorage(f"{url}/ck", fs=flaky, attempts=2, sleep=lambda _: None)
-        with pytest.raises(StorageError, match=r"commit \(write the manifest\) failed after 2"):
+        with pytest.raises(StorageError,
+                           match=r"commit \(write the manifest\) failed after \d+ attempts"):
             store.write("step-00000002.pt", _save(2.0))
         assert not flaky.fs.exists(f"{store.root}/step-00000002.pt")
         assert store.committed() == []
