@@ -56,10 +56,9 @@ def url_problem(url: str) -> str | None:
     protocol, rest = m[1].lower(), url[m.end():]
     shown = redact(url)
     if redact(url) != url:
-        return (f"{shown!r} holds credentials in the URL, which would be printed and "
-                "stored; give them in storage_options (s3fs's key/secret, gcsfs's token) "
-                "or the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
-                "GOOGLE_APPLICATION_CREDENTIALS)")
+        return (f"{shown!r} holds credentials, which would be printed and stored: give "
+                "them in storage_options or the environment (AWS_ACCESS_KEY_ID, "
+                "AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS)")
     if protocol == "memory":
         return (f"{shown!r} is in this process's memory: its checkpoints are gone when "
                 "the run ends and nothing could resume from them; give a folder or an "

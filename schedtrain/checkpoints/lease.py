@@ -155,8 +155,7 @@ class Lease:
                 again = self._judge(now)
                 if again is not None:  # refreshed meanwhile: a live run, its time untrusted
                     raise RunDirError(self._refusal(
-                        f"whose lease {again}, and was rewritten while this run watched it "
-                        f"for {self._stale_s():.0f} s"))
+                        f"whose lease {again} yet was rewritten"))
         self._write()
         if self._thread is None:
             self._thread = threading.Thread(target=self._keep, name="schedtrain-lease",
@@ -177,14 +176,14 @@ class Lease:
         try:
             held = self.parse(raw)
         except DamagedFile as exc:
-            return f"is damaged ({exc.key or 'the file'}: {exc.reason})"
+            return f"is damaged ({exc.key or 'the file'}: {exc.reason[:20]})"
         if held.token == self.owner["token"] or (
                 held.run == self.owner["run"] and held.host == self.owner["host"]):
             return None  # ours, or this run directory's on this host: its .lock is ours
         age = self._clock() - held.refreshed
         if age < -SKEW:
-            return (f"says it was refreshed {-age:,.0f} s ahead of this machine's clock "
-                    f"(more than the {SKEW:.0f} s the clocks may disagree)")
+            return (f"is {-age:,.0f} s ahead of this machine's clock (over the {SKEW:.0f} s "
+                    "allowed)")
         if age > self._stale_s():
             return None
         raise RunDirError(self._refusal(
@@ -192,10 +191,10 @@ class Lease:
             f"was refreshed {max(age, 0):.0f} s ago"))
 
     def _refusal(self, who: str) -> str:
-        return (f"checkpoint_dir {self.storage.shown!r} is in use by the run {who}; wait for "
-                f"it to end, or give each run its own checkpoint_dir (a lease not refreshed "
-                f"for {self._stale_s():.0f} s is taken over); if no run uses the folder any "
-                f"more, delete {self.url}")
+        # The way out comes right after the holder: a long line is cut in its middle.
+        return (f"checkpoint_dir {self.storage.shown!r} is in use by the run {who}; if no "
+                f"run uses it any more, delete {LEASE} there; else wait for it to end or "
+                "give each run its own checkpoint_dir")
 
     def _watch(self, raw: bytes | None, why: str) -> tuple[bool, bytes | None]:
         """Watch lease ``raw`` (``why``: its time is untrusted) for the stale time from
@@ -227,7 +226,7 @@ class Lease:
                 who = f"the run in {printable(held.run)!r} on {held.host}"
             except DamagedFile as exc:  # not ours: this run wrote an intact one
                 held, who = None, f"another run (its lease {exc.key or 'the file'}: " \
-                                  f"{exc.reason})"
+                                  f"{exc.reason[:40]})"
             if held is None or held.token != self.owner["token"]:
                 self.lost = (f"{who} took the lease of checkpoint_dir {self.storage.shown!r} "
                              "over (this run's was not refreshed in time): this run stops "
