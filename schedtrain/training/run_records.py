@@ -115,7 +115,7 @@ def _auto_states(table: Any) -> Iterator[tuple[str, Any]]:
         where, value, depth = stack.pop()
         if not isinstance(value, Mapping) or depth > MAX_DEPTH:
             continue
-        if "decider" in value:
+        if "decider" in value or "next" in value:
             yield where, value
             continue
         stack.extend((f"{where}.{printable(str(k))}", v, depth + 1) for k, v in value.items())
