@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from schedtrain.checkpoints.contract import RunParts
-from schedtrain.checkpoints.format import CheckpointError, check_shape
+from schedtrain.checkpoints.format import CheckpointError, DamagedCheckpoint, check_shape
 from schedtrain.checkpoints.remote_shards import Remote
 from schedtrain.checkpoints.sharded import is_sharded, load_full, load_sharded
 from schedtrain.distributed.comm import Comm
@@ -23,14 +23,16 @@ def check_state(parts: RunParts, state: dict[str, Any], shown: Path | str) -> No
     hold other shapes: only the own loop's resume and pick check this.
 
     Raises:
-        CheckpointError: naming the key path and what was expected.
+        DamagedCheckpoint: naming the key path and what was expected.
     """
-    check_shape(state, shown)
     try:
+        check_shape(state, shown)
         parts.validate(shown, state["run"])
     except DamagedFile as exc:
-        raise CheckpointError(shown, f"{exc.key}: {exc.reason}: it is damaged or not "
-                                     "written by schedtrain") from None
+        raise DamagedCheckpoint(shown, f"{exc.key}: {exc.reason}: it is damaged or not "
+                                       "written by schedtrain") from None
+    except CheckpointError as exc:
+        raise DamagedCheckpoint(shown, exc.reason) from None
 
 
 def load_model(parts: RunParts, path: Path, state: dict[str, Any],

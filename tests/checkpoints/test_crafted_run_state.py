@@ -22,9 +22,10 @@ from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
 from schedtrain.callbacks import ModelSaver
-from schedtrain.checkpoints import CheckpointError
+from schedtrain.checkpoints import CheckpointError, read_checkpoint
 from schedtrain.checkpoints.format import digest
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
+from schedtrain.cli import main
 from schedtrain.readback import DamagedFile
 from schedtrain.training import Trainer
 from schedtrain.training.data_position import DataPosition
@@ -272,3 +273,37 @@ def test_a_string_interval_line_in_the_log_is_named(tmp_path: Path) -> None:
         resumed.fit()
     assert "\n" not in str(caught.value)
     assert events.read_text().splitlines() == lines  # the log is not cut back
+
+
+# -- the command line: exit 2 in one line, or the previous checkpoint -----------------------
+
+def test_train_refuses_a_crafted_path_and_passes_it_over_on_resume_auto(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --resume PATH` on a checkpoint whose division is crafted: exit 2, one
+    `error:` line naming the file and key path; `--resume auto` names it skipped and
+    resumes the previous intact one (exit 0)."""
+    spec = tmp_path / "job" / "specs" / "job.toml"
+    spec.parent.mkdir(parents=True)
+    spec.write_text('[run]\ntask = "jobs.crash:make_task"\nmax_epochs = 1\n'
+                    '[callbacks.checkpoint]\ntype = "ModelSaver"\n'
+                    'trigger = { every = "16 steps" }\n')
+    monkeypatch.chdir(spec.parent.parent)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("CRASH_JOB_WORKERS", "0")
+    run = tmp_path / "run"
+    assert main(["train", str(spec), "--run-dir", str(run)]) == 0
+    newest = run / "checkpoints" / "step-00000064.pt"
+    _craft(newest, lambda r: r["data"]["split"].update(done=[[1, 99]], start=99))
+    spec.write_text(spec.read_text().replace("max_epochs = 1", "max_epochs = 2"))
+    capsys.readouterr()
+    assert main(["train", str(spec), "--run-dir", str(run), "--resume", str(newest)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "step-00000064.pt" in lines[0], err
+    assert "run.data.split.done[0][1]" in lines[0] and "Traceback" not in err
+    assert main(["train", str(spec), "--run-dir", str(run), "--resume", "auto"]) == 0
+    err = capsys.readouterr().err
+    skipped = [line for line in err.splitlines() if "step-00000064.pt" in line]
+    assert skipped and "run.data.split.done[0][1]" in skipped[0], err
+    assert read_checkpoint(run / "checkpoints" / "step-00000128.pt")["step"] == 128
