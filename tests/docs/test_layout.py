@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("schedtrain.time", "schedtrain.errors", "schedtrain.names",
                     "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
                     "schedtrain.files", "schedtrain.urls", "schedtrain.compat",
-                    "schedtrain.retention", *TORCH_FREE_FOUNDATION)),
+                    "schedtrain.retention", "schedtrain.readback", *TORCH_FREE_FOUNDATION)),
     ("triggers", ("schedtrain.triggers",)),
     ("schedule", ("schedtrain.schedule",)),
     ("simulation", ("schedtrain.simulation",)),
