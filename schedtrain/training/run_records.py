@@ -76,8 +76,9 @@ class RunRecord:
     clock: Clock
     epoch_open: bool
     written: tuple[str, ...]
+    rng: Any
+    data: DataState
     events_offset: int | None = attrs.field(default=None, validator=_COUNT)
-    data: DataState | None = None
     ranks: tuple[RankPart, ...] | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -100,8 +101,7 @@ class RunRecord:
     def splits(self) -> list[tuple[str, Split]]:
         """Each rank's division (one process: the run's), by its key path."""
         if self.ranks is None:
-            return [] if self.data is None or self.data.split is None else [
-                ("data.split", self.data.split)]
+            return [] if self.data.split is None else [("data.split", self.data.split)]
         return [(f"ranks[{i}].data.split", part.data.split)
                 for i, part in enumerate(self.ranks) if part.data.split is not None]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
 from schedtrain.callbacks import ModelSaver
+from schedtrain.callbacks.autosave import logged_decisions
 from schedtrain.checkpoints import CheckpointError, read_checkpoint
 from schedtrain.checkpoints.format import digest
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
@@ -61,7 +64,7 @@ def _run(split: dict[str, Any], step: int, ranks: int | None = None) -> dict[str
     data = {"epoch_rng": rng_state(), "split": split}
     run: dict[str, Any] = {"clock": {"now": _counters(step), "previous_step_end": _counters(step)},
                            "epoch_open": True, "written": [], "events_offset": 0,
-                           "table": {"triggers": {}}, "data": data}
+                           "table": {"triggers": {}}, "data": data, "rng": rng_state()}
     if ranks is not None:
         run["ranks"] = [{"rng": rng_state(), "data": copy.deepcopy(data)}
                         for _ in range(ranks)]
@@ -151,6 +154,33 @@ def test_a_ranks_list_that_disagrees_with_its_division_is_refused(how: str) -> N
         key = r"run\.ranks"
     with pytest.raises(DamagedFile, match=key):
         check_run(run, "ck.pt", _one_process())
+
+
+@settings(max_examples=100, deadline=None)
+@given(step=st.integers(0, 10**6), ahead=st.integers(-10**6, 2 * MAX_INTERVAL))
+def test_an_auto_state_is_used_exactly_when_its_next_firing_is_ahead_within_the_cap(
+        step: int, ahead: int) -> None:
+    """``next`` a crafted 10**12 meant no checkpoint for the rest of the run: a state is
+    accepted iff its next firing is 1 .. MAX_INTERVAL steps past the checkpoint's."""
+    run = _run({"order": dict(_ORDER), "done": [], "ranks": 1, "start": 0}, step)
+    run["table"]["triggers"] = {"save": {"0": {"next": step + ahead, "decider": {
+        "interval": 5, "measured": [0, 0.0, 0.0], "decisions": []}}}}
+    if 0 < ahead <= MAX_INTERVAL:
+        check_run(run, "ck.pt", _one_process())
+        return
+    with pytest.raises(DamagedFile, match=r"'ck.pt': run\.table\.triggers\.save\.0\.next"):
+        check_run(run, "ck.pt", _one_process())
+
+
+def test_a_fifo_in_place_of_the_log_never_blocks_the_replay(tmp_path: Path) -> None:
+    fifo = tmp_path / "events.jsonl"
+    os.mkfifo(fifo)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(logged_decisions(fifo, "save")),
+                              daemon=True)
+    reader.start()
+    reader.join(5)
+    assert not reader.is_alive() and got == [[]]
 
 
 # -- whole runs: refused by name before anything is restored, or passed over ---------------
