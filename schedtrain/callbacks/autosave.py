@@ -19,19 +19,36 @@ a decision the killed run had not yet written is made by the resumed run's next 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import attrs
 
 from schedtrain.errors import ScheduleError
+from schedtrain.readback import DamagedFile, between, structure
 from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
 from schedtrain.triggers import Trigger
-from schedtrain.triggers.auto import Decider, auto_parts
+from schedtrain.triggers.auto import MAX_INTERVAL, MAX_SECONDS, Decider, auto_parts
 
-__all__ = ["AutoPacing", "auto_deciders", "deciders_of", "logged_decisions", "read_decisions"]
+__all__ = ["AutoPacing", "LoggedValue", "auto_deciders", "deciders_of", "logged_decisions",
+           "read_decisions"]
 
 _KEYS = ("interval", "save_cost", "step_time")
+#: Each logged metric's bounds (what a decision records: ``Decision``'s).
+_BOUNDS: Final = {"interval": (1, MAX_INTERVAL), "save_cost": (-MAX_SECONDS, MAX_SECONDS),
+                  "step_time": (0, MAX_SECONDS)}
+
+
+@attrs.frozen
+class LoggedValue:
+    """A decision's metric line of ``events.jsonl``, as a resume replays it."""
+
+    step: int = attrs.field(validator=between(0, 2**62))
+    value: float
 
 
 def auto_deciders(trigger: Trigger) -> list[Decider]:
@@ -45,22 +62,46 @@ def logged_decisions(events: Path, saver: str) -> list[tuple[int, float, float]]
     got: dict[str, list[Any]] = {k: [] for k in _KEYS}
     names = {f"{saver}/{k}": k for k in _KEYS}
     try:
-        with events.open(encoding="utf-8") as f:
-            for line in f:
-                if not any(n in line for n in names):
-                    continue  # most lines: no JSON to parse
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    break
-                key = names.get(str(row.get("name"))) if isinstance(row, dict) else None
-                if key is not None and row.get("kind") == "scalar":
-                    got[key].append((int(row["step"]), float(row["value"])))
+        for number, line in _lines(events):
+            if not any(n in line for n in names):
+                continue  # most lines: no JSON to parse
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                break
+            key = names.get(str(row.get("name"))) if isinstance(row, dict) else None
+            if key is not None and row.get("kind") == "scalar":
+                got[key].append(_checked(row, key, events, f"line {number}"))
     except OSError:
         return []
     n = min(len(v) for v in got.values())
     return [(got["interval"][i][0], got["save_cost"][i][1], got["step_time"][i][1])
             for i in range(n)]
+
+
+def _lines(events: Path) -> Iterator[tuple[int, str]]:
+    """The numbered lines of ``events``: a regular file only (a FIFO in its place would
+    block the resume for ever; it yields nothing, the run's writer refuses it by name)."""
+    fd = os.open(events, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        yield from enumerate(f, 1)
+
+
+def _checked(row: dict[str, Any], key: str, events: Path, where: str) -> tuple[int, float]:
+    """A decision's line as ``(step, value)``, its value within its metric's bounds.
+
+    Raises:
+        DamagedFile: a field of another type or out of bounds (``where.value``).
+    """
+    line = structure(row, LoggedValue, events, where)
+    low, high = _BOUNDS[key]
+    if not low <= line.value <= high:
+        raise DamagedFile(events, f"{where}.value", f"expected a value from {low:,} to "
+                          f"{high:,} for a decision's {key}, found {line.value!r}")
+    return line.step, line.value
 
 
 class AutoPacing:

@@ -62,6 +62,10 @@ class RunParts(Protocol):
     def capture(self) -> dict[str, Any]:
         """The run's state (the checkpoint's ``run`` key) now."""
 
+    def validate(self, path: Path | str, run: dict[str, Any]) -> None:
+        """Refuse a ``run`` whose fields are of the wrong type or out of bounds
+        (``readback.DamagedFile``, by key path), before anything is restored."""
+
     def check(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse a checkpoint this run cannot continue (``ValueError``)."""
 

@@ -16,10 +16,11 @@ from typing import Any, Final
 import torch
 
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
-from schedtrain.errors import Error
+from schedtrain.errors import Error, RunDirError
 from schedtrain.urls import is_url, redact_text
 
-__all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "check_plain",
+__all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "DamagedCheckpoint",
+           "check_plain",
            "check_shape", "digest", "file_digests", "is_finite"]
 
 FORMAT: Final = "schedtrain-checkpoint-2"
@@ -39,6 +40,13 @@ class CheckpointError(Error):
         #: the file, or its URL as given (``Path`` would fold ``s3://b/k`` into ``s3:/b/k``)
         self.path: Path | str = path if is_url(str(path)) else Path(path)
         self.reason = reason
+
+
+class DamagedCheckpoint(CheckpointError, RunDirError):
+    """A checkpoint that loads (its checksum may be valid: a crafted file can carry one)
+    but whose run state a resume cannot trust: a key missing, or a field of the wrong
+    type or out of bounds. ``--resume auto`` passes it over; ``--resume PATH`` ends with
+    it in one line (exit 2, as any run directory that cannot be used)."""
 
 
 #: The keys a checkpoint's readers index, with what each holds: a file with a valid

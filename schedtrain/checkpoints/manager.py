@@ -20,11 +20,11 @@ from schedtrain.checkpoints.background import Writer, checked, nonfinite
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
 from schedtrain.checkpoints.files import checkpoint_name
-from schedtrain.checkpoints.format import CheckpointError, check_shape, is_finite
+from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.owned import Owned
 from schedtrain.checkpoints.pacing import write_share
-from schedtrain.checkpoints.restore import load_model, own_part
+from schedtrain.checkpoints.restore import check_state, load_model, own_part
 from schedtrain.checkpoints.rng import rng_state
 from schedtrain.checkpoints.sharded import (
     SUFFIX,
@@ -363,7 +363,7 @@ class Checkpoints:
         if state is None:
             state = self.mount.read(path)
         shown = self.mount.shown(path)  # its URL in object storage, not the stand-in path
-        check_shape(state, shown)  # a whole file may still lack what a resume reads
+        self.validate(state, shown)
         run = state["run"]
         parts.check(shown, run)
         rng, data = own_part(self.comm, shown, run)
@@ -376,6 +376,10 @@ class Checkpoints:
         if self.mount.chief and self.key(path) in self.written:  # it cannot hold its own
             self.owned.wrote(self.key(path), path, None)
         return state
+
+    def validate(self, state: dict[str, Any], shown: Path | str) -> None:
+        """``restore.check_state`` for this run (a ``CheckpointError`` by key path)."""
+        check_state(self.parts, state, shown)
 
     def load_weights(self, path: Path) -> dict[str, Any]:
         """Load only the model and optimizer states of checkpoint ``path`` (checked), as

@@ -20,6 +20,7 @@ from schedtrain.checkpoints.remote_shards import Remote, read_remote
 from schedtrain.checkpoints.sharded import SUFFIX
 from schedtrain.checkpoints.storage import FsspecStorage, LocalStorage, Storage
 from schedtrain.checkpoints.store import (
+    Check,
     checkpoint_body,
     newest_loaded,
     read_checkpoint,
@@ -148,16 +149,20 @@ class Mount:
 
     def newest_to_resume(self, folder: Path,
                          skipped: Callable[[Path, str], None] | None = None,
+                         check: Check | None = None,
                          ) -> tuple[Path, dict[str, Any]] | None:
         """The newest good checkpoint of ``folder`` for ``--resume auto``, looked up where
         it really is (``storage``: the newest committed one), with what it holds (read
-        once: the resume puts the run back from it)."""
+        once: the resume puts the run back from it); ``check`` refuses one the resuming
+        loop cannot trust (passed over, as a damaged file is)."""
         if self.storage is not None and self.stored(folder / "x") is not None:
-            return stored_newest_loaded(self.storage, folder, skipped, self._read_stored)
-        return newest_loaded(folder, skipped)
+            return stored_newest_loaded(self.storage, folder, skipped, self._read_stored,
+                                        check)
+        return newest_loaded(folder, skipped, check)
 
     def pick_to_resume(self, folder: Path, comm: Comm | None,
                        skipped: Callable[[Path, str], None] | None = None,
+                       check: Check | None = None,
                        ) -> tuple[Path, dict[str, Any] | None] | None:
         """``newest_to_resume`` on the chief, whose pick every rank resumes: it tells them
         its name (one broadcast), so all resume the same checkpoint even where their views
@@ -167,7 +172,7 @@ class Mount:
         failed: Exception | None = None
         if comm is None or comm.is_chief:
             try:
-                found = self.newest_to_resume(folder, skipped)
+                found = self.newest_to_resume(folder, skipped, check)
             except Exception as exc:  # every rank hears of it first: none waits for ever
                 failed = exc
         if comm is not None:

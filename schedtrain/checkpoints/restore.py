@@ -7,11 +7,32 @@ from pathlib import Path
 from typing import Any
 
 from schedtrain.checkpoints.contract import RunParts
+from schedtrain.checkpoints.format import CheckpointError, DamagedCheckpoint, check_shape
 from schedtrain.checkpoints.remote_shards import Remote
 from schedtrain.checkpoints.sharded import is_sharded, load_full, load_sharded
 from schedtrain.distributed.comm import Comm
+from schedtrain.readback import DamagedFile
 
-__all__ = ["load_model", "own_part"]
+__all__ = ["check_state", "load_model", "own_part"]
+
+
+def check_state(parts: RunParts, state: dict[str, Any], shown: Path | str) -> None:
+    """Refuse a checkpoint a resume of the own loop cannot trust, before anything is
+    restored: a missing key, or a run state of the wrong type or out of bounds (its
+    checksum may be valid: a crafted file can carry one). Hosted and sharded checkpoints
+    hold other shapes: only the own loop's resume and pick check this.
+
+    Raises:
+        DamagedCheckpoint: naming the key path and what was expected.
+    """
+    try:
+        check_shape(state, shown)
+        parts.validate(shown, state["run"])
+    except DamagedFile as exc:
+        raise DamagedCheckpoint(shown, f"{exc.key}: {exc.reason}: it is damaged or not "
+                                       "written by schedtrain") from None
+    except CheckpointError as exc:
+        raise DamagedCheckpoint(shown, exc.reason) from None
 
 
 def load_model(parts: RunParts, path: Path, state: dict[str, Any],

@@ -29,7 +29,10 @@ from schedtrain.checkpoints.format import (
 from schedtrain.checkpoints.pacing import paced_file
 from schedtrain.checkpoints.storage import Storage
 
-__all__ = ["checkpoint_body", "load_checked", "newest_loaded", "newest_valid",
+#: What may refuse a checkpoint read back, given its content and how it is shown.
+Check = Callable[[dict[str, Any], "str | Path"], None]
+
+__all__ = ["Check", "checkpoint_body", "load_checked", "newest_loaded", "newest_valid",
            "read_checkpoint", "read_stored", "stored_newest_loaded", "stored_newest_valid",
            "write_checkpoint"]
 
@@ -157,12 +160,15 @@ def newest_valid(folder: str | Path,
 
 
 def newest_loaded(folder: str | Path, skipped: Callable[[Path, str], None] | None = None,
-                  ) -> tuple[Path, dict[str, Any]] | None:
+                  check: Check | None = None) -> tuple[Path, dict[str, Any]] | None:
     """``newest_valid``, with the checkpoint it loaded to check it (a resume uses that
-    instead of reading it again)."""
+    instead of reading it again); ``check(state, path)`` may refuse one (a
+    ``CheckpointError``: passed over like a damaged file)."""
     for path in list_checkpoints(folder):
         try:
             state = read_checkpoint(path)
+            if check is not None:
+                check(state, path)
         except CheckpointError as exc:
             if skipped is not None:
                 skipped(path, exc.reason)
@@ -197,14 +203,17 @@ def stored_newest_valid(storage: Storage, folder: Path,
 def stored_newest_loaded(storage: Storage, folder: Path,
                          skipped: Callable[[Path, str], None] | None = None,
                          read: Callable[[str], dict[str, Any]] | None = None,
+                         check: Check | None = None,
                          ) -> tuple[Path, dict[str, Any]] | None:
     """``stored_newest_valid``, with the checkpoint it loaded (by ``read(name)``:
-    ``read_stored`` by default)."""
+    ``read_stored`` by default), which ``check(state, url)`` may refuse."""
     found = [(int(m[1]), bool(m[2]), n) for n in storage.committed()
              if (m := NAME_RE.fullmatch(n)) is not None]
     for _, _, name in sorted(found, key=lambda x: (-x[0], x[1])):
         try:
             state = read_stored(storage, name) if read is None else read(name)
+            if check is not None:
+                check(state, storage.url(name))
         except CheckpointError as exc:
             if skipped is not None:
                 skipped(folder / name, exc.reason)

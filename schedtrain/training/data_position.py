@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from schedtrain.checkpoints.rng import rng_state, seed_everything, set_rng_state
+from schedtrain.readback import DamagedFile
 from schedtrain.training import redivide
+from schedtrain.training.redivide import Batches
 
 __all__ = ["DataPosition", "EpochFlag", "rng_state", "seed_everything", "set_rng_state"]
 
@@ -65,6 +68,8 @@ class DataPosition:
         self._divisible = not self.stateful and redivide.divisible(data, ranks)
         #: batches per rank in the epoch being resumed, when it was re-divided
         self.epoch_batches: int | None = None
+        #: the checkpoint the division was read from (named where it proves damaged)
+        self._source: Path | str = "checkpoint"
 
     def start_epoch(self, epoch: int = 0) -> Iterator[Any]:
         """A fresh pass over the data for epoch ``epoch`` (0-based): a distributed
@@ -115,22 +120,55 @@ class DataPosition:
         batches were taken already: the epoch was divided among another number of
         ranks (now or before), ``consumed`` batches a rank into it."""
         if split["ranks"] != self.ranks:  # the checkpoint's stretch ends here
+            if consumed < split["start"]:
+                raise DamagedFile(self._source, "split.start", "expected at most the batches "
+                                  f"taken in the epoch ({consumed:,}), found {split['start']:,}")
             split["done"] = [*split["done"], [split["ranks"], consumed - split["start"]]]
             split["ranks"], split["start"] = self.ranks, consumed
         loader: Any = self.data
-        size, batch, drop = len(loader.dataset), loader.batch_size, loader.drop_last
-        order, first = redivide.first_stretch(split["order"], split["done"][0][0],
-                                              size=size, epoch=epoch, batch_size=batch,
-                                              drop_last=drop)
-        stretches = [(first, split["done"][0][1])]
-        for ranks, count in split["done"][1:]:
-            rest = redivide.rest_of(order, stretches)
-            stretches.append((redivide.deal(rest, ranks, batch, drop), count))
+        order, stretches = self._stretches(split["order"], split["done"], epoch,
+                                           self._source, "split")
         rest = redivide.rest_of(order, stretches)
         rank = getattr(loader.sampler, "rank", 0)
-        mine = redivide.deal(rest, self.ranks, batch, drop)[rank]
+        mine = redivide.deal(rest, self.ranks, loader.batch_size, loader.drop_last)[rank]
         self.epoch_batches = split["start"] + len(mine)
         return redivide.planned_loader(loader, mine), consumed - split["start"]
+
+    def _stretches(self, order_of: dict[str, Any], done: list[list[int]], epoch: int,
+                   shown: Path | str, key: str) -> tuple[list[int], list[tuple[Batches, int]]]:
+        """The epoch's order and each stretch's batches per rank with the count each rank
+        took, refusing (``DamagedFile`` at ``key``) a count past its stretch's batches or
+        an order that cannot be replayed."""
+        loader: Any = self.data
+        size, batch, drop = len(loader.dataset), loader.batch_size, loader.drop_last
+        try:
+            order, first = redivide.first_stretch(order_of, done[0][0], size=size,
+                                                  epoch=epoch, batch_size=batch,
+                                                  drop_last=drop)
+        except Exception as exc:  # crafted generators torch cannot set
+            raise DamagedFile(shown, f"{key}.order", "cannot replay the epoch's order "
+                              f"({type(exc).__name__})") from None
+        stretches: list[tuple[Batches, int]] = []
+        for i, (ranks, count) in enumerate(done):
+            per_rank = first if i == 0 else redivide.deal(
+                redivide.rest_of(order, stretches), ranks, batch, drop)
+            room = min(len(b) for b in per_rank)
+            if not 0 <= count <= room:
+                raise DamagedFile(shown, f"{key}.done[{i}][1]", "expected the batches each "
+                                  f"rank took of that stretch, 0 to {room:,}, found {count!r}")
+            stretches.append((per_rank, count))
+        return order, stretches
+
+    def check_split(self, split: redivide.Split, epoch: int, shown: Path | str,
+                    key: str) -> None:
+        """Refuse (``DamagedFile`` at ``key``) an epoch division read back whose counts
+        fall outside its stretches' batches or whose order cannot be replayed;
+        a division this data does not use (not re-dividable) is not read."""
+        self._source = shown
+        if not self._divisible:
+            return
+        done = [list(d) for d in split.done]
+        self._stretches(split.order, [*done, [split.ranks, 0]], epoch, shown, key)
 
     def state_dict(self) -> dict[str, Any]:
         """The position: the loader's own state, or the generators at the epoch's start

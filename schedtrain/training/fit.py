@@ -78,8 +78,8 @@ class Lifecycle:
                              "Trainer(run_dir=...)")
         shown = checkpoints.mount.shown
         found = checkpoints.mount.pick_to_resume(
-            run_dir / "checkpoints", self.parts.comm,
-            lambda p, why: _log.warning("checkpoint_skipped", checkpoint=shown(p), reason=why))
+            run_dir / "checkpoints", self.parts.comm, lambda p, why: _log.warning(
+                "checkpoint_skipped", checkpoint=shown(p), reason=why), checkpoints.validate)
         if found is None:
             self.start_over()
             return None

@@ -12,8 +12,9 @@ than ranks, or one-sample batches dealt unevenly) are a few repeated, as
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
+import attrs
 import torch
 from torch.utils.data import (
     BatchSampler,
@@ -25,12 +26,61 @@ from torch.utils.data import (
 
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
 from schedtrain.distributed.wrap import LOADER_ARGS
+from schedtrain.errors import describe
+from schedtrain.readback import MAX_LIST, at_most, between, invalid
 
-__all__ = ["Batches", "deal", "divisible", "first_stretch", "order_of", "planned_loader",
-           "rest_of"]
+__all__ = ["MAX_RANKS", "MAX_STRETCHES", "Batches", "Split", "deal", "divisible",
+           "first_stretch", "order_of", "planned_loader", "rest_of"]
+
+#: The most processes a run's state may record (a checkpoint read back is refused past it).
+MAX_RANKS: Final = MAX_LIST
+#: The most stretches an epoch's division may record (one per process-count change
+#: inside one epoch): each costs a pass over the epoch's samples when resumed.
+MAX_STRETCHES: Final = 100
 
 #: each rank's batches of sample indices, in order
 Batches = list[list[list[int]]]
+
+
+def _order(order: dict[str, Any]) -> str | None:
+    """What is wrong with an epoch's ``order`` (``order_of``'s shape), or ``None``."""
+    flags = ("shuffle", "drop_last") if "seed" in order else ("shuffle",)
+    if "seed" in order:
+        seed = order["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            return f"expected a seed from 0 to 2**63 - 1, found {describe(seed)}"
+    elif not isinstance(order.get("rng"), dict):
+        return "expected a sampler's seed or the generators that shuffled the epoch"
+    for flag in flags:
+        if not isinstance(order.get(flag), bool):
+            return f"expected {flag} = true or false, found {describe(order.get(flag))}"
+    return None
+
+
+@attrs.frozen
+class Split:
+    """An epoch's division read back (``DataPosition``'s ``split``): its ``order``,
+    each earlier stretch's ``[ranks, batches each]`` (``done``), the ranks of this one
+    and the batch it began at (``start``: the batches of the stretches before it)."""
+
+    order: dict[str, Any]
+    done: tuple[tuple[int, int], ...] = attrs.field(validator=at_most(MAX_STRETCHES))
+    ranks: int = attrs.field(validator=between(1, MAX_RANKS))
+    start: int = attrs.field(validator=between(0, 2**62))
+
+    def __attrs_post_init__(self) -> None:
+        if (why := _order(self.order)) is not None:
+            raise invalid("order", why)
+        for i, (ranks, count) in enumerate(self.done):
+            if not 1 <= ranks <= MAX_RANKS:
+                raise invalid(f"done[{i}][0]", f"expected a number of ranks from 1 to "
+                              f"{MAX_RANKS:,}, found {ranks!r}")
+            if count < 0:
+                raise invalid(f"done[{i}][1]", f"expected a count of batches >= 0, "
+                              f"found {count!r}")
+        if self.start != sum(count for _, count in self.done):
+            raise invalid("start", "expected the batches of the stretches before "
+                          f"({sum(c for _, c in self.done):,}), found {self.start!r}")
 
 
 def divisible(data: Any, ranks: int) -> bool:

@@ -38,6 +38,7 @@ from schedtrain.planning.deletions import Present
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.losses import LossKeeper
+from schedtrain.training.run_records import check_run
 from schedtrain.training.schedule_change import ScheduleChange
 
 __all__ = ["RunState"]
@@ -126,6 +127,11 @@ class RunState:
             raise ValueError(
                 f"checkpoint {str(path)!r} was saved with callbacks {sorted(saved)}, "
                 f"this trainer has {sorted(self.callbacks)}")
+
+    def validate(self, path: Path | str, run: dict[str, Any]) -> None:
+        """Refuse (``DamagedFile``, by key path) a ``run`` a resume cannot trust: checked
+        before anything is restored (``run_records``)."""
+        check_run(run, path, self.data)
 
     def restore(self, run: dict[str, Any], rng: Any, data: Any) -> None:
         """Put ``run`` back, with this rank's generators ``rng`` and data position."""

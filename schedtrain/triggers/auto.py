@@ -18,17 +18,20 @@ uninterrupted one did, and goes on as the same recorded decisions say.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
 from schedtrain.errors import ArgumentError
 from schedtrain.events import EventSet
+from schedtrain.readback import DamagedFile, at_most, between, invalid, structure
 from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import NEVER, Due, Explanation, Point, due_on
 
-__all__ = ["DEFAULT_FIRST", "KEEP_DECISIONS", "AutoEvery", "Decider", "auto_every", "auto_interval",
+__all__ = ["DEFAULT_FIRST", "KEEP_DECISIONS", "MAX_INTERVAL", "MAX_SECONDS", "AutoEvery",
+           "AutoState", "Decider", "DeciderState", "Decision", "auto_every", "auto_interval",
            "auto_parts", "young_daly_seconds"]
 
 #: The step of an auto trigger's first firing when not given: early, so the save's cost
@@ -36,6 +39,12 @@ __all__ = ["DEFAULT_FIRST", "KEEP_DECISIONS", "AutoEvery", "Decider", "auto_ever
 DEFAULT_FIRST: Final = 10
 #: Decisions a trigger's state keeps (the newest): the log has them all.
 KEEP_DECISIONS: Final = 64
+#: The longest interval in steps ``every("auto")`` decides, and the farthest past its
+#: checkpoint's step a resumed state may place its next firing.
+MAX_INTERVAL: Final = 10_000_000
+#: The most seconds a measured save cost or step time may be (a resumed state's bound).
+MAX_SECONDS: Final = 1e7
+_MAX_STEP: Final = 2**62
 
 
 def _positive(name: str, value: float) -> float:
@@ -62,7 +71,54 @@ def auto_interval(cost_s: float, mtbf_s: float, step_s: float,
         bound = math.ceil(cost_s / (_positive("max_overhead", max_overhead) * step_s)
                           - 1e-9)  # an exact quotient is not raised by a rounding error
         steps = max(steps, bound)
-    return steps
+    return min(steps, MAX_INTERVAL)
+
+
+@attrs.frozen
+class Decision:
+    """One recorded decision, as a checkpoint holds it."""
+
+    step: int = attrs.field(validator=between(0, _MAX_STEP))
+    interval: int = attrs.field(validator=between(1, MAX_INTERVAL))
+    cost_s: float = attrs.field(validator=between(-MAX_SECONDS, MAX_SECONDS))
+    step_s: float = attrs.field(validator=between(0, MAX_SECONDS))
+
+
+@attrs.frozen
+class DeciderState:
+    """A ``Decider``'s state read back: an interval within 1..``MAX_INTERVAL``, what was
+    measured (a count and two sums of finite, bounded seconds), the newest decisions."""
+
+    interval: int = attrs.field(validator=between(1, MAX_INTERVAL))
+    measured: tuple[int, float, float]
+    decisions: tuple[Decision, ...] = attrs.field(validator=at_most(KEEP_DECISIONS))
+
+    def __attrs_post_init__(self) -> None:
+        n, costs, steps = self.measured
+        if not 0 <= n <= _MAX_STEP:
+            raise invalid("measured", f"expected a count of saves >= 0, found {n!r}")
+        top = n * MAX_SECONDS
+        if not (0 <= costs <= top and 0 <= steps <= top):
+            raise invalid("measured", f"expected sums of {n} measurements, each from 0 to "
+                          f"{MAX_SECONDS:,.0f} s, found {costs!r} and {steps!r}")
+
+
+@attrs.frozen
+class AutoState:
+    """An ``every("auto")`` node's state read back (its ``next`` firing's bound against
+    the checkpoint's step is checked where that step is known: ``check_next``)."""
+
+    next: int = attrs.field(validator=between(1, _MAX_STEP))
+    decider: DeciderState
+
+    def check_next(self, step: int, path: Path | str, key: str) -> None:
+        """Refuse (``DamagedFile`` at ``key``, in ``path``) a next firing outside
+        ``step + 1 .. step + MAX_INTERVAL``: a crafted ``10**12`` would mean no
+        checkpoint for the rest of the run."""
+        if not step < self.next <= step + MAX_INTERVAL:
+            raise DamagedFile(path, f"{key}.next", f"expected a step from {step + 1:,} to "
+                          f"{step + MAX_INTERVAL:,} (the checkpoint's step {step:,} plus at "
+                          f"most {MAX_INTERVAL:,}), found {self.next:,}")
 
 
 @attrs.define
@@ -132,11 +188,14 @@ class Decider:
         return {"interval": self.interval, "measured": list(self.measured),
                 "decisions": [dict(d) for d in self.decisions]}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.interval = int(state["interval"])
-        n, costs, steps = state["measured"]
-        self.measured = (int(n), float(costs), float(steps))
-        self.decisions = [dict(d) for d in state["decisions"]]
+    def load_state_dict(self, state: dict[str, Any] | DeciderState) -> None:
+        """Restore ``state_dict`` (checked: ``DamagedFile`` where a field is out of
+        bounds; a resume checked the checkpoint before anything was restored)."""
+        rec = state if isinstance(state, DeciderState) else structure(
+            state, DeciderState, "checkpoint", "decider")
+        self.interval = rec.interval
+        self.measured = rec.measured
+        self.decisions = [attrs.asdict(d) for d in rec.decisions]
 
 
 def _check_first(_i: object, _a: object, value: int) -> None:
@@ -206,8 +265,9 @@ class _AutoNode:
         return {"next": self.next, "decider": self.decider.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.next = int(state["next"])
-        self.decider.load_state_dict(state["decider"])
+        rec = structure(state, AutoState, "checkpoint", "auto")
+        self.next = rec.next
+        self.decider.load_state_dict(rec.decider)
 
 
 def auto_every(first: int = DEFAULT_FIRST) -> AutoEvery:

@@ -1,0 +1,140 @@
+"""The run state inside a checkpoint, read back: typed, bounded, or refused.
+
+A resume reads a checkpoint's ``run`` (``RunState.capture``) and puts the run back from
+it. A file with a valid checksum may still be crafted (the checksum is recomputable), so
+everything the resume reads is checked here, before anything is restored: the clock's
+counters, the epoch flag, ``events_offset``, the names written, each rank's part and the
+epoch's division, and every ``every("auto")`` state in the trigger table. What fails is
+a ``DamagedFile`` naming the key path: ``--resume auto`` passes the checkpoint over,
+``--resume PATH`` ends with it (exit 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from schedtrain.readback import MAX_DEPTH, between, invalid, printable, structure
+from schedtrain.training.redivide import MAX_RANKS, Split
+from schedtrain.triggers.auto import AutoState
+
+if TYPE_CHECKING:
+    from schedtrain.training.data_position import DataPosition
+
+__all__ = ["Clock", "Counters", "DataState", "RankPart", "RunRecord", "check_run"]
+
+_COUNT = between(0, 2**62)
+
+
+@attrs.frozen
+class Counters:
+    """A clock's counters: whole numbers >= 0."""
+
+    step: int = attrs.field(validator=_COUNT)
+    batch: int = attrs.field(validator=_COUNT)
+    epoch: int = attrs.field(validator=_COUNT)
+    step_in_epoch: int = attrs.field(validator=_COUNT)
+    sample: int = attrs.field(validator=_COUNT)
+    token: int = attrs.field(validator=_COUNT)
+    time_ns: int = attrs.field(validator=_COUNT)
+
+
+@attrs.frozen
+class Clock:
+    """The loop clock's state: the counters now and at the previous step end."""
+
+    now: Counters
+    previous_step_end: Counters
+
+
+@attrs.frozen
+class DataState:
+    """A rank's data position: a loader's own state, or the generators at the epoch's
+    start and the epoch's division (``split``)."""
+
+    epoch_rng: Any = None
+    loader: Any = None
+    split: Split | None = None
+
+
+@attrs.frozen
+class RankPart:
+    """One rank's generators and data position (a run on several processes)."""
+
+    rng: Any
+    data: DataState
+
+
+@attrs.frozen
+class RunRecord:
+    """The top-level fields of a checkpoint's ``run`` a resume reads, with their bounds:
+    every rank's division agrees with rank 0's and with the ranks recorded."""
+
+    clock: Clock
+    epoch_open: bool
+    written: tuple[str, ...]
+    rng: Any
+    data: DataState
+    events_offset: int | None = attrs.field(default=None, validator=_COUNT)
+    ranks: tuple[RankPart, ...] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for i, name in enumerate(self.written):
+            if printable(name) != name or not 0 < len(name) <= 4096:
+                raise invalid(f"written[{i}]", "expected a printable file name, found "
+                              f"{printable(name)[:60]!r}")
+        if self.ranks is not None and not 1 <= len(self.ranks) <= MAX_RANKS:
+            raise invalid("ranks", f"expected 1 to {MAX_RANKS:,} ranks, found none")
+        for where, split in self.splits():
+            world = 1 if self.ranks is None else len(self.ranks)
+            if split.ranks != world:
+                raise invalid(f"{where}.ranks", f"expected the {world} rank(s) the run "
+                              f"recorded, found {split.ranks!r}")
+            first = self.splits()[0][1]
+            if (split.done, split.start, split.order.get("seed")) != (
+                    first.done, first.start, first.order.get("seed")):
+                raise invalid(where, "expected the same division as rank 0's")
+
+    def splits(self) -> list[tuple[str, Split]]:
+        """Each rank's division (one process: the run's), by its key path."""
+        if self.ranks is None:
+            return [] if self.data.split is None else [("data.split", self.data.split)]
+        return [(f"ranks[{i}].data.split", part.data.split)
+                for i, part in enumerate(self.ranks) if part.data.split is not None]
+
+
+def _auto_states(table: Any) -> Iterator[tuple[str, Any]]:
+    """Each ``every("auto")`` node state in a trigger table's state (composites nest
+    their parts' states by index), by key path."""
+    triggers = table.get("triggers") if isinstance(table, Mapping) else None
+    stack: list[tuple[str, Any, int]] = [("run.table.triggers", triggers, 0)]
+    while stack:
+        where, value, depth = stack.pop()
+        if not isinstance(value, Mapping) or depth > MAX_DEPTH:
+            continue
+        if "decider" in value or "next" in value:
+            yield where, value
+            continue
+        stack.extend((f"{where}.{printable(str(k))}", v, depth + 1) for k, v in value.items())
+
+
+def check_run(run: Mapping[str, Any], shown: Path | str,
+              position: DataPosition | None = None) -> RunRecord:
+    """``run`` checked as a resume reads it; ``position``: the run's data, against which
+    the epoch's division is checked (counts within its stretches, an order to replay).
+
+    Raises:
+        DamagedFile: the first field at fault, by key path.
+    """
+    record = structure(run, RunRecord, shown, "run")
+    step = record.clock.now.step
+    for where, state in _auto_states(run.get("table")):
+        structure(state, AutoState, shown, where).check_next(step, shown, where)
+    splits = record.splits()
+    if position is not None and record.epoch_open and splits:
+        where, split = splits[0]
+        position.check_split(split, record.clock.now.epoch, shown, f"run.{where}")
+    return record
