@@ -22,8 +22,8 @@ from schedtrain.cli.preflight import UsageError, derived_clock
 from schedtrain.errors import RunDirError, describe
 from schedtrain.planning.changes import canonical, diff_texts
 from schedtrain.planning.deletions import Present, saved_records
+from schedtrain.planning.run_status import read_status
 from schedtrain.retention import Policy, parse_keep
-from schedtrain.run_status import read_status
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import Spec, load_spec
 from schedtrain.spec.write import dump_spec

@@ -35,8 +35,8 @@ from schedtrain.planning.retime import (
     read_request,
     write_request,
 )
+from schedtrain.planning.run_status import RunStatus, read_status
 from schedtrain.readback import parse_json
-from schedtrain.run_status import RunStatus, read_status
 
 __all__ = ["cmd_retime"]
 

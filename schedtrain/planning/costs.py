@@ -26,7 +26,7 @@ import attrs
 
 from schedtrain.errors import RunDirError
 from schedtrain.planning.plan import Plan, PlanError
-from schedtrain.run_status import read_status
+from schedtrain.planning.run_status import read_status
 from schedtrain.schedule.firings import Firing
 
 __all__ = ["DEFAULT_SHARE_WARNING", "CallbackCost", "CostError", "Costs", "Prediction",

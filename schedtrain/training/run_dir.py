@@ -25,7 +25,7 @@ from typing import IO, Any, Final
 from schedtrain.checkpoints.files import clear_folders, list_checkpoints, remove_leftovers
 from schedtrain.errors import RunDirError, RunEnded, traceback_file
 from schedtrain.files import UnsafeFile, inside, open_in_place, write_atomic
-from schedtrain.run_status import RUN_FILE, read_status
+from schedtrain.planning.run_status import RUN_FILE, read_status
 from schedtrain.urls import redact_text
 
 __all__ = ["RunDirError", "RunDirectory"]

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("schedtrain.time", "schedtrain.errors", "schedtrain.names",
                     "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
                     "schedtrain.files", "schedtrain.urls", "schedtrain.compat",
-                    "schedtrain.retention", *TORCH_FREE_FOUNDATION)),
+                    "schedtrain.retention", "schedtrain.readback", *TORCH_FREE_FOUNDATION)),
     ("triggers", ("schedtrain.triggers",)),
     ("schedule", ("schedtrain.schedule",)),
     ("simulation", ("schedtrain.simulation",)),
@@ -181,7 +181,7 @@ CHECKPOINT_IO = ("torch.save", "torch.load", "shutil.rmtree", "os.remove", "os.u
 #: the run directory's log, status and traceback, and InjectShell's trigger file.
 #: (``schedtrain.files`` removes the temporary file of a write that failed.)
 OWN_FILE_DELETERS = ("schedtrain.training.run_dir", "schedtrain.callbacks.shell",
-                     "schedtrain.files")
+                     "schedtrain.files", "schedtrain.planning.retime")
 
 
 def _dotted(node: ast.expr) -> str:

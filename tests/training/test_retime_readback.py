@@ -33,8 +33,8 @@ from schedtrain.planning.retime import (
     write_answer,
     write_request,
 )
+from schedtrain.planning.run_status import read_status
 from schedtrain.readback import DamagedFile
-from schedtrain.run_status import read_status
 from schedtrain.simulation.simclock import RunShape
 
 STEPS, EPOCHS = 5, 3
