@@ -19,9 +19,10 @@ import attrs
 import tomllib
 
 from schedtrain.cli.preflight import UsageError, derived_clock
-from schedtrain.errors import describe
+from schedtrain.errors import RunDirError, describe
 from schedtrain.planning.changes import canonical, diff_texts
 from schedtrain.planning.deletions import Present, saved_records
+from schedtrain.planning.run_status import read_status
 from schedtrain.retention import Policy, parse_keep
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import Spec, load_spec
@@ -87,22 +88,20 @@ def _run_dir(path: str, p: Path, options: Mapping[str, Any] | None) -> Side:
     if found is not None:
         side = _checkpoint(str(found), found)
         return attrs.evolve(side, name=f"{path} ({found.name})")
-    try:
-        status = json.loads((p / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        status = {}
-    if not isinstance(status, dict):
-        status = {}
-    named = status.get("checkpoint")
-    if isinstance(named, str) and is_url(named):  # the checkpoints are in a bucket
+    try:  # never blocks (a FIFO is refused), every field checked (RunStatus)
+        status = read_status(p)
+    except RunDirError as exc:
+        raise UsageError(str(exc)) from None
+    named = status.checkpoint if status is not None else None
+    if named is not None and is_url(named):  # the checkpoints are in a bucket
         with contextlib.suppress(UsageError):  # unreadable: run.json's copy, below
             return attrs.evolve(_url(named, options), name=f"{path} ({named})")
-    text = status.get("schedule")
-    if not isinstance(text, str):
+    text = status.schedule if status is not None else None
+    if text is None:
         raise UsageError(f"{path}: a run directory without a stored schedule (no valid "
                          "checkpoint, and run.json has none: written by an earlier version?)")
     # Where --resume auto would resume: the checkpoint run.json names, by its name.
-    m = NAME_RE.fullmatch(named.rsplit("/", 1)[-1]) if isinstance(named, str) else None
+    m = NAME_RE.fullmatch(named.rsplit("/", 1)[-1]) if named is not None else None
     return Side(path, text, step=int(m[1]) if m is not None else None)
 
 

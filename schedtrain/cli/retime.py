@@ -5,55 +5,64 @@ the job updates at each retime) by the rules a running job applies
 (``planning.retime.live_refusal``), the diff of the next firings is printed (as
 ``schedtrain diff``), and the request is written atomically as ``RUN_DIR/retime.json``;
 the job takes it at its next slow-path step (docs/checkpoints.md, "Live retime").
-Exit codes: 0 handed (with ``--wait``: applied, or nothing to change), 2 bad input or a
-change the rules refuse (known here, or answered so by the job within ``--wait``), 1 no
-answer within ``--wait`` (the request stays; the job takes it when it looks).
+Exit codes: 0 handed (with ``--wait``: applied, or nothing to change), 2 bad input
+(a damaged ``run.json`` named with its key), another request still waiting (requests
+are created exclusively: none overwrites another), or a change the rules refuse (known
+here, or answered so by the job within ``--wait``), 1 no answer within ``--wait``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 from schedtrain.cli.diff import Side, _shape, read_side
 from schedtrain.cli.preflight import UsageError
+from schedtrain.errors import RunDirError, one_line
 from schedtrain.planning.changes import diff_texts
 from schedtrain.planning.retime import (
     ANSWER_FILE,
     REQUEST_FILE,
+    Request,
+    RequestWaiting,
     live_refusal,
     read_answer,
+    read_request,
     write_request,
 )
+from schedtrain.planning.run_status import RunStatus, read_status
+from schedtrain.readback import parse_json
 
 __all__ = ["cmd_retime"]
 
 #: How often ``--wait`` looks for the job's answer.
 _LOOK_S = 0.02
+_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 
-def _running(run_dir: Path) -> dict[str, Any]:
-    """``run.json`` of a job running in ``run_dir``; a ``UsageError`` otherwise."""
+def _running(run_dir: Path) -> RunStatus:
+    """``run.json`` of a job running in ``run_dir``; a ``UsageError`` otherwise (a
+    damaged one named with its key, a FIFO refused without blocking)."""
     restart = (f"to change its schedule, resume it with the new spec: schedtrain train "
                f"NEW --run-dir {run_dir} --resume auto --schedule-change apply")
     try:
-        status = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UsageError(f"{run_dir}: not a run directory (no readable run.json)") from None
-    if not isinstance(status, dict):
-        raise UsageError(f"{run_dir}/run.json: expected a JSON object")
-    pid = status.get("pid")
-    if status.get("status") != "running":
+        status = read_status(run_dir)
+    except RunDirError as exc:
+        raise UsageError(str(exc)) from None
+    if status is None:
+        raise UsageError(f"{run_dir}: not a run directory (no run.json)")
+    if status.status != "running":
         raise UsageError(f"{run_dir}: no job runs there (its run.json says "
-                         f"{status.get('status')!r}); {restart}")
-    if isinstance(pid, int) and not _alive(pid):
-        raise UsageError(f"{run_dir}: its job (process {pid}) is gone; {restart}")
-    if not isinstance(status.get("schedule"), str):
+                         f"{status.status!r}); {restart}")
+    if status.pid is not None and not _alive(status.pid):
+        raise UsageError(f"{run_dir}: its job (process {status.pid}) is gone; {restart}")
+    if status.schedule is None:
         raise UsageError(f"{run_dir}: its job's schedule has no stored form (a Python "
                          "trigger, or an earlier version): it cannot be retimed")
     return status
@@ -70,21 +79,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _last_step(run_dir: Path, status: dict[str, Any]) -> int:
-    """The job's last step in its log (``events.jsonl``'s last line), else run.json's."""
-    try:
-        with (run_dir / "events.jsonl").open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 65536))
-            lines = f.read().splitlines()
-        for line in reversed(lines):
-            step = json.loads(line).get("step")
-            if isinstance(step, int):
-                return step
-    except (OSError, ValueError, AttributeError):
-        pass
-    step = status.get("step")
-    return step if isinstance(step, int) else 0
+def _last_step(run_dir: Path, status: RunStatus) -> int:
+    """The job's last step in its log (``events.jsonl``'s last lines), else run.json's."""
+    try:  # a regular file only, opened without blocking (a FIFO would hang the command)
+        fd = os.open(run_dir / "events.jsonl", os.O_RDONLY | _NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return status.step
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return status.step
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 65536))
+        lines = f.read(65536).splitlines()
+    for line in reversed(lines):
+        try:
+            row = parse_json(line, "events.jsonl", depth=4)
+        except RunDirError:  # a line being written, or not ours
+            continue
+        step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+            return step
+    return status.step
 
 
 def cmd_retime(args: argparse.Namespace) -> int:
@@ -94,7 +109,8 @@ def cmd_retime(args: argparse.Namespace) -> int:
     new = read_side(args.new, do_import=False)
     if new.spec is None:
         raise UsageError(f"{args.new}: expected a spec file (.toml)")
-    old_text: str = status["schedule"]
+    old_text = status.schedule
+    assert old_text is not None  # _running refuses a job without one
     why = live_refusal(old_text, new.schedule)
     if why is not None:
         print(f"error: refused: {why}", file=sys.stderr)
@@ -110,7 +126,10 @@ def cmd_retime(args: argparse.Namespace) -> int:
                       files=(f"{run_dir} (running)", args.new))
     sys.stdout.write(diff.table(args.first))
     asked = time.monotonic()
-    ident = write_request(run_dir, new.schedule)
+    try:
+        ident = write_request(run_dir, new.schedule)
+    except RequestWaiting as exc:
+        raise UsageError(f"nothing handed: {exc}") from None
     print(f"handed to the job in {run_dir} ({REQUEST_FILE}): it applies the new schedule "
           "after its next step where a trigger is due (at most 256 steps on one process)")
     if args.wait is None:
@@ -119,18 +138,24 @@ def cmd_retime(args: argparse.Namespace) -> int:
 
 
 def _wait(run_dir: Path, ident: str, asked: float, wait: float) -> int:
-    """Wait up to ``wait`` seconds for the job's answer; print it."""
+    """Wait up to ``wait`` seconds for the job's answer to request ``ident``; print it."""
     while True:
         answer = read_answer(run_dir, ident)
         if answer is not None:
             took = time.monotonic() - asked
-            print(f"{answer.get('status')} at step {answer.get('step')} (epoch "
-                  f"{answer.get('epoch')}), {took:.3f} s after the request: "
-                  f"{answer.get('reason')}")
-            return 2 if answer.get("status") == "refused" else 0
+            print(f"{answer.status} at step {answer.step} (epoch {answer.epoch}), "
+                  f"{took:.3f} s after the request: {one_line(answer.reason, 300)}")
+            return 2 if answer.status == "refused" else 0
         if time.monotonic() - asked > wait:
-            print(f"no answer in {wait:g} s ({ANSWER_FILE}); the request stays in "
-                  f"{run_dir / REQUEST_FILE}: the job takes it when it next looks",
-                  file=sys.stderr)
-            return 1
+            break
         time.sleep(_LOOK_S)
+    waiting = read_request(run_dir)
+    if isinstance(waiting, Request) and waiting.id == ident:
+        print(f"no answer in {wait:g} s ({ANSWER_FILE}); the request stays in "
+              f"{run_dir / REQUEST_FILE}: the job takes it when it next looks",
+              file=sys.stderr)
+    else:  # taken, and no answer names it: say so, never "it stays"
+        print(f"no answer in {wait:g} s ({ANSWER_FILE}), and the request is no longer in "
+              f"{run_dir / REQUEST_FILE} (removed, or answered and the answer since "
+              "replaced): see the job's events.jsonl", file=sys.stderr)
+    return 1

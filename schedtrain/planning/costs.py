@@ -24,7 +24,9 @@ from typing import Any, Final
 
 import attrs
 
+from schedtrain.errors import RunDirError
 from schedtrain.planning.plan import Plan, PlanError
+from schedtrain.planning.run_status import read_status
 from schedtrain.schedule.firings import Firing
 
 __all__ = ["DEFAULT_SHARE_WARNING", "CallbackCost", "CostError", "Costs", "Prediction",
@@ -125,7 +127,8 @@ def read_costs(path: str | Path) -> Costs:
 
     Raises:
         CostError: the file is missing, holds a line that is not JSON, or has no firing
-            with a ``duration`` (written by schedtrain before durations were recorded).
+            with a ``duration`` (written by schedtrain before durations were recorded);
+            or ``run.json`` beside it is damaged (named with its key).
     """
     path = Path(path)
     rows = _firing_rows(path)
@@ -177,15 +180,14 @@ def _step_time(stamped: list[dict[str, Any]]) -> tuple[float, int, float]:
 
 def _tail(path: Path, end: float | None) -> float:
     """Seconds from ``end`` to the run's end recorded in ``run.json`` beside the log."""
-    try:
-        status = json.loads((path.parent / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # never blocks (a FIFO is refused), every field checked (RunStatus)
+        status = read_status(path.parent)
+    except RunDirError as exc:
+        raise CostError(str(exc)) from None
+    if (end is None or status is None or status.status not in {"finished", "stopped"}
+            or status.updated is None):
         return 0.0
-    if (end is None or not isinstance(status, dict)
-            or status.get("status") not in {"finished", "stopped"}
-            or not _number(status.get("updated"))):
-        return 0.0
-    return max(float(status["updated"]) - end, 0.0)
+    return max(status.updated - end, 0.0)
 
 
 def _firing_rows(path: Path) -> list[dict[str, Any]]:

@@ -10,37 +10,63 @@ command checks a request with the same rules the run applies.
 
 Files in the run directory (each written atomically):
 
-- ``retime.json``: the request, ``{"id", "schedule"}`` (canonical TOML); the run removes
-  it once it has answered;
-- ``retime.answer.json``: the run's answer, ``{"id", "status": "applied" | "unchanged" |
-  "refused", "step", "epoch", "reason"}``;
+- ``retime.json``: the request, ``{"id", "schedule"}`` (canonical TOML), created only
+  where none waits (``write_request``); the run removes it once it has answered;
+- ``retime.answer.json``: the run's newest answer, ``{"id", "status": "applied" |
+  "unchanged" | "refused", "step", "epoch", "reason", "earlier": [...]}`` (``earlier``:
+  the few answers before it, so a command that looks late still finds its own);
 - ``retimes.json``: every retime applied, ``{"base": TEXT, "applied": [{"step", "epoch",
   "schedule"}, ...]}``, so a resumed run (``--resume auto``) applies each again where it
   was applied: the run goes on exactly as it went.
+
+Each is read back through ``readback.read_json`` into a typed, bounded record
+(``Request``, ``Answer``, ``History``); a damaged request is answered "refused", a damaged
+journal refuses the resume that would replay it (``DamagedFile``, one line).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 import tomllib
 
-from schedtrain.errors import Error, describe
+from schedtrain.errors import Error
 from schedtrain.files import write_atomic
+from schedtrain.readback import (
+    MAX_LIST,
+    SMALL_FILE,
+    DamagedFile,
+    at_most,
+    between,
+    invalid,
+    printable,
+    read_json,
+    structure,
+    valid,
+)
+from schedtrain.time import MAX_COUNT
 
-__all__ = ["ANSWER_FILE", "HISTORY_FILE", "REQUEST_FILE", "Applied", "History",
-           "ScheduleChangeRefused",
-           "live_refusal", "read_answer", "read_history", "read_request", "write_history",
-           "write_json", "write_request"]
+__all__ = ["ANSWER_FILE", "HISTORY_FILE", "REQUEST_FILE", "Answer", "Applied", "BadRequest",
+           "History",
+           "Request", "RequestWaiting", "ScheduleChangeRefused", "live_refusal",
+           "read_answer", "read_answers", "read_history", "read_request", "write_answer",
+           "write_history", "write_json", "write_request"]
 
 REQUEST_FILE: Final = "retime.json"
 ANSWER_FILE: Final = "retime.answer.json"
 HISTORY_FILE: Final = "retimes.json"
+#: What an answer may say of a request.
+STATUSES: Final = ("applied", "unchanged", "refused")
+#: How many earlier answers ``retime.answer.json`` keeps beside its newest.
+KEEP_ANSWERS: Final = 8
+#: ``retimes.json`` holds a schedule per retime: larger than a request, still bounded.
+MAX_HISTORY: Final = 64 << 20
 
 
 class ScheduleChangeRefused(Error, ValueError):
@@ -76,16 +102,76 @@ def live_refusal(old: str, new: str) -> str | None:
                     and a.get(k) != b.get(k))
     if others:
         return (f"the new schedule changes [{others[0]}]: a running job keeps it{restart}")
+    custom = _custom(b)
+    if custom is not None:
+        return (f"the new schedule names a trigger class of its own ({{ custom = "
+                f"{printable(custom)[:80]!r} }}): a running job imports no code a request "
+                f"names{restart}")
     return None
+
+
+def _custom(doc: Mapping[str, Any]) -> str | None:
+    """The first custom trigger class (``{ custom = "pkg.mod:Class" }``) ``doc`` names."""
+    todo: list[Any] = [doc.get("callbacks", {}), doc.get("triggers", {})]
+    while todo:  # a loop, not recursion: a request's nesting is not ours to trust
+        value = todo.pop()
+        if isinstance(value, Mapping):
+            if isinstance(value.get("custom"), str):
+                return str(value["custom"])
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return None
+
+
+def _one_of(*choices: str) -> Callable[[Any, Any, Any], None]:
+    def check(_inst: Any, attribute: Any, value: str) -> None:
+        if value not in choices:
+            raise invalid(attribute.name, f"expected one of {', '.join(choices)}, found "
+                                          f"{printable(value)[:40]!r}")
+    return check
+
+
+_COUNT: Final = between(0, MAX_COUNT)
+
+
+@attrs.frozen
+class Request:
+    """``retime.json``: a request's id (its answer names it) and its schedule."""
+
+    id: str = attrs.field(validator=valid)
+    schedule: str = attrs.field(validator=at_most(SMALL_FILE))
+
+
+@attrs.frozen
+class Answer:
+    """What became of request ``id``: ``status`` at ``step`` (``epoch``), and why."""
+
+    id: str = attrs.field(validator=valid)
+    status: str = attrs.field(validator=_one_of(*STATUSES))
+    step: int = attrs.field(validator=_COUNT)
+    epoch: int = attrs.field(validator=_COUNT)
+    reason: str = attrs.field(validator=at_most(4096))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class _Earlier:
+    """The answers ``retime.answer.json`` keeps beside its newest (``earlier``)."""
+
+    earlier: tuple[Answer, ...] = attrs.field(default=(), validator=at_most(KEEP_ANSWERS))
 
 
 @attrs.frozen
 class Applied:
     """One retime applied: after the ``step_end`` of ``step``, ``schedule`` took over."""
 
-    step: int
-    epoch: int
-    schedule: str
+    step: int = attrs.field(validator=_COUNT)
+    epoch: int = attrs.field(validator=_COUNT)
+    schedule: str = attrs.field(validator=at_most(SMALL_FILE))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record."""
@@ -94,10 +180,18 @@ class Applied:
 
 @attrs.frozen
 class History:
-    """A run's retimes: its schedule at the start (``base``), then each one applied."""
+    """A run's retimes: its schedule at the start (``base``), then each one applied
+    (in the order of their steps: a later retime replaces those after its step)."""
 
-    base: str
-    applied: tuple[Applied, ...] = ()
+    base: str = attrs.field(validator=at_most(SMALL_FILE))
+    applied: tuple[Applied, ...] = attrs.field(default=(), validator=at_most(MAX_LIST))
+
+    def __attrs_post_init__(self) -> None:
+        steps = [a.step for a in self.applied]
+        bad = next((i for i in range(1, len(steps)) if steps[i] < steps[i - 1]), None)
+        if bad is not None:
+            raise invalid("applied", f"expected retimes in the order of their steps, found "
+                                     f"step {steps[bad]} after step {steps[bad - 1]}")
 
     def texts(self) -> list[str]:
         """The schedule in force before the first retime, then after each."""
@@ -114,55 +208,113 @@ def write_json(path: Path, value: Mapping[str, Any]) -> None:
     write_atomic(path, lambda f: f.write(text.encode()))
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object at ``path`` (``None``: absent, unreadable or not an object)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+class RequestWaiting(Error):
+    """``retime.json`` already holds a request the job has not answered yet."""
 
 
 def write_request(run_dir: Path, schedule: str) -> str:
-    """Hand ``schedule`` to the job running in ``run_dir``; returns the request's id."""
+    """Hand ``schedule`` to the job running in ``run_dir``; returns the request's id.
+
+    The request is created only where none waits (a link of a complete temporary file,
+    which fails when the name exists): two commands racing never overwrite each other's
+    request, so each is told the truth about its own.
+
+    Raises:
+        RequestWaiting: another request waits for the job (or something else sits at
+            ``retime.json``).
+    """
     ident = uuid.uuid4().hex
-    write_json(run_dir / REQUEST_FILE, {"id": ident, "schedule": schedule})
+    text = json.dumps({"id": ident, "schedule": schedule}, indent=1) + "\n"
+    path = run_dir / REQUEST_FILE
+    tmp = run_dir / f".{REQUEST_FILE}.{ident}.tmp"
+    tmp.write_bytes(text.encode())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise RequestWaiting(f"{str(path)!r} already holds a request the job has not "
+                             "answered; wait for its answer (schedtrain retime --wait) "
+                             "and ask again, or remove the file") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return ident
 
 
-def read_request(run_dir: Path) -> tuple[str, str] | str | None:
-    """The request waiting in ``run_dir``: ``(id, schedule)``, a line saying why it
-    cannot be read, or ``None``: none."""
+@attrs.frozen
+class BadRequest:
+    """What sits at ``retime.json`` and cannot be a request: ``reason`` says why in one
+    line; ``id`` is its id where one could be read (its answer names it), else ``""``."""
+
+    id: str
+    reason: str
+
+
+def read_request(run_dir: Path) -> Request | BadRequest | None:
+    """The request waiting in ``run_dir``: a ``Request``, a ``BadRequest`` (a FIFO, a
+    directory, not JSON, nested too deep, a field of another type), or ``None``: none.
+    Never blocks, never raises for what the file holds."""
     path = run_dir / REQUEST_FILE
-    if not path.exists():
+    data: Any = None
+    try:
+        data = read_json(path)
+        return structure(data, Request, path)
+    except FileNotFoundError:
         return None
-    value = _read_json(path)
-    if value is None:
-        return f"{REQUEST_FILE} is not a JSON object (write it with `schedtrain retime`)"
-    ident, text = value.get("id"), value.get("schedule")
-    if not isinstance(ident, str) or not isinstance(text, str):
-        return (f"{REQUEST_FILE}: expected string keys id and schedule, found id "
-                f"{describe(ident)}, schedule {describe(text)}")
-    return ident, text
+    except DamagedFile as exc:
+        ident = data.get("id") if isinstance(data, dict) else None
+        try:
+            valid(None, attrs.fields(Request).id, ident)
+        except Exception:  # no id to answer to: the answer names none
+            ident = None
+        return BadRequest(ident if isinstance(ident, str) else "", str(exc))
 
 
-def read_answer(run_dir: Path, ident: str) -> dict[str, Any] | None:
-    """The run's answer to request ``ident`` (``None``: not yet)."""
-    value = _read_json(run_dir / ANSWER_FILE)
-    return value if value is not None and value.get("id") == ident else None
+def read_answers(run_dir: Path) -> tuple[Answer, ...]:
+    """The answers kept in ``retime.answer.json``, newest first (none: absent).
+
+    Raises:
+        DamagedFile: it is not in its form.
+    """
+    path = run_dir / ANSWER_FILE
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        return ()
+    return (structure(data, Answer, path), *structure(data, _Earlier, path).earlier)
+
+
+def read_answer(run_dir: Path, ident: str) -> Answer | None:
+    """The run's answer to request ``ident`` (``None``: not yet, or the file is being
+    replaced or damaged: the next look reads it again)."""
+    try:
+        found = read_answers(run_dir)
+    except DamagedFile:
+        return None
+    return next((a for a in found if a.id == ident), None)
+
+
+def write_answer(run_dir: Path, answer: Answer) -> None:
+    """Store ``answer`` as the newest in ``retime.answer.json``, the few before it kept
+    (``earlier``): a command that looks a moment late still finds its own."""
+    try:
+        kept = [a for a in read_answers(run_dir) if a.id != answer.id]
+    except DamagedFile:  # ours to write: a damaged one is replaced
+        kept = []
+    write_json(run_dir / ANSWER_FILE, {**answer.to_dict(), "earlier": [
+        a.to_dict() for a in kept[:KEEP_ANSWERS]]})
 
 
 def read_history(run_dir: Path) -> History | None:
-    """``retimes.json`` (``None``: absent or not in its form)."""
-    value = _read_json(run_dir / HISTORY_FILE)
-    if value is None or not isinstance(value.get("base"), str):
-        return None
+    """``retimes.json`` (``None``: absent).
+
+    Raises:
+        DamagedFile: it is not in its form (a resume cannot replay its retimes).
+    """
+    path = run_dir / HISTORY_FILE
     try:
-        applied = tuple(Applied(int(a["step"]), int(a["epoch"]), str(a["schedule"]))
-                        for a in value.get("applied", []))
-    except (TypeError, KeyError, ValueError):
+        data = read_json(path, limit=MAX_HISTORY)
+    except FileNotFoundError:
         return None
-    return History(value["base"], applied)
+    return structure(data, History, path)
 
 
 def write_history(run_dir: Path, history: History) -> None:

@@ -20,7 +20,9 @@ line (``"rule": "retime"``), kept in every later checkpoint (``run.schedule``) a
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -30,22 +32,26 @@ from typing import Any, Final
 from schedtrain.callbacks.base import Callback
 from schedtrain.distributed.agreement import Alone
 from schedtrain.distributed.comm import Comm
-from schedtrain.errors import ScheduleWarning, SpecError
+from schedtrain.errors import RunDirError, ScheduleWarning, one_line
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_texts
 from schedtrain.planning.retime import (
     ANSWER_FILE,
     HISTORY_FILE,
     REQUEST_FILE,
+    Answer,
     Applied,
+    BadRequest,
     History,
+    Request,
     ScheduleChangeRefused,
     live_refusal,
     read_history,
     read_request,
+    write_answer,
     write_history,
-    write_json,
 )
+from schedtrain.readback import DamagedFile
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
@@ -102,8 +108,11 @@ class Retimer:
         #: retimes a resumed run applies again, at their steps
         self.replay: list[Applied] = []
         #: a request made in this process (``retime``): its id and schedule
-        self.asked: tuple[str, str] | None = None
+        self.asked: Request | None = None
         self._next_look, self._seen = 0, False
+        #: what sat at ``retime.json``, refused and not removable (a directory): its
+        #: identity, so it is refused once, not at every look
+        self._stuck: tuple[int, int, int] | None = None
         # A callback whose trigger changes starts afresh, as on a resume: its state as built.
         self._initial: dict[str, Any] = {}
         for name, cb in callbacks.items():
@@ -134,7 +143,7 @@ class Retimer:
             raise ScheduleChangeRefused(why)
         step, _ = self.position()
         diff = self._diff(old, text, step)
-        self.asked = (f"python-{time.monotonic_ns()}", text)
+        self.asked = Request(f"python-{time.monotonic_ns()}", text)
         self._next_look = 0
         return diff
 
@@ -146,8 +155,13 @@ class Retimer:
         if now < self._next_look or self.run_dir is None:
             return False
         self._next_look = now + POLL_NS
-        self._seen = (self.run_dir / REQUEST_FILE).exists()  # until it is taken
-        return self._seen
+        try:  # lstat: never opens what sits there (a FIFO would block an open)
+            st = os.lstat(self.run_dir / REQUEST_FILE)
+        except OSError:
+            self._seen = False
+        else:
+            self._seen = (st.st_dev, st.st_ino, st.st_mtime_ns) != self._stuck
+        return self._seen  # until it is taken
 
     # -- the loop ------------------------------------------------------------------------------
     @property
@@ -171,7 +185,7 @@ class Retimer:
 
     def _take(self) -> None:
         """Read the request (the chief; every rank gets it) and apply or refuse it."""
-        found: tuple[str, str] | str | None = None
+        found: Request | BadRequest | None = None
         self._seen = False
         if self.chief:
             if self.asked is not None:
@@ -180,10 +194,10 @@ class Retimer:
                 found = read_request(self.run_dir)
         if self.comm is not None and self.comm.size > 1:
             found = self.comm.broadcast(found)
-        if isinstance(found, str):
-            self._answer(None, "refused", found)
+        if isinstance(found, BadRequest):
+            self._answer(found.id, "refused", found.reason)
         elif found is not None:
-            self._apply(found[1], found[0])
+            self._apply(found.schedule, found.id)
 
     # -- applying ------------------------------------------------------------------------------
     def _apply(self, text: str, ident: str | None, *, replayed: bool = False) -> None:
@@ -199,8 +213,8 @@ class Retimer:
             why = live_refusal(old, text)
             new = loads_spec(text, "retime").schedule().compile(
                 predicates=self.predicates, produced_metrics=self.produced)
-        except (SpecError, ValueError) as exc:
-            why = f"the new schedule is not valid: {exc}"
+        except Exception as exc:  # a request is data from outside: it never ends the run
+            why = f"the new schedule is not valid: {one_line(str(exc), 300)}"
         else:
             if why is None and ((new.needs_batch_end and not self.table.needs_batch_end)
                                 or (new.needs_batch_start and not self.table.needs_batch_start)):
@@ -260,15 +274,18 @@ class Retimer:
         if self.run_dir is None or (ident is None and status != "refused"):
             return  # a replay, or no directory: nobody waits for an answer
         if ident is not None:
-            write_json(self.run_dir / ANSWER_FILE, {"id": ident, "status": status,
-                                                    "step": step, "epoch": epoch,
-                                                    "reason": reason})
+            write_answer(self.run_dir, Answer(ident, status, step, epoch, reason))
         # The file answered (or unreadable: else it is refused again at each look); one a
         # command wrote since a request made in Python stays for the next look.
         waiting = read_request(self.run_dir)
-        if self.directory is not None and (isinstance(waiting, str) or (
-                waiting is not None and waiting[0] == ident)):
-            self.directory.remove_file(REQUEST_FILE)
+        if self.directory is not None and (isinstance(waiting, BadRequest) or (
+                waiting is not None and waiting.id == ident)):
+            try:
+                self.directory.remove_file(REQUEST_FILE)
+            except RunDirError:  # a directory there: refused once, left alone
+                with contextlib.suppress(OSError):
+                    st = os.lstat(self.run_dir / REQUEST_FILE)
+                    self._stuck = (st.st_dev, st.st_ino, st.st_mtime_ns)
 
     # -- resuming ------------------------------------------------------------------------------
     def resume(self, run: Mapping[str, Any]) -> None:
@@ -286,8 +303,13 @@ class Retimer:
             return
         i = at[-1]
         if i:
-            new = loads_spec(texts[i], "retimes.json").schedule().compile(
-                predicates=self.predicates, produced_metrics=self.produced)
+            try:
+                new = loads_spec(texts[i], HISTORY_FILE).schedule().compile(
+                    predicates=self.predicates, produced_metrics=self.produced)
+            except Exception as exc:  # the journal's text, not this run's: refused
+                where = self.run_dir / HISTORY_FILE if self.run_dir is not None else HISTORY_FILE
+                raise DamagedFile(where, f"applied[{i - 1}].schedule",
+                                  f"expected a schedule this run can take: {exc}") from None
             adopt(self.table, new, tuple(self.table.names))
             self.change.text = texts[i]
         self.replay = list(history.applied[i:])
@@ -302,9 +324,14 @@ class Retimer:
         self.history, self.replay = None, []
         if self.directory is not None:
             for name in (HISTORY_FILE, REQUEST_FILE, ANSWER_FILE):
-                self.directory.remove_file(name)
+                self.directory.remove_file(name)  # a directory there: refused, one line
 
     def _read_history(self) -> History | None:
+        """``retimes.json`` when it starts from this run's schedule.
+
+        Raises:
+            DamagedFile: it is damaged: the retimes a resume would replay are unknown.
+        """
         history = read_history(self.run_dir) if self.run_dir is not None else None
         if history is None or history.base != self.change.text:
             self.history = None

@@ -24,20 +24,18 @@ from typing import IO, Any, Final
 
 from schedtrain.checkpoints.files import clear_folders, list_checkpoints, remove_leftovers
 from schedtrain.errors import RunDirError, RunEnded, traceback_file
-from schedtrain.files import UnsafeFile, inside, open_in_place, read_regular, write_atomic
+from schedtrain.files import UnsafeFile, inside, open_in_place, write_atomic
+from schedtrain.planning.run_status import RUN_FILE, read_status
 from schedtrain.urls import redact_text
 
 __all__ = ["RunDirError", "RunDirectory"]
 
-RUN_FILE: Final = "run.json"
 LOCK_FILE: Final = ".lock"
 #: What a run writes, and all that --overwrite removes.
 _OWNED_FILES: Final = ("events.jsonl", RUN_FILE, "traceback.txt")
 _OWNED_DIRS: Final = ("checkpoints", "best", "media", "export")
 #: Folders a run writes into: none may lead out of the directory.
 _WRITTEN_DIRS: Final = (*_OWNED_DIRS, "tensorboard")
-#: ``run.json`` is a few hundred bytes; anything much longer is not ours.
-_STATUS_LIMIT: Final = 1 << 20
 
 
 class RunDirectory:
@@ -63,12 +61,13 @@ class RunDirectory:
         return self.path / "events.jsonl"
 
     def status(self) -> dict[str, Any] | None:
-        """The content of ``run.json``, or ``None`` when the directory holds no run."""
+        """The content of ``run.json`` (checked: ``RunStatus``), or ``None`` when the
+        directory holds no run, or a damaged ``run.json`` (the run records a new one)."""
         try:
-            data = json.loads(read_regular(self.path / RUN_FILE, _STATUS_LIMIT))
-        except (OSError, ValueError, RunDirError):
+            found = read_status(self.path)
+        except RunDirError:  # DamagedFile: a status no longer known, as a killed run's
             return None
-        return data if isinstance(data, dict) else None
+        return found.to_dict() if found is not None else None
 
     def ended(self, max_epochs: int | None, max_steps: int | None,
               resumed_step: int | None = None) -> bool:
@@ -209,8 +208,17 @@ class RunDirectory:
 
     def remove_file(self, name: str) -> None:
         """Remove the run's own file ``name`` of the directory (live retime's request
-        once answered, or an earlier run's retimes on a fresh start)."""
-        (self.path / Path(name).name).unlink(missing_ok=True)
+        once answered, or an earlier run's retimes on a fresh start).
+
+        Raises:
+            UnsafeFile: something there that cannot be removed (a directory).
+        """
+        path = self.path / Path(name).name
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:  # a directory someone made there: theirs to remove
+            raise UnsafeFile(path, f"cannot be removed ({exc.strerror or exc}); it is "
+                                   "not a file a run wrote: remove it") from None
 
     def checkpoint_written(self, path: Path | str, phase: str, step: int, epoch: int) -> None:
         """Record the run's progress at each checkpoint: after a ``kill -9``, ``run.json``
