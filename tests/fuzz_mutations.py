@@ -133,13 +133,13 @@ def _replace(doc: Any, key: Key, kind: str) -> Any:
         return {**doc, "fuzz_extra": 1} if kind == "extra" else VALUES[kind](doc)
     parent = doc
     for k in key[:-1]:
-        parent = parent[k]  # type: ignore[index]
+        parent = parent[k]
     last = key[-1]
     if kind == "missing":
         if isinstance(parent, dict):
             del parent[last]
         else:
-            parent.pop(last)  # type: ignore[arg-type]
+            parent.pop(last)
     elif kind == "extra":
         parent[last] = {**parent[last], "fuzz_extra": 1}
     else:
