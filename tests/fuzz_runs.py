@@ -287,7 +287,9 @@ def judge(case: Path, ref: Reference, outcome: Outcome, *, file: str, key: tuple
     if "Traceback" in err:
         return "FAIL traceback", first
     if outcome.code == 2:
-        lines = [x for x in err.splitlines() if x.strip() and not x.startswith("warning")]
+        # warnings and the note of the checkpoint resumed from are not the refusal
+        lines = [x for x in err.splitlines() if x.strip()
+                 and not x.startswith(("warning", "resumed from"))]
         name = Path(file).name
         named = [str(k) for k in key if isinstance(k, str)]
         if len(lines) != 1:
