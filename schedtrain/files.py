@@ -21,8 +21,8 @@ from typing import IO, Any, Final
 
 from schedtrain.errors import RunDirError
 
-__all__ = ["UnsafeFile", "fsync_dir", "inside", "open_in_place", "read_regular",
-           "write_atomic"]
+__all__ = ["UnsafeFile", "fsync_dir", "inside", "open_in_place", "open_regular",
+           "read_regular", "write_atomic"]
 
 _NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
@@ -122,6 +122,23 @@ def open_in_place(path: Path, mode: str = "a") -> IO[str]:
                          "owns there; remove it")
     os.set_blocking(fd, True)  # O_NONBLOCK only kept a FIFO from blocking the open
     return os.fdopen(fd, mode, encoding="utf-8")
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """``path`` opened for reading in binary, a regular file only (a link to one is
+    followed); opening never blocks, so a FIFO planted there cannot hang a run.
+
+    Raises:
+        UnsafeFile: it is not a regular file.
+        OSError: it cannot be opened (``FileNotFoundError`` when missing).
+    """
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafeFile(path, f"is {_kind(path, mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_regular(path: Path, limit: int) -> bytes:

@@ -17,6 +17,7 @@ import torch
 
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
 from schedtrain.errors import Error, RunDirError
+from schedtrain.files import UnsafeFile, open_regular
 from schedtrain.urls import is_url, redact_text
 
 __all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "DamagedCheckpoint",
@@ -149,10 +150,10 @@ def file_digests(folder: Path, names: list[str] | None = None) -> dict[str, str]
     for name in names:
         h = hashlib.blake2b(digest_size=32)
         try:
-            with (folder / name).open("rb") as f:
+            with open_regular(folder / name) as f:
                 while chunk := f.read(1 << 20):
                     h.update(chunk)
-        except FileNotFoundError:
+        except (FileNotFoundError, UnsafeFile):
             continue
         out[name] = h.hexdigest()
     return out

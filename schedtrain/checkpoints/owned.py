@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from schedtrain.checkpoints.format import STATE_FILE
+from schedtrain.files import UnsafeFile, open_regular
 
 __all__ = ["Identity", "Owned", "Tap", "file_identity", "owned_records"]
 
@@ -60,11 +61,11 @@ def file_identity(path: Path) -> Identity | None:
     h = hashlib.blake2b(digest_size=32)
     size = 0
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:  # a FIFO there is not the run's file: never block
             while chunk := f.read(1 << 20):
                 h.update(chunk)
                 size += len(chunk)
-    except OSError:
+    except (OSError, UnsafeFile):
         return None
     return size, h.hexdigest()
 
