@@ -72,6 +72,15 @@ def shorten(text: str, limit: int = 60) -> str:
     return f"{text[:limit - tail]}...{text[-tail:]} ({len(text):,} characters)"
 
 
+def _shorten_quoted(text: str) -> str:
+    """A long quoted value shortened; of a path, its file name stays whole (it says which
+    checkpoint or file is meant)."""
+    folder, sep, name = text.rpartition("/")
+    if sep and folder and len(name) <= 60:
+        return f"{folder[:30]}...{sep}{name}"
+    return shorten(text)
+
+
 def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
     """``text`` as one line of at most about ``limit`` characters: line breaks and
     control characters become spaces, quoted values longer than 80 characters are
@@ -79,7 +88,7 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
     cut in the middle. Within the limit, unquoted words stay whole (the folders a lookup
     names, however deep)."""
     text = _BREAKS.sub(" ", text)
-    text = _LONG_QUOTED.sub(lambda m: shorten(m[0]), text)
+    text = _LONG_QUOTED.sub(lambda m: _shorten_quoted(m[0]), text)
     if len(text) <= limit:
         return text
     text = _LONG_WORD.sub(lambda m: shorten(m[0]), text)

@@ -294,8 +294,11 @@ def judge(case: Path, ref: Reference, outcome: Outcome, *, file: str, key: tuple
         named = [str(k) for k in key if isinstance(k, str)]
         if len(lines) != 1:
             return "FAIL refusal not one line", " | ".join(lines)[:300]
-        if name not in lines[0] or (named and named[-1] not in lines[0]
-                                    and "fuzz" not in lines[0]):
+        # A log's key path is its line: a cut that would fall inside a changed line
+        # names the line it falls in.
+        keyed = ("line " in lines[0] if name == "events.jsonl" else
+                 not named or named[-1] in lines[0] or "fuzz" in lines[0])
+        if name not in lines[0] or not keyed:
             return "FAIL refusal names no file/key", lines[0][:300]
         return "refused", lines[0][:300]
     if outcome.code != 0:

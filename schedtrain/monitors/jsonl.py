@@ -15,6 +15,7 @@ from schedtrain.files import inside, open_in_place, write_atomic
 from schedtrain.monitors.media import Histogram, MediaRecord
 from schedtrain.monitors.png import encode_png
 from schedtrain.monitors.store import Record
+from schedtrain.readback import DamagedFile
 from schedtrain.time import Timestamp
 
 __all__ = ["JsonlWriter"]
@@ -55,11 +56,24 @@ class JsonlWriter:
 
     def truncate(self, size: int) -> None:
         """Cut the file back to ``size`` bytes (what a checkpoint recorded), creating it
-        when missing."""
+        when missing.
+
+        Raises:
+            DamagedFile: ``size`` falls inside a line (the log was edited before it).
+        """
         self.close()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open_in_place(self.path, "r+") as f:
-            if os.fstat(f.fileno()).st_size > size:
+            fd = f.fileno()
+            if os.fstat(fd).st_size > size:
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    # The log was changed before the checkpoint's length: cut there, two
+                    # lines would run into one (and a line's start would be lost).
+                    line = os.pread(fd, size, 0).count(b"\n") + 1
+                    raise DamagedFile(self.path, f"line {line}", (
+                        f"the log was changed before the checkpoint's length ({size:,} "
+                        "bytes falls inside this line); put the log back as it was, or "
+                        "move it aside to start a new one"))
                 f.truncate(size)
 
     def scalars(self, records: Sequence[Record]) -> None:

@@ -24,7 +24,8 @@ from schedtrain.triggers.auto import AutoState
 if TYPE_CHECKING:
     from schedtrain.training.data_position import DataPosition
 
-__all__ = ["Clock", "Counters", "DataState", "RankPart", "RunRecord", "check_run"]
+__all__ = ["Clock", "Counters", "DataState", "MetricsState", "RankPart", "RunRecord",
+           "check_run"]
 
 _COUNT = between(0, 2**62)
 
@@ -68,6 +69,38 @@ class RankPart:
     data: DataState
 
 
+def _real(value: Any) -> bool:
+    # A metric's value may be NaN or infinite (a diverged loss is worth logging).
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@attrs.frozen
+class MetricsState:
+    """The metric store's state: each name's history ``[step, epoch, value, wall]``, the
+    values not yet written ``[name, step, epoch, value, wall]``, counts per name."""
+
+    history: dict[str, tuple[tuple[int, int, Any, float], ...]]
+    pending: tuple[tuple[str, int, int, Any, float], ...] = ()
+    counts: dict[str, int] | None = None
+    epochs_ended: int | None = attrs.field(default=None, validator=_COUNT)
+
+    def __attrs_post_init__(self) -> None:
+        rows = [(f"history.{printable(n)}[{i}]", n, r[0], r[1], r[2])
+                for n, h in self.history.items() for i, r in enumerate(h)]
+        rows += [(f"pending[{i}]", r[0], r[1], r[2], r[3]) for i, r in enumerate(self.pending)]
+        for where, name, step, epoch, value in rows:
+            if printable(name) != name or not 0 < len(name) <= 200:
+                raise invalid(where, "expected a printable metric name, found "
+                              f"{printable(name)[:60]!r}")
+            if min(step, epoch) < 0 or not _real(value):
+                raise invalid(where, "expected a step and epoch >= 0 and a number, found "
+                              f"{step!r}, {epoch!r}, {printable(repr(value))[:40]}")
+        for name, count in (self.counts or {}).items():
+            if count < 0 or printable(name) != name:
+                raise invalid(f"counts.{printable(name)}", f"expected a count >= 0 of a "
+                              f"printable name, found {count!r}")
+
+
 @attrs.frozen
 class RunRecord:
     """The top-level fields of a checkpoint's ``run`` a resume reads, with their bounds:
@@ -78,6 +111,7 @@ class RunRecord:
     written: tuple[str, ...]
     rng: Any
     data: DataState
+    metrics: MetricsState | None = None
     events_offset: int | None = attrs.field(default=None, validator=_COUNT)
     ranks: tuple[RankPart, ...] | None = None
 

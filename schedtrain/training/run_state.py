@@ -40,6 +40,7 @@ from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.run_records import check_run
 from schedtrain.training.schedule_change import ScheduleChange
+from schedtrain.training.trial import run_trials, try_states
 
 __all__ = ["RunState"]
 
@@ -132,6 +133,11 @@ class RunState:
         """Refuse (``DamagedFile``, by key path) a ``run`` a resume cannot trust: checked
         before anything is restored (``run_records``)."""
         check_run(run, path, self.data)
+        same = run.get("schedule") == self.change.text  # else the change's rules decide
+        try_states(run_trials(
+            run, {"clock": self.clock, "metrics": self.metrics, "losses": self.losses,
+                  **({"table": self.table} if same else {})},
+            self.callbacks if same else {}), path)
 
     def restore(self, run: dict[str, Any], rng: Any, data: Any) -> None:
         """Put ``run`` back, with this rank's generators ``rng`` and data position."""

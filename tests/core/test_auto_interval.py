@@ -14,7 +14,7 @@ from schedtrain.errors import ArgumentError
 from schedtrain.simulation import simulate
 from schedtrain.time import Timestamp
 from schedtrain.triggers import AutoEvery, Point, auto_every
-from schedtrain.triggers.auto import Decider, auto_interval, young_daly_seconds
+from schedtrain.triggers.auto import MAX_INTERVAL, Decider, auto_interval, young_daly_seconds
 
 _cost = st.floats(1e-3, 1e3)
 _mtbf = st.floats(1.0, 1e6)
@@ -23,12 +23,13 @@ _step = st.floats(1e-3, 1e2)
 
 @given(_cost, _mtbf, _step)
 def test_interval_is_young_daly_in_steps(cost: float, mtbf: float, step_s: float) -> None:
-    """Without a bound: the whole number of steps nearest sqrt(2 C MTBF), at least 1."""
+    """Without a bound: the whole number of steps nearest sqrt(2 C MTBF), at least 1 and
+    at most ``MAX_INTERVAL`` (the longest a checkpoint's state may hold)."""
     steps = auto_interval(cost, mtbf, step_s)
     ideal = math.sqrt(2 * cost * mtbf) / step_s
-    assert isinstance(steps, int) and steps >= 1
-    assert steps == 1 or abs(steps - ideal) <= 0.5 + 1e-9
-    assert steps == max(1, round(ideal))
+    assert isinstance(steps, int) and 1 <= steps <= MAX_INTERVAL
+    assert steps in (1, MAX_INTERVAL) or abs(steps - ideal) <= 0.5 + 1e-9
+    assert steps == min(MAX_INTERVAL, max(1, round(ideal)))
 
 
 @given(_cost, _mtbf, _step, st.floats(1e-4, 1.0))
@@ -39,7 +40,7 @@ def test_overhead_bound_raises_the_interval_to_keep_it(cost: float, mtbf: float,
     free = auto_interval(cost, mtbf, step_s)
     steps = auto_interval(cost, mtbf, step_s, share)
     assert steps >= free
-    assert cost / (steps * step_s) <= share * (1 + 1e-9)
+    assert steps == MAX_INTERVAL or cost / (steps * step_s) <= share * (1 + 1e-9)
     if steps > free:  # raised: one step fewer would break the bound
         assert cost / ((steps - 1) * step_s) > share * (1 - 1e-9)
 

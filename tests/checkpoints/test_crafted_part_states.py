@@ -1,0 +1,98 @@
+"""A checkpoint's parts' own states, crafted with a valid checksum: the generators, the
+metric store, the losses, a callback's or a trigger's state. Each part is tried with its
+state before a resume trusts it: one that cannot take it makes the checkpoint damaged,
+named by key path (``resume(path)`` refused in one line, nothing restored), and
+``--resume auto`` passes it over for the previous one; the run's own parts are left as
+they were by the trial."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from training_helpers import tiny_model
+
+from schedtrain import Schedule, every
+from schedtrain.callbacks import EarlyStopping, ModelSaver
+from schedtrain.checkpoints import CheckpointError
+from schedtrain.checkpoints.format import digest
+from schedtrain.checkpoints.rng import rng_state
+from schedtrain.training import Trainer
+
+mse = torch.nn.functional.mse_loss
+
+
+def _trainer(run_dir: Path) -> Trainer:
+    model, opt = tiny_model()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(24, 3, generator=g)
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4,
+                        shuffle=True)
+    return Trainer(model, opt, loader, mse,
+                   schedule=Schedule({"save": every("1 step"), "stop": every("1 step")}),
+                   bindings={"save": ModelSaver(keep=None),
+                             "stop": EarlyStopping("train/loss", patience=100)},
+                   max_epochs=1, run_dir=run_dir, handle_signals=False, device="cpu")
+
+
+def _craft(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    state = torch.load(path, weights_only=True)
+    change(state["run"])
+    state = {k: v for k, v in state.items() if k != "checksum"}
+    state["checksum"] = {"algorithm": "blake2b-256", "digest": digest(state)}
+    torch.save(state, path)
+
+
+def _set(*keys: Any, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(run: dict[str, Any]) -> None:
+        part = run
+        for k in keys[:-1]:
+            part = part[k]
+        part[keys[-1]] = value
+    return change
+
+
+_CRAFTED = {  # a crafted part state, and the key path a resume names
+    "generators a string": (_set("rng", value="x"), "run.rng"),
+    "numpy's generator a table": (_set("rng", "numpy", value={"a": 1}), "run.rng"),
+    "the epoch's generators a number": (_set("data", "epoch_rng", value=1.5),
+                                        "run.data.epoch_rng"),
+    "a metric named with an escape": (
+        lambda run: run["metrics"]["pending"].append(["\x1b[31mred", 1, 0, 0.5, 0.0]),
+        "run.metrics.pending"),
+    "a metric row too short": (
+        lambda run: run["metrics"]["history"].setdefault("train/loss", []).append([1]),
+        "run.metrics.history"),
+    "a metric value a list": (
+        lambda run: run["metrics"]["pending"].append(["x", 1, 0, [1], 0.0]),
+        "run.metrics.pending"),
+    "the losses' start a string": (_set("losses", "since", value="x"), "run.losses"),
+    "the stopper's wait a table": (_set("callbacks", "stop", "wait", value={}),
+                                   "run.callbacks.stop"),
+    "the clock a list": (_set("clock", "now", value=[1, 2]), "run.clock"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_CRAFTED))
+def test_a_part_that_cannot_take_its_state_makes_the_checkpoint_damaged(
+        tmp_path: Path, how: str) -> None:
+    change, key = _CRAFTED[how]
+    _trainer(tmp_path).fit()
+    saved = sorted((tmp_path / "checkpoints").glob("step-*.pt"))
+    newest, previous = saved[-1], saved[-2]
+    _craft(newest, change)
+    again = _trainer(tmp_path / "again")
+    before = rng_state()
+    with pytest.raises(CheckpointError) as caught:
+        again.resume(newest)
+    text = str(caught.value)
+    assert key in text and "\n" not in text and "\x1b" not in text
+    assert again.clock.step == 0 and again.metrics.state_dict()["history"] == {}
+    assert torch.equal(rng_state()["torch"], before["torch"])  # the trial put them back
+    resumed = _trainer(tmp_path)
+    assert resumed.resume("auto") == previous
+    assert resumed.clock.step == int(previous.stem.split("-")[1])
