@@ -296,8 +296,10 @@ def judge(case: Path, ref: Reference, outcome: Outcome, *, file: str, key: tuple
             return "FAIL refusal not one line", " | ".join(lines)[:300]
         # A log's key path is its line: a cut that would fall inside a changed line
         # names the line it falls in.
+        # Text that is not JSON has no key path: the file is named as a whole.
         keyed = ("line " in lines[0] if name == "events.jsonl" else
-                 not named or named[-1] in lines[0] or "fuzz" in lines[0])
+                 not named or named[-1] in lines[0] or "fuzz" in lines[0]
+                 or "is not JSON" in lines[0])
         if name not in lines[0] or not keyed:
             return "FAIL refusal names no file/key", lines[0][:300]
         return "refused", lines[0][:300]

@@ -11,21 +11,30 @@ a ``DamagedFile`` naming the key path: ``--resume auto`` passes the checkpoint o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import torch
 
-from schedtrain.readback import MAX_DEPTH, between, invalid, printable, structure
+from schedtrain.readback import (
+    MAX_DEPTH,
+    DamagedFile,
+    between,
+    invalid,
+    printable,
+    structure,
+)
 from schedtrain.training.redivide import MAX_RANKS, Split
 from schedtrain.triggers.auto import AutoState
 
 if TYPE_CHECKING:
     from schedtrain.training.data_position import DataPosition
 
-__all__ = ["Clock", "Counters", "DataState", "MetricsState", "RankPart", "RunRecord",
-           "check_run"]
+__all__ = ["MAX_LOSS_SUM", "Clock", "Counters", "DataState", "LossesState", "MetricsState",
+           "RankPart", "RunRecord", "check_pending", "check_run"]
 
 _COUNT = between(0, 2**62)
 
@@ -101,6 +110,52 @@ class MetricsState:
                               f"printable name, found {count!r}")
 
 
+#: The largest loss sum a checkpoint may hold: float32's range (a larger one is no sum of
+#: the losses a step computes, and would overflow once one more is added).
+MAX_LOSS_SUM = 1e38
+
+
+def _small(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and bool(value.detach().abs().float().cpu() <= MAX_LOSS_SUM)
+    return value is None or (_real(value) and abs(value) <= MAX_LOSS_SUM)
+
+
+@attrs.frozen
+class LossesState:
+    """The loss keeper's state: the unpublished sum, the step it began at, the last loss."""
+
+    since: int = attrs.field(validator=_COUNT)
+    sum: Any = None
+    last: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("sum", "last"):
+            if not _small(getattr(self, name)):
+                raise invalid(name, f"expected a number of at most {MAX_LOSS_SUM:g} in "
+                                    f"magnitude, found {printable(repr(getattr(self, name)))[:40]}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a == b or (math.isnan(a) and math.isnan(b)))
+
+
+def check_pending(metrics: MetricsState, limit: int | None, shown: Path | str) -> None:
+    """Each value not yet written is also in its name's history (the store keeps one
+    record in both), unless that history is full and dropped it.
+
+    Raises:
+        DamagedFile: a value not yet written that its history does not hold.
+    """
+    for i, (name, step, epoch, value, _wall) in enumerate(metrics.pending):
+        rows = metrics.history.get(name, ())
+        if (limit is None or len(rows) < limit) and not any(
+                (s, e) == (step, epoch) and _same(v, value) for s, e, v, _ in rows):
+            raise DamagedFile(shown, f"run.metrics.pending[{i}]", (
+                "expected a value its history holds (the store keeps both), found one it "
+                "does not"))
+
+
 @attrs.frozen
 class RunRecord:
     """The top-level fields of a checkpoint's ``run`` a resume reads, with their bounds:
@@ -112,6 +167,7 @@ class RunRecord:
     rng: Any
     data: DataState
     metrics: MetricsState | None = None
+    losses: LossesState | None = None
     events_offset: int | None = attrs.field(default=None, validator=_COUNT)
     ranks: tuple[RankPart, ...] | None = None
 
@@ -156,7 +212,8 @@ def _auto_states(table: Any) -> Iterator[tuple[str, Any]]:
 
 
 def check_run(run: Mapping[str, Any], shown: Path | str,
-              position: DataPosition | None = None) -> RunRecord:
+              position: DataPosition | None = None, history: int | None = 10_000
+              ) -> RunRecord:
     """``run`` checked as a resume reads it; ``position``: the run's data, against which
     the epoch's division is checked (counts within its stretches, an order to replay).
 
@@ -164,6 +221,8 @@ def check_run(run: Mapping[str, Any], shown: Path | str,
         DamagedFile: the first field at fault, by key path.
     """
     record = structure(run, RunRecord, shown, "run")
+    if record.metrics is not None:
+        check_pending(record.metrics, history, shown)
     step = record.clock.now.step
     for where, state in _auto_states(run.get("table")):
         structure(state, AutoState, shown, where).check_next(step, shown, where)

@@ -132,7 +132,7 @@ class RunState:
     def validate(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse (``DamagedFile``, by key path) a ``run`` a resume cannot trust: checked
         before anything is restored (``run_records``)."""
-        check_run(run, path, self.data)
+        check_run(run, path, self.data, self.metrics.history_limit)
         same = run.get("schedule") == self.change.text  # else the change's rules decide
         try_states(run_trials(
             run, {"clock": self.clock, "metrics": self.metrics, "losses": self.losses,

@@ -74,6 +74,11 @@ _CRAFTED = {  # a crafted part state, and the key path a resume names
     "the stopper's wait a table": (_set("callbacks", "stop", "wait", value={}),
                                    "run.callbacks.stop"),
     "the clock a list": (_set("clock", "now", value=[1, 2]), "run.clock"),
+    "the loss sum past float32's range": (_set("losses", "sum", value=1e308),
+                                          "run.losses.sum"),
+    "a value to write that its history lacks": (
+        lambda run: run["metrics"]["pending"].append(["train/loss", 0, 0, 0.25, 0.0]),
+        "run.metrics.pending"),
 }
 
 
