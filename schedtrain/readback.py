@@ -36,7 +36,7 @@ from schedtrain.urls import redact_text
 
 __all__ = ["MAX_DEPTH", "MAX_LIST", "SMALL_FILE", "DamagedFile", "at_most", "between",
            "check_depth", "finite", "invalid", "parse_json", "printable", "read_json",
-           "structure", "valid"]
+           "structure", "too_deep_at", "valid"]
 
 T = TypeVar("T")
 
@@ -79,10 +79,19 @@ def printable(text: str) -> str:
 def check_depth(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
     """Whether JSON ``text`` nests lists and tables at most ``limit`` deep (strings
     skipped): a linear scan, so a 100,000-deep file is refused before ``json`` recurses."""
+    return too_deep_at(text, limit) is None
+
+
+def too_deep_at(text: str | bytes, limit: int = MAX_DEPTH) -> str | None:
+    """The key path where JSON ``text`` first nests deeper than ``limit`` (``""``: at its
+    top), or ``None`` where it does not; one linear scan, strings skipped."""
     data = text.encode() if isinstance(text, str) else text
-    depth = 0
+    # Per open container: its key path, whether a table, its item index, its key now.
+    frames: list[_Frame] = []
+    last = ""
     in_string = escaped = False
-    for byte in data:
+    start = 0
+    for i, byte in enumerate(data):
         if in_string:
             if escaped:
                 escaped = False
@@ -90,15 +99,40 @@ def check_depth(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
                 escaped = True
             elif byte == 0x22:
                 in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                return False
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return True
+                last = data[start:i].decode("utf-8", "replace")
+            continue
+        if byte == 0x22:
+            in_string, start = True, i + 1
+        elif byte in (0x5B, 0x7B):  # [ {
+            where = frames[-1].child() if frames else ""
+            if len(frames) >= limit:  # named by its last key: the run of [0]s says nothing
+                named = max((f for f in frames if f.table), default=None,
+                            key=lambda f: len(f.path))
+                return "" if named is None else named.child()
+            frames.append(_Frame(where, byte == 0x7B))
+        elif byte in (0x5D, 0x7D):  # ] }
+            if frames:
+                frames.pop()
+        elif byte == 0x2C and frames:  # , : the next item
+            frames[-1].index += 1
+        elif byte == 0x3A and frames:  # : the string before it is a key
+            frames[-1].key = printable(last)[:60]
+    return None
+
+
+@attrs.define
+class _Frame:
+    """A container open in ``too_deep_at``'s scan."""
+
+    path: str
+    table: bool
+    index: int = 0
+    key: str = ""
+
+    def child(self) -> str:
+        if self.table:
+            return f"{self.path}.{self.key}" if self.path else self.key
+        return f"{self.path}[{self.index}]"
 
 
 def _no_constant(name: str) -> float:
@@ -108,8 +142,9 @@ def _no_constant(name: str) -> float:
 def parse_json(data: str | bytes, path: Path | str, *, depth: int = MAX_DEPTH) -> Any:
     """JSON ``data`` read from ``path``, refused (``DamagedFile``) where it is not JSON,
     nests deeper than ``depth``, or holds ``NaN``/``Infinity`` (JSON has no such numbers)."""
-    if not check_depth(data, depth):
-        raise DamagedFile(path, "", f"lists and tables nest more than {depth} levels deep")
+    deep = too_deep_at(data, depth)
+    if deep is not None:
+        raise DamagedFile(path, deep, f"lists and tables nest more than {depth} levels deep")
     try:
         return json.loads(data, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as exc:

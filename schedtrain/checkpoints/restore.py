@@ -28,6 +28,11 @@ def check_state(parts: RunParts, state: dict[str, Any], shown: Path | str) -> No
     try:
         check_shape(state, shown)
         parts.validate(shown, state["run"])
+        now = state["run"]["clock"]["now"]  # typed by validate
+        for key in ("step", "epoch"):
+            if now[key] != state[key]:
+                raise DamagedFile(shown, f"run.clock.now.{key}", (
+                    f"expected the checkpoint's own {key} {state[key]}, found {now[key]}"))
     except DamagedFile as exc:
         raise DamagedCheckpoint(shown, f"{exc.key}: {exc.reason}: it is damaged or not "
                                        "written by schedtrain") from None

@@ -35,6 +35,7 @@ from schedtrain.clock import LoopClock
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore
 from schedtrain.planning.deletions import Present
+from schedtrain.readback import DamagedFile
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.losses import LossKeeper
@@ -134,6 +135,13 @@ class RunState:
         before anything is restored (``run_records``)."""
         check_run(run, path, self.data, self.metrics.history_limit)
         same = run.get("schedule") == self.change.text  # else the change's rules decide
+        saved = run.get("callbacks")
+        if same and self.change.text is not None and isinstance(saved, dict) \
+                and set(saved) != set(self.callbacks):
+            missing = sorted(set(self.callbacks) - set(saved))[:3]
+            raise DamagedFile(path, "run.callbacks", (
+                f"expected a state for each callback of its schedule, found {len(saved)} "
+                f"for {len(self.callbacks)} (missing {missing})"))
         try_states(run_trials(
             run, {"clock": self.clock, "metrics": self.metrics, "losses": self.losses,
                   **({"table": self.table} if same else {})},

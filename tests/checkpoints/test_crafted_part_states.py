@@ -76,6 +76,9 @@ _CRAFTED = {  # a crafted part state, and the key path a resume names
     "the clock a list": (_set("clock", "now", value=[1, 2]), "run.clock"),
     "the loss sum past float32's range": (_set("losses", "sum", value=1e308),
                                           "run.losses.sum"),
+    "the clock's step not the checkpoint's": (_set("clock", "now", "step", value=0),
+                                              "run.clock.now.step"),
+    "a callback's state missing": (lambda run: run["callbacks"].pop("stop"), "run.callbacks"),
     "a value to write that its history lacks": (
         lambda run: run["metrics"]["pending"].append(["train/loss", 0, 0, 0.25, 0.0]),
         "run.metrics.pending"),

@@ -84,6 +84,16 @@ class TestParse:
         with pytest.raises(DamagedFile, match=f"more than {MAX_DEPTH} levels"):
             parse_json("[" * 100_000 + "]" * 100_000, "retime.json")
 
+    @pytest.mark.parametrize(("text", "key"), [
+        ('{"applied": [{"step": ' + "[" * 100 + "]" * 100 + "}]}", "applied[0].step"),
+        ("[" * 100, ""),
+        ('{"a": "[[[[", "b": {"c": [1, ' + "[" * 40 + "]" * 40 + "]}}", "b.c"),
+    ])
+    def test_too_deep_names_the_key_where_it_nests(self, text: str, key: str) -> None:
+        with pytest.raises(DamagedFile) as err:
+            parse_json(text, "retimes.json")
+        assert err.value.key == key
+
     @pytest.mark.parametrize("text", ['{"a": NaN}', "[Infinity]", "[-Infinity]", "{", "\xff"])
     def test_not_json_is_refused_in_one_line(self, text: str) -> None:
         with pytest.raises(DamagedFile) as err:
