@@ -12,16 +12,18 @@ measured, 0 without it).
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 import attrs
 
+from schedtrain.files import UnsafeFile, open_regular
 from schedtrain.planning.plan import PlanError
+from schedtrain.readback import DamagedFile, parse_json, printable
 from schedtrain.spec.failures import mtbf_seconds, overhead_fraction
 from schedtrain.spec.model import Spec
 from schedtrain.triggers import AutoEvery, Trigger
+from schedtrain.triggers.auto import MAX_SECONDS
 
 __all__ = ["AutoPlan", "auto_savers", "auto_table", "declare_auto", "logged_save_cost"]
 
@@ -73,12 +75,24 @@ def auto_savers(spec: Spec) -> list[str]:
 def logged_save_cost(events: str | Path, callback: str) -> float | None:
     """The mean ``NAME/save_cost`` a run logged for ``callback`` (``None``: none)."""
     name, got = f"{callback}/save_cost", []
-    with Path(events).open(encoding="utf-8") as f:
-        for line in f:
-            if name in line:
-                row = json.loads(line)
-                if row.get("name") == name:
-                    got.append(float(row["value"]))
+    path = Path(events)
+    try:
+        f = open_regular(path)  # never blocks on a FIFO in the log's place
+    except UnsafeFile as exc:
+        raise DamagedFile(path, "", str(exc).split(" ", 1)[-1]) from None
+    with f:
+        for number, raw in enumerate(f, 1):
+            if name.encode() not in raw:
+                continue
+            row = parse_json(raw, path)
+            if isinstance(row, dict) and row.get("name") == name:
+                value = row.get("value")
+                if isinstance(value, bool) or not isinstance(value, int | float) \
+                        or not -MAX_SECONDS <= value <= MAX_SECONDS:
+                    raise DamagedFile(path, f"line {number}.value", (
+                        f"expected a save cost within ±{MAX_SECONDS:,} s, found "
+                        f"{printable(repr(value))[:40]}"))
+                got.append(float(value))
     return statistics.fmean(got) if got else None
 
 

@@ -25,8 +25,10 @@ from typing import Any, Final
 import attrs
 
 from schedtrain.errors import RunDirError
+from schedtrain.files import UnsafeFile, open_regular
 from schedtrain.planning.plan import Plan, PlanError
 from schedtrain.planning.run_status import read_status
+from schedtrain.readback import DamagedFile, parse_json
 from schedtrain.schedule.firings import Firing
 
 __all__ = ["DEFAULT_SHARE_WARNING", "CallbackCost", "CostError", "Costs", "Prediction",
@@ -192,20 +194,23 @@ def _tail(path: Path, end: float | None) -> float:
 
 def _firing_rows(path: Path) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        f = open_regular(path)  # a FIFO in the log's place never blocks
+    except UnsafeFile as exc:
+        raise CostError(str(exc)) from None
     except OSError as exc:
         raise CostError(f"{path}: cannot read the costs file ({exc.strerror})") from None
     rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise CostError(f"{path}:{n}: not a JSON line; --costs expects a run's "
-                            "events.jsonl") from None
-        if isinstance(row, dict) and row.get("kind") == "firing":
-            rows.append(row)
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = parse_json(line, path)
+            except DamagedFile:
+                raise CostError(f"{path}:{n}: not a JSON line; --costs expects a run's "
+                                "events.jsonl") from None
+            if isinstance(row, dict) and row.get("kind") == "firing":
+                rows.append(row)
     return rows
 
 
