@@ -221,9 +221,16 @@ def check_run(run: Mapping[str, Any], shown: Path | str,
         DamagedFile: the first field at fault, by key path.
     """
     record = structure(run, RunRecord, shown, "run")
+    step = record.clock.now.step
+    if record.losses is not None:
+        published = max((r[0] for r in (record.metrics.history.get("train/loss", ())
+                                        if record.metrics is not None else ())), default=0)
+        if not published <= record.losses.since <= step:
+            raise DamagedFile(shown, "run.losses.since", (
+                f"expected the step train/loss was last published at, from {published} to "
+                f"{step}, found {record.losses.since}"))
     if record.metrics is not None:
         check_pending(record.metrics, history, shown)
-    step = record.clock.now.step
     for where, state in _auto_states(run.get("table")):
         structure(state, AutoState, shown, where).check_next(step, shown, where)
     splits = record.splits()

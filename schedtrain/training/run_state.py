@@ -38,6 +38,7 @@ from schedtrain.planning.deletions import Present
 from schedtrain.readback import DamagedFile
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.data_position import DataPosition, EpochFlag
+from schedtrain.training.log_offset import check_offset
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.run_records import check_run
 from schedtrain.training.schedule_change import ScheduleChange
@@ -133,7 +134,9 @@ class RunState:
     def validate(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse (``DamagedFile``, by key path) a ``run`` a resume cannot trust: checked
         before anything is restored (``run_records``)."""
-        check_run(run, path, self.data, self.metrics.history_limit)
+        record = check_run(run, path, self.data, self.metrics.history_limit)
+        if self.events is not None and record.events_offset is not None:
+            check_offset(self.events.path, record.events_offset, record.clock.now.step, path)
         same = run.get("schedule") == self.change.text  # else the change's rules decide
         saved = run.get("callbacks")
         if same and self.change.text is not None and isinstance(saved, dict) \

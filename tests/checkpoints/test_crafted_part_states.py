@@ -7,12 +7,15 @@ they were by the trial."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 from training_helpers import tiny_model
 
@@ -21,7 +24,9 @@ from schedtrain.callbacks import EarlyStopping, ModelSaver
 from schedtrain.checkpoints import CheckpointError
 from schedtrain.checkpoints.format import digest
 from schedtrain.checkpoints.rng import rng_state
+from schedtrain.readback import DamagedFile
 from schedtrain.training import Trainer
+from schedtrain.training.log_offset import check_offset
 
 mse = torch.nn.functional.mse_loss
 
@@ -76,8 +81,11 @@ _CRAFTED = {  # a crafted part state, and the key path a resume names
     "the clock a list": (_set("clock", "now", value=[1, 2]), "run.clock"),
     "the loss sum past float32's range": (_set("losses", "sum", value=1e308),
                                           "run.losses.sum"),
-    "the clock's step not the checkpoint's": (_set("clock", "now", "step", value=0),
-                                              "run.clock.now.step"),
+    "the clock's epoch not the checkpoint's": (_set("clock", "now", "epoch", value=5),
+                                               "run.clock.now.epoch"),
+    "the losses' start before train/loss was last put": (_set("losses", "since", value=0),
+                                                        "run.losses.since"),
+    "the log's length 0": (_set("events_offset", value=0), "run.events_offset"),
     "a callback's state missing": (lambda run: run["callbacks"].pop("stop"), "run.callbacks"),
     "a value to write that its history lacks": (
         lambda run: run["metrics"]["pending"].append(["train/loss", 0, 0, 0.25, 0.0]),
@@ -93,7 +101,8 @@ def test_a_part_that_cannot_take_its_state_makes_the_checkpoint_damaged(
     saved = sorted((tmp_path / "checkpoints").glob("step-*.pt"))
     newest, previous = saved[-1], saved[-2]
     _craft(newest, change)
-    again = _trainer(tmp_path / "again")
+    # The log is judged where it is the checkpoint's own: a resume in its run directory.
+    again = _trainer(tmp_path if "log" in how else tmp_path / "again")
     before = rng_state()
     with pytest.raises(CheckpointError) as caught:
         again.resume(newest)
@@ -104,3 +113,36 @@ def test_a_part_that_cannot_take_its_state_makes_the_checkpoint_damaged(
     resumed = _trainer(tmp_path)
     assert resumed.resume("auto") == previous
     assert resumed.clock.step == int(previous.stem.split("-")[1])
+
+
+def _log(path: Path, steps: list[int]) -> bytes:
+    body = "".join(f'{{"kind": "firing", "callback": "c", "step": {s}}}\n'
+                   f'{{"kind": "scalar", "name": "x", "value": 1.0, "step": 0}}\n'
+                   for s in steps).encode()
+    path.write_bytes(body)
+    return body
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=12).map(sorted),
+       st.integers(0, 50), st.data())
+def test_a_log_length_is_taken_exactly_when_it_falls_between_the_steps_firings(
+        steps: list[int], step: int, data: st.DataObject) -> None:
+    """``run.events_offset`` is taken where the log's firings before it come at or before
+    the checkpoint's step and those after it at or after (a length past the end: a tail
+    lost with the machine, the log's firings all at or before the step)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "events.jsonl"
+        body = _log(log, steps)
+        ends = [i + 1 for i, b in enumerate(body) if b == ord("\n")]
+        offset = data.draw(st.sampled_from([0, *ends, len(body) + 100]))
+        written = body[:offset].count(b'"firing"')
+        before, after = steps[:written], steps[written:]
+        fits = all(s <= step for s in before) and all(s >= step for s in after)
+        if offset > len(body):
+            fits = all(s <= step for s in steps)
+        try:
+            check_offset(log, offset, step, "ck.pt")
+        except DamagedFile as exc:
+            assert not fits and exc.key == "run.events_offset"
+        else:
+            assert fits
