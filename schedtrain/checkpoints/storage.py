@@ -18,6 +18,7 @@ saying so once when the retrying starts. URLs are shown redacted (``urls.redact`
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import io
@@ -244,8 +245,13 @@ class FsspecStorage:
         """The first ``limit`` + 1 bytes of object ``name`` (``None``: there is none);
         ``quick``: one short try, its failure raised as it is."""
         def cat() -> bytes:
-            return bytes(self._call("cat_file", self._path(name), start=0, end=limit + 1,
-                                    deadline=QUICK if quick else None))
+            try:
+                return bytes(self._call("cat_file", self._path(name), start=0, end=limit + 1,
+                                        deadline=QUICK if quick else None))
+            except OSError as exc:
+                if exc.errno == errno.EINVAL and "range" in str(exc).lower():
+                    return b""  # an empty object: no range of it can be served
+                raise
         try:
             return cat() if quick else self._retry("read", name, cat)
         except FileNotFoundError:

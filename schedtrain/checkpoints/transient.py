@@ -9,6 +9,7 @@ same at every try: it fails at once.
 
 from __future__ import annotations
 
+import errno
 from typing import Final
 
 from schedtrain.urls import redact_text
@@ -42,6 +43,8 @@ def transient(exc: BaseException) -> bool:
     object or a refusal of access is not."""
     if isinstance(exc, _PERMANENT):
         return False
+    if isinstance(exc, OSError) and exc.errno == errno.EINVAL:
+        return False  # a bad request (s3fs's 416 for a range of an empty object): as it is
     if isinstance(exc, OSError | ConnectionError | TimeoutError):
         return True
     if any(f"{c.__module__}.{c.__qualname__}" in _CLIENT_ERRORS for c in type(exc).__mro__):
