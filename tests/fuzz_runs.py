@@ -228,19 +228,56 @@ def outside_snapshot(case: Path) -> dict[str, bytes]:
 
 @attrs.frozen
 class Reference:
-    """The intact resume's result: what every mutated case must reproduce."""
+    """The intact resume's result: what every mutated case must reproduce (a case that
+    passes over the checkpoint it resumed from: ``earlier(name)``'s)."""
 
     weights: str
     lines: list[str]
     auto_saves: bool  # whether the auto saver saved between the resume and train_end
+    resumed: str  # the file name of the checkpoint it resumed from
+    fixture: Path
 
 
-def reference(fixture: Path, to: Path) -> Reference:
-    """Resume an intact copy of ``fixture`` to its end."""
+def _resumed(stderr: str) -> str:
+    """The file name of the checkpoint a resume says it resumed from ("" where none)."""
+    for line in stderr.splitlines():
+        if line.startswith("resumed from "):
+            return Path(line.removeprefix("resumed from ").rsplit(" at step ", 1)[0]).name
+    return ""
+
+
+def reference(fixture: Path, to: Path, *, before: str | None = None) -> Reference:
+    """Resume an intact copy of ``fixture`` to its end (``before``: with the checkpoints
+    from that one on taken away, as a resume passing over them would find them)."""
     case = copy_case(fixture, to)
+    if before is not None:
+        for path in (case / "run" / "checkpoints").glob("step-*"):
+            if path.name >= before:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
     got = run_cli(train_argv(case), case)
     assert got.code == 0, got.stderr[-3000:]
-    return Reference(final_weights(case), log_lines(case), _saved_between(case))
+    return Reference(final_weights(case), log_lines(case), _saved_between(case),
+                     _resumed(got.stderr), fixture)
+
+
+#: References resumed from an earlier checkpoint, by fixture and checkpoint file name.
+_EARLIER: dict[tuple[Path, str], Reference] = {}
+
+
+def earlier(ref: Reference, name: str) -> Reference:
+    """The reference for a case that resumed from checkpoint ``name`` instead of
+    ``ref.resumed`` (made once): where the run's shape depends on where it resumed
+    (the epoch's rest re-divided among another number of processes), an intact resume
+    with the checkpoints after ``name`` taken away."""
+    if name in ("", ref.resumed):
+        return ref
+    key = (ref.fixture, name)
+    if key not in _EARLIER:
+        names = sorted(p.name for p in (ref.fixture / "run" / "checkpoints").glob("step-*"))
+        after = next((n for n in names if n > name), "~")
+        _EARLIER[key] = reference(ref.fixture, ref.fixture.parent / f"reference-{name}",
+                                  before=after)
+    return _EARLIER[key]
 
 
 def _saved_between(case: Path) -> bool:
@@ -310,6 +347,7 @@ def judge(case: Path, ref: Reference, outcome: Outcome, *, file: str, key: tuple
         saved = _saved_between(case)
     except Exception as exc:  # the run said it ended but left no readable result
         return "FAIL result unreadable", f"{type(exc).__name__}: {exc}"[:300]
+    ref = earlier(ref, _resumed(err))  # passed over: the resume from where it went on
     if weights != ref.weights:
         return "FAIL other weights", first
     if not _same_log(rows, ref.lines, line):
