@@ -130,7 +130,7 @@ class Bucket:
 
     def tags(self, prefix: str) -> dict[str, str]:
         """Each object under ``prefix`` by its ETag: what a case must leave as it was."""
-        out = {}
+        out: dict[str, str] = {}
         for page in self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.name, Prefix=f"{prefix}/"):
             out |= {o["Key"]: o["ETag"] for o in page.get("Contents", [])}
