@@ -25,14 +25,15 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import lightning.pytorch as pl
 import torch
 from fuzz_mutations import TABLES, VALUES, Key, _big_stack, _deep_list, _replace, _walk
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
+import schedtrain
 from schedtrain import Error, Schedule, every, improved, plateau
 from schedtrain.callbacks import EarlyStopping
 from schedtrain.integrations.lightning import ScheduleCallback
@@ -49,7 +50,7 @@ FOLDER = "ckpts"
 DEADLINE = 60.0
 #: The outcomes that pass; every other one is a failure ("unwritable": not run).
 PASSES = ("same", "refused")
-_SCHEDTRAIN = str(Path(__import__("schedtrain").__file__).parent)
+_SCHEDTRAIN = str(Path(schedtrain.__path__[0]))
 
 
 class Module(pl.LightningModule):
@@ -60,7 +61,7 @@ class Module(pl.LightningModule):
         self.layer = torch.nn.Linear(3, 1)
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        loss = (self.layer(batch[:, :3]) - batch[:, 3:]).pow(2).mean()
+        loss: torch.Tensor = (self.layer(batch[:, :3]) - batch[:, 3:]).pow(2).mean()
         self.log("loss", loss, on_step=True)
         return loss
 
@@ -70,7 +71,8 @@ class Module(pl.LightningModule):
 
 def data() -> DataLoader[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return DataLoader(torch.randn(BATCHES * 2, 4, generator=g), batch_size=2)
+    rows = torch.randn(BATCHES * 2, 4, generator=g)
+    return DataLoader(cast(Dataset[torch.Tensor], rows), batch_size=2)
 
 
 class Host:
