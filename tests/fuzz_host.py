@@ -7,9 +7,11 @@ records), each leaf mutated as tests/fuzz_mutations.py mutates a run's files, th
 
 Pass: the intact resume's firings, actions, final weights, saver files and callback
 state; or a ``schedtrain.Error`` of one line naming the key path. Fail: a hang, the
-child dying, any other exception, a message of several lines or naming no key, or a
-result other than the reference's. tests/integrations/test_state_fuzz_host.py draws a
-few cases in CI; benchmarks/fuzz_state_host.py runs them all."""
+child dying, any other exception, a message of several lines or naming no key, a
+result other than the reference's, or a file outside the checkpoints' folder changed
+(string leaves are also set to ``"../outside.txt"``).
+tests/integrations/test_state_fuzz_host.py draws a few cases in CI;
+benchmarks/fuzz_state_host.py runs them all."""
 
 from __future__ import annotations
 
@@ -48,6 +50,10 @@ CUT = 6
 CKPT = f"save-epoch=1-step={CUT}.ckpt"
 FOLDER = "ckpts"
 DEADLINE = 60.0
+#: A file beside the checkpoints' folder that no case may change, and a string leaf's
+#: mutation that names it (a saved file's name crafted to reach out of the folder).
+OUTSIDE = "outside.txt"
+PATHS = {"path": "../" + OUTSIDE}
 #: The outcomes that pass; every other one is a failure ("unwritable": not run).
 PASSES = ("same", "refused")
 _SCHEDTRAIN = str(Path(schedtrain.__path__[0]))
@@ -181,6 +187,8 @@ def mutations(fixture: Path) -> list[HostMutation]:
             out += [HostMutation(key, k) for k in TABLES if key or k == "extra"]
         else:
             out += [HostMutation(key, k) for k in VALUES]
+            if isinstance(value, str):
+                out += [HostMutation(key, k) for k in PATHS]
     return out
 
 
@@ -189,7 +197,13 @@ def apply(mutation: HostMutation, case: Path, key: str) -> None:
     path = case / FOLDER / CKPT
     ckpt = _load(path)
     state = ckpt["callbacks"][key]
-    ckpt["callbacks"][key] = state = _replace(state, mutation.key, mutation.kind)
+    if mutation.kind in PATHS:
+        parent = state
+        for k in mutation.key[:-1]:
+            parent = parent[k]
+        parent[mutation.key[-1]] = PATHS[mutation.kind]
+    else:
+        ckpt["callbacks"][key] = state = _replace(state, mutation.key, mutation.kind)
     if mutation.kind == "deep":
         parent = state
         for k in mutation.key[:-1]:
@@ -278,6 +292,7 @@ def warm_up() -> None:
 def copy_case(fixture: Path, to: Path) -> Path:
     to.mkdir(parents=True)
     shutil.copytree(fixture / FOLDER, to / FOLDER)
+    (to / OUTSIDE).write_text("a user's notes\n")
     return to
 
 
@@ -339,6 +354,9 @@ def run_case(fixture: Path, ref: Result, key: str, mutation: HostMutation,
         return "unwritable", f"{type(exc).__name__}: {exc}", 0.0
     got = run_forked(case)
     kind, detail = judge(mutation, ref, got)
+    outside = case / OUTSIDE
+    if not outside.is_file() or outside.read_text() != "a user's notes\n":
+        kind, detail = "outside touched", f"{OUTSIDE} changed or deleted ({kind}: {detail})"
     with contextlib.suppress(OSError):
         shutil.rmtree(case)
     return kind, detail, got.seconds
