@@ -21,8 +21,8 @@ from schedtrain.files import UnsafeFile, open_regular
 from schedtrain.urls import is_url, redact_text
 
 __all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "DamagedCheckpoint",
-           "check_plain",
-           "check_shape", "digest", "file_digests", "is_finite"]
+           "UnfitCheckpoint", "check_plain", "check_shape", "digest", "file_digests",
+           "is_finite"]
 
 FORMAT: Final = "schedtrain-checkpoint-2"
 #: The checksum's algorithm (``checksum = {"algorithm": ALGORITHM, "digest": hex}``).
@@ -48,6 +48,12 @@ class DamagedCheckpoint(CheckpointError, RunDirError):
     but whose run state a resume cannot trust: a key missing, or a field of the wrong
     type or out of bounds. ``--resume auto`` passes it over; ``--resume PATH`` ends with
     it in one line (exit 2, as any run directory that cannot be used)."""
+
+
+class UnfitCheckpoint(CheckpointError, RunDirError, ValueError):
+    """A checkpoint this run cannot continue: saved with other callbacks, or inside an
+    epoch on another number of processes with data that cannot be re-divided. One line,
+    exit 2 (a ``ValueError`` too, as it was)."""
 
 
 #: The keys a checkpoint's readers index, with what each holds: a file with a valid

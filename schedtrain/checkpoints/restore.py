@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from schedtrain.checkpoints.contract import RunParts
-from schedtrain.checkpoints.format import CheckpointError, DamagedCheckpoint, check_shape
+from schedtrain.checkpoints.format import (
+    CheckpointError,
+    DamagedCheckpoint,
+    UnfitCheckpoint,
+    check_shape,
+)
 from schedtrain.checkpoints.remote_shards import Remote
 from schedtrain.checkpoints.sharded import is_sharded, load_full, load_sharded
 from schedtrain.distributed.comm import Comm
@@ -79,10 +84,10 @@ def own_part(comm: Comm | None, path: Path | str, run: dict[str, Any]) -> tuple[
                 if isinstance(data, dict) and "loader" in data else
                 "data schedtrain does not divide (not a plain DataLoader that shard_data "
                 "gives a DistributedSampler)")
-        raise ValueError(
-            f"checkpoint {str(path)!r} was taken inside an epoch on {len(saved)} "
-            f"processes with {what}, whose rest cannot be re-divided among {size}; "
-            f"resume it on {len(saved)}, or resume an epoch-end checkpoint on {size}")
+        raise UnfitCheckpoint(
+            path, f"was taken inside an epoch on {len(saved)} processes with {what}, whose "
+                  f"rest cannot be re-divided among {size}; resume it on {len(saved)}, or "
+                  f"resume an epoch-end checkpoint on {size}")
     note = (f"checkpoint {str(path)!r} was taken inside an epoch (step "
             f"{run['clock']['now']['step']}) on {len(saved)} processes and resumes on "
             f"{size}: the samples no rank has taken are re-divided among {size}, so "

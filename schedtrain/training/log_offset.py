@@ -3,9 +3,10 @@
 A resume cuts ``events.jsonl`` back to the length its checkpoint recorded. A crafted
 length within bounds would still cut the wrong lines (``0`` deletes the whole log, a
 length past its end keeps lines of steps the resumed run writes again), so it is checked
-against the log itself: the firing lines are written as they happen, so the last one
-before the length comes at or before the checkpoint's step, and the first one after it
-at or after. Only a window around the length is read, however long the log.
+against the log itself: the log only grows after a checkpoint records its length, and
+its firing lines are written as they happen, so the last one before the length comes at
+or before the checkpoint's step and the first one after it at or after. Only a window
+around the length is read, however long the log.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def _steps(lines: list[bytes]) -> list[int]:
 
 
 def check_offset(log: Path, offset: int, step: int, shown: Path | str) -> None:
-    """Refuse an ``offset`` (``run.events_offset``) that does not fall between the log's
-    firings before the checkpoint's ``step`` and those after it; a log that is missing,
-    shorter (its tail lost with a machine) or not a regular file is not judged here.
+    """Refuse an ``offset`` (``run.events_offset``) past the end of the log, or that does
+    not fall between the log's firings before the checkpoint's ``step`` and those after
+    it; a log that is missing, empty or not a regular file is not judged here.
 
     Raises:
         DamagedFile: naming the checkpoint and ``run.events_offset``.
@@ -53,6 +54,11 @@ def check_offset(log: Path, offset: int, step: int, shown: Path | str) -> None:
         return
     with f:
         size = os.fstat(f.fileno()).st_size
+        if 0 < size < offset:
+            raise DamagedFile(shown, "run.events_offset", (
+                f"expected at most the log's length {size:,}, found {offset:,}: {log.name} "
+                "was shortened since (edited, or its end lost); move it aside to resume "
+                "with a new log"))
         cut = min(offset, size)
         start = max(cut - WINDOW, 0)
         f.seek(start)

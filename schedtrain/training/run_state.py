@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.checkpoints.format import UnfitCheckpoint
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
 from schedtrain.clock import LoopClock
 from schedtrain.monitors.jsonl import JsonlWriter
@@ -43,8 +44,16 @@ from schedtrain.training.losses import LossKeeper
 from schedtrain.training.run_records import check_run
 from schedtrain.training.schedule_change import ScheduleChange
 from schedtrain.training.trial import run_trials, try_states
+from schedtrain.urls import is_url
 
 __all__ = ["RunState"]
+
+
+def _names(names: set[str]) -> str:
+    """Callback names for a one-line message: the first few of many."""
+    shown = sorted(names)
+    more = f" and {len(shown) - 6:,} more" if len(shown) > 6 else ""
+    return f"{shown[:6]}{more}"
 
 
 class RunState:
@@ -127,15 +136,16 @@ class RunState:
             return
         saved = set(run["callbacks"])
         if saved != set(self.callbacks):
-            raise ValueError(
-                f"checkpoint {str(path)!r} was saved with callbacks {sorted(saved)}, "
-                f"this trainer has {sorted(self.callbacks)}")
+            raise UnfitCheckpoint(path, f"was saved with callbacks {_names(saved)}, this "
+                                        f"trainer has {_names(set(self.callbacks))}")
 
     def validate(self, path: Path | str, run: dict[str, Any]) -> None:
         """Refuse (``DamagedFile``, by key path) a ``run`` a resume cannot trust: checked
         before anything is restored (``run_records``)."""
         record = check_run(run, path, self.data, self.metrics.history_limit)
-        if self.events is not None and record.events_offset is not None:
+        if self.events is not None and record.events_offset is not None and (
+                is_url(str(path)) or self.events.path.parent.resolve()
+                in Path(path).resolve().parents):  # its own log, not another run's
             check_offset(self.events.path, record.events_offset, record.clock.now.step, path)
         same = run.get("schedule") == self.change.text  # else the change's rules decide
         saved = run.get("callbacks")

@@ -86,6 +86,8 @@ _CRAFTED = {  # a crafted part state, and the key path a resume names
     "the losses' start before train/loss was last put": (_set("losses", "since", value=0),
                                                         "run.losses.since"),
     "the log's length 0": (_set("events_offset", value=0), "run.events_offset"),
+    "the log's length past its end": (_set("events_offset", value=10**12),
+                                      "run.events_offset"),
     "a callback's state missing": (lambda run: run["callbacks"].pop("stop"), "run.callbacks"),
     "a value to write that its history lacks": (
         lambda run: run["metrics"]["pending"].append(["train/loss", 0, 0, 0.25, 0.0]),
@@ -127,9 +129,8 @@ def _log(path: Path, steps: list[int]) -> bytes:
        st.integers(0, 50), st.data())
 def test_a_log_length_is_taken_exactly_when_it_falls_between_the_steps_firings(
         steps: list[int], step: int, data: st.DataObject) -> None:
-    """``run.events_offset`` is taken where the log's firings before it come at or before
-    the checkpoint's step and those after it at or after (a length past the end: a tail
-    lost with the machine, the log's firings all at or before the step)."""
+    """``run.events_offset`` is taken where it is within the log and the log's firings
+    before it come at or before the checkpoint's step, those after it at or after."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "events.jsonl"
         body = _log(log, steps)
@@ -137,9 +138,8 @@ def test_a_log_length_is_taken_exactly_when_it_falls_between_the_steps_firings(
         offset = data.draw(st.sampled_from([0, *ends, len(body) + 100]))
         written = body[:offset].count(b'"firing"')
         before, after = steps[:written], steps[written:]
-        fits = all(s <= step for s in before) and all(s >= step for s in after)
-        if offset > len(body):
-            fits = all(s <= step for s in steps)
+        fits = offset <= len(body) and all(s <= step for s in before) and all(
+            s >= step for s in after)
         try:
             check_offset(log, offset, step, "ck.pt")
         except DamagedFile as exc:
