@@ -274,6 +274,8 @@ def earlier(ref: Reference, name: str) -> Reference:
     key = (ref.fixture, name)
     if key not in _EARLIER:
         names = sorted(p.name for p in (ref.fixture / "run" / "checkpoints").glob("step-*"))
+        if not names:  # its checkpoints in a store: one process, the same result
+            return ref
         after = next((n for n in names if n > name), "~")
         _EARLIER[key] = reference(ref.fixture, ref.fixture.parent / f"reference-{name}",
                                   before=after)
@@ -326,7 +328,7 @@ def judge(case: Path, ref: Reference, outcome: Outcome, *, file: str, key: tuple
     if outcome.code == 2:
         # warnings and the note of the checkpoint resumed from are not the refusal
         lines = [x for x in err.splitlines() if x.strip()
-                 and not x.startswith(("warning", "resumed from"))]
+                 and not x.startswith(("warning", "[warning", "resumed from"))]
         name = Path(file).name
         named = [str(k) for k in key if isinstance(k, str)]
         if len(lines) != 1:

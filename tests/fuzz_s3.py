@@ -288,7 +288,7 @@ def reference(fixture: Fixture, bucket: Bucket, to: Path, prefix: str = "referen
     copy_case(fixture, bucket, to, prefix)
     got = run_cli(train_argv(to), to)
     assert got.code == 0, got.stderr[-3000:]
-    return S3Reference(Reference(final_weights(to), log_lines(to), False),
+    return S3Reference(Reference(final_weights(to), log_lines(to), False, "", to),
                        bucket_weights(bucket, prefix))
 
 

@@ -59,6 +59,16 @@ class Clock:
     now: Counters
     previous_step_end: Counters
 
+    def __attrs_post_init__(self) -> None:
+        now, last = self.now, self.previous_step_end
+        if now.step_in_epoch > now.step:
+            raise invalid("now.step_in_epoch", f"expected at most the step {now.step}, found "
+                                               f"{now.step_in_epoch}")
+        for key in ("step", "batch", "epoch", "sample", "token"):
+            if getattr(last, key) > getattr(now, key):
+                raise invalid(f"previous_step_end.{key}", f"expected at most now's "
+                              f"{getattr(now, key)}, found {getattr(last, key)}")
+
 
 @attrs.frozen
 class DataState:

@@ -43,7 +43,7 @@ from schedtrain.training.log_offset import check_offset
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.run_records import check_run
 from schedtrain.training.schedule_change import ScheduleChange
-from schedtrain.training.trial import run_trials, try_states
+from schedtrain.training.trial import missing_key, run_trials, try_states
 from schedtrain.urls import is_url
 
 __all__ = ["RunState"]
@@ -148,6 +148,12 @@ class RunState:
                 in Path(path).resolve().parents):  # its own log, not another run's
             check_offset(self.events.path, record.events_offset, record.clock.now.step, path)
         same = run.get("schedule") == self.change.text  # else the change's rules decide
+        table = run.get("table")
+        if same and self.change.text is not None and isinstance(table, dict):
+            gap = missing_key(self.table.state_dict()["triggers"], table.get("triggers"))
+            if gap is not None:  # a trigger would start afresh: another schedule silently
+                raise DamagedFile(path, f"run.table.triggers{gap}", (
+                    "missing: expected the state of each stateful trigger of its schedule"))
         saved = run.get("callbacks")
         if same and self.change.text is not None and isinstance(saved, dict) \
                 and set(saved) != set(self.callbacks):

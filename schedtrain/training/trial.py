@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
 from schedtrain.readback import DamagedFile, printable
 
-__all__ = ["GENERATORS", "Stateful", "run_trials", "try_states"]
+__all__ = ["GENERATORS", "Stateful", "missing_key", "run_trials", "try_states"]
 
 
 class Stateful(Protocol):
@@ -62,6 +62,23 @@ def try_states(trials: Iterator[tuple[str, Stateful, Any]], shown: Path | str) -
             raise DamagedFile(shown, key, f"cannot be restored ({_cause(exc)})") from None
         finally:
             part.load_state_dict(kept)
+
+
+def missing_key(mine: Any, saved: Any, where: str = "") -> str | None:
+    """The first key path (``.name.0``) of a table in ``mine`` (a part's state now) that
+    ``saved`` (the same part's state read back) lacks: a part of the same schedule keeps
+    the same tables, and one that loads a state without it starts that part afresh."""
+    if not isinstance(mine, Mapping):
+        return None
+    if not isinstance(saved, Mapping):
+        return where or "."
+    for key, value in mine.items():
+        if key not in saved:
+            return f"{where}.{printable(str(key))}"
+        gap = missing_key(value, saved[key], f"{where}.{printable(str(key))}")
+        if gap is not None:
+            return gap
+    return None
 
 
 def run_trials(run: Mapping[str, Any], parts: Mapping[str, Stateful],

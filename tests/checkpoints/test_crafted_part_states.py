@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 from training_helpers import tiny_model
 
-from schedtrain import Schedule, every
+from schedtrain import Schedule, every, improved
 from schedtrain.callbacks import EarlyStopping, ModelSaver
 from schedtrain.checkpoints import CheckpointError
 from schedtrain.checkpoints.format import digest
@@ -38,7 +38,8 @@ def _trainer(run_dir: Path) -> Trainer:
     loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4,
                         shuffle=True)
     return Trainer(model, opt, loader, mse,
-                   schedule=Schedule({"save": every("1 step"), "stop": every("1 step")}),
+                   schedule=Schedule({"save": every("1 step"),
+                                      "stop": every("1 step") & improved("train/loss")}),
                    bindings={"save": ModelSaver(keep=None),
                              "stop": EarlyStopping("train/loss", patience=100)},
                    max_epochs=1, run_dir=run_dir, handle_signals=False, device="cpu")
@@ -88,6 +89,10 @@ _CRAFTED = {  # a crafted part state, and the key path a resume names
     "the log's length 0": (_set("events_offset", value=0), "run.events_offset"),
     "the log's length past its end": (_set("events_offset", value=10**12),
                                       "run.events_offset"),
+    "a step in the epoch past the step": (_set("clock", "now", "step_in_epoch", value=10**12),
+                                          "run.clock.now.step_in_epoch"),
+    "a trigger's state missing": (lambda run: run["table"]["triggers"].pop("stop"),
+                                  "run.table.triggers.stop"),
     "a callback's state missing": (lambda run: run["callbacks"].pop("stop"), "run.callbacks"),
     "a value to write that its history lacks": (
         lambda run: run["metrics"]["pending"].append(["train/loss", 0, 0, 0.25, 0.0]),
