@@ -48,7 +48,10 @@ def test_the_fixtures_have_every_file_kind(runs: dict[str, FuzzRun]) -> None:
     assert ("run", "ranks", 1, "data", "split", "done") in keys
 
 
+# The same cases every run (derandomized): CI is reproducible, and the benchmark script
+# walks every leaf and mutation (benchmarks/fuzz_state*.py, counts in docs/checkpoints.md).
 @settings(max_examples=CASES, deadline=None, database=None, phases=[Phase.generate],
+          derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_mutated_persisted_field_is_refused_or_harmless(

@@ -65,7 +65,10 @@ def test_the_fixture_reaches_every_part_of_the_state(host_fuzz: HostFuzz) -> Non
     assert fired == {"probe", "best", "calm", "early", "save"}
 
 
+# The same cases every run (derandomized): CI is reproducible, and the benchmark script
+# walks every leaf and mutation (benchmarks/fuzz_state*.py, counts in docs/checkpoints.md).
 @settings(max_examples=25, deadline=None, database=None, phases=[Phase.generate],
+          derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_mutated_driver_state_is_refused_or_harmless(
