@@ -23,7 +23,7 @@ from typing import Final
 
 from schedtrain.cli.diff import Side, _shape, read_side
 from schedtrain.cli.preflight import UsageError
-from schedtrain.errors import RunDirError, one_line
+from schedtrain.errors import RunDirError, one_line, with_head
 from schedtrain.planning.changes import diff_texts
 from schedtrain.planning.retime import (
     ANSWER_FILE,
@@ -113,7 +113,7 @@ def cmd_retime(args: argparse.Namespace) -> int:
     assert old_text is not None  # _running refuses a job without one
     why = live_refusal(old_text, new.schedule)
     if why is not None:
-        print(f"error: refused: {why}", file=sys.stderr)
+        print(with_head("error: refused: ", why), file=sys.stderr)
         return 2
     if old_text == new.schedule:
         print(f"{args.new}: the job in {run_dir} already runs this schedule; nothing handed")
