@@ -178,8 +178,13 @@ def log_lines(case: Path) -> list[str]:
 
 
 def firings(lines: Sequence[str]) -> list[dict[str, Any]]:
-    """The log's lines without wall-clock fields, nor the auto saver's measured ones."""
+    """The log's lines without wall-clock fields, nor the auto saver's measured ones.
+
+    Where the auto saver fires, ``train/loss`` is put at its firings too, whose steps
+    follow the wall clock (a loaded machine saves at other steps): the losses are then
+    judged by the final weights, not by the steps they were put at."""
     rows = []
+    auto = any(f'"callback": "{AUTO_SAVER}"' in line for line in lines)
     for line in lines:
         try:
             row = json.loads(line)
@@ -188,7 +193,7 @@ def firings(lines: Sequence[str]) -> list[dict[str, Any]]:
         if not isinstance(row, dict):
             row = {"unparsed": line}
         if row.get("callback") == AUTO_SAVER or str(row.get("name", "")).startswith(
-                f"{AUTO_SAVER}/"):
+                f"{AUTO_SAVER}/") or (auto and row.get("name") == "train/loss"):
             continue
         rows.append({k: v for k, v in row.items()
                      if k not in ("time", "seconds", "duration", "path", "checkpoint")})
