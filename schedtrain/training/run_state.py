@@ -43,7 +43,7 @@ from schedtrain.training.log_offset import check_offset
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.run_records import check_run
 from schedtrain.training.schedule_change import ScheduleChange
-from schedtrain.training.trial import missing_key, run_trials, try_states
+from schedtrain.training.trial import missing_key, refusals, run_trials, try_states
 from schedtrain.urls import is_url
 
 __all__ = ["RunState"]
@@ -78,6 +78,9 @@ class RunState:
         self.metrics, self.losses, self.data = metrics, losses, data
         self.epoch, self.events = epoch, events
         self.events_offset: int | None = None
+        #: a checkpoint's callback states its callbacks refused, by key path (``validate``),
+        #: judged once the schedule change's rules say which are kept (``check``)
+        self._untrusted: dict[str, str] = {}
         #: why the run stopped (``StopTraining``), once it has: a checkpoint taken at its
         #: ``train_end`` then resumes to that stop instead of training on
         self.stopped: str | None = None
@@ -132,6 +135,10 @@ class RunState:
         if self._on_resume is not None:
             self._on_resume(run)
         self.change.check(path, run)
+        for name in self.change.kept(run["callbacks"]):
+            why = self._untrusted.get(f"run.callbacks.{name}")
+            if why is not None:
+                raise DamagedFile(path, f"run.callbacks.{name}", why)
         if self.change.carried is not None:
             return
         saved = set(run["callbacks"])
@@ -165,6 +172,10 @@ class RunState:
             run, {"clock": self.clock, "metrics": self.metrics, "losses": self.losses,
                   **({"table": self.table} if same else {})},
             self.callbacks if same else {}), path)
+        # Another schedule: the change's rules (``check``) say which callbacks keep their
+        # state; those are refused there if they cannot take it.
+        self._untrusted = {} if same else dict(refusals(run_trials({"callbacks": saved}, {},
+                                                                   self.callbacks)))
 
     def restore(self, run: dict[str, Any], rng: Any, data: Any) -> None:
         """Put ``run`` back, with this rank's generators ``rng`` and data position."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
 from schedtrain.readback import DamagedFile, printable
 
-__all__ = ["GENERATORS", "Stateful", "missing_key", "run_trials", "try_states"]
+__all__ = ["GENERATORS", "Stateful", "missing_key", "refusals", "run_trials", "try_states"]
 
 
 class Stateful(Protocol):
@@ -47,21 +47,27 @@ def _cause(exc: BaseException) -> str:
     return printable(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:120]
 
 
-def try_states(trials: Iterator[tuple[str, Stateful, Any]], shown: Path | str) -> None:
+def refusals(trials: Iterator[tuple[str, Stateful, Any]]) -> Iterator[tuple[str, str]]:
     """Load each ``(key path, part, state)`` into its part, then put the part's own state
-    back.
-
-    Raises:
-        DamagedFile: a part refused its state (named by key path, with the part's words).
-    """
+    back; yields ``(key path, why)`` of each part that refused its state."""
     for key, part, state in trials:
         kept = part.state_dict()
         try:
             part.load_state_dict(state)
         except Exception as exc:  # the part's own words for what is wrong with its state
-            raise DamagedFile(shown, key, f"cannot be restored ({_cause(exc)})") from None
+            yield key, f"cannot be restored ({_cause(exc)})"
         finally:
             part.load_state_dict(kept)
+
+
+def try_states(trials: Iterator[tuple[str, Stateful, Any]], shown: Path | str) -> None:
+    """``refusals`` of ``trials``, the first raised.
+
+    Raises:
+        DamagedFile: a part refused its state (named by key path, with the part's words).
+    """
+    for key, why in refusals(trials):
+        raise DamagedFile(shown, key, why)
 
 
 def missing_key(mine: Any, saved: Any, where: str = "") -> str | None:
@@ -100,7 +106,8 @@ def run_trials(run: Mapping[str, Any], parts: Mapping[str, Stateful],
     for where, part in each:
         if not isinstance(part, Mapping):
             continue
-        yield f"{where}.rng", GENERATORS, part.get("rng")
+        if part.get("rng") is not None:
+            yield f"{where}.rng", GENERATORS, part["rng"]
         position = part.get("data")
         if not isinstance(position, Mapping):
             continue
