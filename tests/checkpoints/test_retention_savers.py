@@ -17,6 +17,7 @@ from training_helpers import UnevenData, tiny_model
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, MaxSaver, MinSaver, ModelSaver, TopKSaver
 from schedtrain.checkpoints import read_checkpoint, write_checkpoint
+from schedtrain.checkpoints.format import DamagedCheckpoint
 from schedtrain.cli import main
 from schedtrain.retention import AnyOf, Best, Every, Latest, saver_keep
 from schedtrain.simulation import SaverFiles, planned_files, simulate
@@ -174,7 +175,8 @@ class TestSavers:
                                        lambda: TopKSaver(keep={"best": 1})])
     def test_a_record_naming_another_folder_is_refused(self, tmp_path: Path,
                                                        saver: Any) -> None:
-        """A checkpoint whose saver records name ``../victim`` is refused on resume."""
+        """A checkpoint whose saver records name ``../victim`` is refused on resume, by
+        key path, before anything is restored (nothing is deleted)."""
         run = tmp_path / "run"
         _run(run, saver(), self.VALUES[:3])
         path = run / "checkpoints" / "step-00000003.pt"
@@ -182,7 +184,7 @@ class TestSavers:
         state["run"]["callbacks"]["save"]["records"][0][0] = "../victim.txt"
         write_checkpoint({k: v for k, v in state.items() if k not in ("format", "checksum")},
                          path)
-        with pytest.raises(ValueError, match="victim"):
+        with pytest.raises(DamagedCheckpoint, match=r"run\.callbacks\.save: .*victim"):
             _run(run, saver(), self.VALUES[:3], resume=path)
 
     def test_python_policies_are_checked_like_toml(self) -> None:
