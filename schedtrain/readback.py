@@ -34,9 +34,10 @@ from schedtrain.errors import RunDirError, describe, one_line
 from schedtrain.files import read_regular
 from schedtrain.urls import redact_text
 
-__all__ = ["MAX_DEPTH", "MAX_LIST", "SMALL_FILE", "DamagedFile", "at_most", "between",
+__all__ = ["MAX_DEPTH", "MAX_LIST", "SMALL_FILE", "DamagedFile", "PartStateError", "at_most",
+           "between",
            "check_depth", "finite", "invalid", "parse_json", "printable", "read_json",
-           "structure", "too_deep_at", "valid"]
+           "state_number", "structure", "too_deep_at", "valid"]
 
 T = TypeVar("T")
 
@@ -297,6 +298,43 @@ def invalid(field: str, message: str) -> Exception:
     """The error a record's own cross-field check raises (in ``__attrs_post_init__``):
     ``field`` is the key named, ``message`` what was expected."""
     return _FieldInvalid(field, message)
+
+
+class PartStateError(ValueError):
+    """A part's own ``load_state_dict`` refusing its state: ``key`` is the key path inside
+    that state (``best``, ``best.wait``), ``reason`` what was expected and found. Whoever
+    loads the part names the full path (``within`` prefixes the part's own key)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+    def within(self, prefix: str) -> PartStateError:
+        """The same error, its key path under ``prefix``."""
+        return PartStateError(f"{prefix}.{self.key}" if self.key else prefix, self.reason)
+
+
+def state_number(state: Any, key: str, *, low: float = -math.inf, high: float = math.inf,
+                 whole: bool = False, none: bool = False, real: bool = False) -> Any:
+    """``state[key]`` (a part's state table) checked: a number (an integer where ``whole``,
+    ``None`` where ``none``), finite and within ``low..high`` (``real``: any float, NaN
+    and infinities included, as a diverged metric's value is); else ``PartStateError``."""
+    if not isinstance(state, Mapping):
+        raise PartStateError("", f"expected a table, found {describe(state)}")
+    if key not in state:
+        raise PartStateError(key, "expected a value, found nothing")
+    value = state[key]
+    if value is None and none:
+        return None
+    kinds: tuple[type, ...] = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not (
+            (real and not whole) or (math.isfinite(value) and low <= value <= high)):
+        what = "an integer" if whole else "a number" if real else "a finite number"
+        rng = f" from {low:,} to {high:,}" if math.isfinite(low) and math.isfinite(high) else ""
+        raise PartStateError(key, f"expected {what}{rng}{' or null' if none else ''}, found "
+                             f"{printable(describe(value))[:60]}")
+    return value
 
 
 def _collect(exc: BaseException, path: Where) -> Iterator[tuple[Where, str]]:

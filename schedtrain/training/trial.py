@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
-from schedtrain.readback import DamagedFile, printable
+from schedtrain.readback import DamagedFile, PartStateError, printable
 
 __all__ = ["GENERATORS", "Stateful", "run_trials", "try_states"]
 
@@ -58,6 +58,9 @@ def try_states(trials: Iterator[tuple[str, Stateful, Any]], shown: Path | str) -
         kept = part.state_dict()
         try:
             part.load_state_dict(state)
+        except PartStateError as exc:  # the part named the key inside its state
+            raise DamagedFile(shown, f"{key}.{exc.key}" if exc.key else key,
+                              printable(exc.reason)) from None
         except Exception as exc:  # the part's own words for what is wrong with its state
             raise DamagedFile(shown, key, f"cannot be restored ({_cause(exc)})") from None
         finally:
