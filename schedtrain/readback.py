@@ -179,9 +179,9 @@ class _Invalid(Exception):
 
 
 class _At(Exception):
-    """An item of a list that failed: its index and its error."""
+    """An item of a list (its index) or an entry of a table (its key) that failed."""
 
-    def __init__(self, index: int, inner: BaseException) -> None:
+    def __init__(self, index: int | str, inner: BaseException) -> None:
         super().__init__(index)
         self.index = index
         self.inner = inner
@@ -246,8 +246,14 @@ def _mapping(value: object, t: Any) -> dict[Any, Any]:
     if len(value) > MAX_LIST:
         raise _Invalid(f"expected at most {MAX_LIST:,} entries, found {len(value):,}")
     args = getattr(t, "__args__", (str, Any))
-    return {_converter.structure(k, args[0]): v if args[1] is Any
-            else _converter.structure(v, args[1]) for k, v in value.items()}
+    out = {}
+    for k, v in value.items():
+        key = _converter.structure(k, args[0])
+        try:  # an entry that fails is named by its key
+            out[key] = v if args[1] is Any else _converter.structure(v, args[1])
+        except Exception as exc:
+            raise _At(printable(str(k))[:60], exc) from None
+    return out
 
 
 _converter = cattrs.Converter(forbid_extra_keys=False, detailed_validation=True)
@@ -327,9 +333,9 @@ def state_number(state: Any, key: str, *, low: float = -math.inf, high: float = 
     value = state[key]
     if value is None and none:
         return None
-    kinds: tuple[type, ...] = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not (
-            (real and not whole) or (math.isfinite(value) and low <= value <= high)):
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is None or (whole and not isinstance(number, int)) or not (
+            (real and not whole) or (math.isfinite(number) and low <= number <= high)):
         what = "an integer" if whole else "a number" if real else "a finite number"
         rng = f" from {low:,} to {high:,}" if math.isfinite(low) and math.isfinite(high) else ""
         raise PartStateError(key, f"expected {what}{rng}{' or null' if none else ''}, found "

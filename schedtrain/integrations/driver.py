@@ -370,6 +370,6 @@ class ScheduleDriver:
         self._in_epoch = bool(state["in_epoch"])
         agreed = state.get("agreed")
         self._agreed = None if agreed is None else (int(agreed[0]), int(agreed[1]))
-        load_part("table.triggers", self.table.load_state_dict, state["table"])
+        load_part("table", self.table.load_state_dict, state["table"])
         self.table.attach(self.clock, self.metrics, self.table.predicates,
                           last_step_end=step_end)
