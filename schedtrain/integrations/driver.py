@@ -353,7 +353,8 @@ class ScheduleDriver:
         """Restore ``state_dict`` (before ``train_start`` of the resumed loop); a damaged
         state raises ``DriverStateError`` (a ``ValueError``) naming its key path."""
         # a damaged or crafted one is refused in one line
-        check_driver_state(state, store=not isinstance(self.metrics, LatestValues))
+        check_driver_state(state, store=not isinstance(self.metrics, LatestValues),
+                           stateful=self.table.state_dict()["triggers"])
         clock = self.clock
         clock.load_state_dict(dict(state["clock"]))
         step_end = clock.now()  # the last step end, evaluated before the state was saved

@@ -8,7 +8,7 @@ instead of hanging, or crashing somewhere later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from schedtrain.errors import Error, describe, one_line
@@ -67,10 +67,12 @@ def _timestamp(value: object, path: str) -> dict[str, int]:
     return out
 
 
-def check_driver_state(state: object, *, store: bool = False) -> None:
+def check_driver_state(state: object, *, store: bool = False,
+                       stateful: Iterable[str] = ()) -> None:
     """Refuse a driver state (``ScheduleDriver.state_dict``'s shape) that is damaged;
     ``store``: its metrics are a ``MetricStore``'s (a ``CallbackDriver``), checked as the
-    own loop checks them (``MetricsState``)."""
+    own loop checks them (``MetricsState``); ``stateful``: the callbacks whose triggers
+    keep a state (each saves one, so one missing is damage, not a fresh trigger)."""
     top = _table(state, "(top)")
     missing = [key for key in _KEYS if key not in top]
     if missing:
@@ -116,7 +118,11 @@ def check_driver_state(state: object, *, store: bool = False) -> None:
     table = _table(top["table"], "table")
     if "triggers" not in table:  # read as "no state yet", it would fire afresh
         raise DriverStateError("table.triggers", "the triggers' states", "nothing")
-    _table(table["triggers"], "table.triggers")
+    triggers = _table(table["triggers"], "table.triggers")
+    lost = [name for name in stateful if name not in triggers]
+    if lost:
+        raise DriverStateError(f"table.triggers.{printable(lost[0])}", "the state this "
+                               "trigger saved", "nothing")
     agreed = top.get("agreed")
     if agreed is not None:
         if not isinstance(agreed, list | tuple) or len(agreed) != 2:

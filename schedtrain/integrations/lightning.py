@@ -55,6 +55,7 @@ from schedtrain.integrations.lightning_loop import (
     VALIDATE_KNOWN,
     check_resumed,
     check_version,
+    precision_name,
     set_log_every,
     step_counter,
     synced,
@@ -230,7 +231,7 @@ class ScheduleCallback(pl.Callback):
             batches = trainer.num_training_batches
             self._hosted.context.bind(
                 model=pl_module, optimizer=trainer.optimizers[0] if trainer.optimizers else None,
-                device=pl_module.device, precision=_precision(str(trainer.precision)),
+                device=pl_module.device, precision=precision_name(str(trainer.precision)),
                 rank=trainer.global_rank,
                 steps_in_epoch=-(-int(batches) // accumulate) if batches != float("inf") else None)
         if self._resumed:  # its counters against Lightning's, restored with them
@@ -396,8 +397,3 @@ class ScheduleCallback(pl.Callback):
         self.driver.load_state_dict(top["driver"])
         self._last_read = last_read
         self._resumed = True
-
-
-def _precision(lightning: str) -> str:
-    """schedtrain's name of Lightning's precision ("bf16-mixed" -> "bf16")."""
-    return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"

@@ -11,8 +11,8 @@ import lightning.pytorch as pl
 from schedtrain.integrations.driver import ScheduleDriver
 from schedtrain.integrations.driver_state import DriverStateError
 
-__all__ = ["VALIDATE_KNOWN", "check_resumed", "check_version", "set_log_every", "step_counter",
-           "synced", "validate"]
+__all__ = ["VALIDATE_KNOWN", "check_resumed", "check_version", "precision_name",
+           "set_log_every", "step_counter", "synced", "validate"]
 
 
 def set_log_every(trainer: pl.Trainer, n: int) -> None:
@@ -136,3 +136,8 @@ def check_resumed(driver: ScheduleDriver, trainer: pl.Trainer) -> None:
         if now.step_in_epoch * accumulate + pending != current:
             refuse("clock.now.step_in_epoch", f"{current // accumulate} (the epoch's "
                    f"batches Lightning ran: {current})", now.step_in_epoch)
+
+
+def precision_name(lightning: str) -> str:
+    """schedtrain's name of Lightning's precision ("bf16-mixed" -> "bf16")."""
+    return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"

@@ -147,6 +147,10 @@ def test_missing_trigger_states_are_refused_not_read_as_fresh() -> None:
     del state["table"]["triggers"]
     with _refused(r"table\.triggers: expected the triggers' states, found nothing"):
         fresh.load_state_dict(state)
+    fresh, state = _hosted()
+    del state["table"]["triggers"]["calm"]
+    with _refused(r"table\.triggers\.calm: expected the state this trigger saved"):
+        fresh.load_state_dict(state)
 
 
 def test_missing_top_keys_of_lightnings_state_are_refused() -> None:
