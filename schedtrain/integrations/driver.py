@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.vocabulary import REDUCE_OPS
-from schedtrain.integrations.driver_state import check_driver_state, load_part
+from schedtrain.integrations.driver_state import check_driver_state, check_seen, load_part
 from schedtrain.integrations.values import HOST, LatestValues
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
@@ -372,5 +372,6 @@ class ScheduleDriver:
         agreed = state.get("agreed")
         self._agreed = None if agreed is None else (int(agreed[0]), int(agreed[1]))
         load_part("table", self.table.load_state_dict, state["table"])
+        check_seen(self.table, self.metrics)
         self.table.attach(self.clock, self.metrics, self.table.predicates,
                           last_step_end=step_end)

@@ -15,7 +15,7 @@ from schedtrain.errors import Error, describe, one_line
 from schedtrain.readback import DamagedFile, PartStateError, printable, structure
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["DriverStateError", "check_driver_state", "count", "host_state",
+__all__ = ["DriverStateError", "check_driver_state", "check_seen", "count", "host_state",
            "latest_values", "load_part"]
 
 _FIELDS: Final = ("step", "batch", "epoch", "step_in_epoch", "sample", "token", "time_ns")
@@ -151,6 +151,20 @@ def latest_values(value: object, path: str) -> dict[str, float]:
             raise DriverStateError(f"{path}.{printable(str(name))[:60]}", "a number",
                                    number)
     return {name: float(number) for name, number in table.items()}
+
+
+def check_seen(table: Any, metrics: Any) -> None:
+    """A metric trigger's ``seen`` (the values of its metric it has looked at) at most the
+    values the loaded metrics counted: more would skip the values still to come."""
+    for name, node in zip(table.names, table.nodes, strict=True):
+        seen = getattr(node, "seen", None)
+        metric = getattr(getattr(node, "trigger", None), "metric", None)
+        if isinstance(seen, int) and isinstance(metric, str):
+            latest = metrics.latest(metric)
+            have = 0 if latest is None else latest.count
+            if seen > have:
+                raise DriverStateError(f"table.triggers.{name}.seen", f"at most {have} (the "
+                                       f"values of {metric} in metrics)", str(seen))
 
 
 def load_part(path: str, load: Callable[[Any], None], value: Any) -> None:

@@ -113,6 +113,8 @@ def _rows(rows: object, where: str) -> list[tuple[str, Timestamp, dict[str, floa
             raise DriverStateError(at, "a list of 9 (file name, 7 counters, values)", row)
         try:
             name = plain_name(row[0], "a kept checkpoint's name")
+            if printable(name) != name:  # no name saved by the host holds one
+                raise ValueError(f"{printable(name)[:60]!r} holds a control character")
         except ValueError as exc:
             raise DriverStateError(f"{at}[0]", "one plain file name, no folder part",
                                    printable(str(exc))[:120]) from None

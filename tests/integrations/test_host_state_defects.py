@@ -61,6 +61,7 @@ def test_a_keep_record_naming_a_path_outside_the_folder_deletes_nothing(tmp_path
     ((0,), [1, 2], r"keep\.save\[0\]:"),
     ((0, 0), 7, r"keep\.save\[0\]\[0\]:"),
     ((0, 0), "x" * 300, r"keep\.save\[0\]\[0\]:"),
+    ((0, 0), "a\nb.ckpt", r"keep\.save\[0\]\[0\]:"),
     ((0, 2), "3", r"keep\.save\[0\]\[2\]:"),
     ((0, 2), -1, r"keep\.save\[0\]\[2\]:"),
     ((0, 2), True, r"keep\.save\[0\]\[2\]:"),
@@ -132,6 +133,7 @@ def test_a_hosted_callbacks_damaged_state_is_refused_at_train_start(key: str, va
 @pytest.mark.parametrize(("name", "key", "value"), [
     ("best", "best", "x"), ("best", "seen", -1), ("best", "seen", 1.5), ("best", "wait", 1),
     ("calm", "wait", 2), ("calm", "best", {"a": 1}), ("best", "seen", True),
+    ("best", "seen", 4),  # more values looked at than the metrics counted
 ])
 def test_a_trigger_state_of_another_type_or_out_of_bounds_is_refused(
         name: str, key: str, value: object) -> None:
@@ -189,7 +191,9 @@ def test_counters_that_contradict_each_other_are_refused() -> None:
 @pytest.mark.parametrize(("where", "value", "key"), [
     (("counts", "loss"), -1, r"metrics\.counts\.loss"),
     (("counts", "loss"), True, r"metrics\.counts\.loss"),
-    (("history", "loss", 0, 0), "x", r"metrics\.history\.loss\[0\]"),
+    (("history", "loss", 0, 0), "x", r"metrics\.history\.loss\[0\]\[0\]"),
+    (("history", "loss", 1, 2), "x", r"metrics\.history\.loss\[1\]\[2\]"),
+    (("counts", "loss"), 0, r"metrics\.counts\.loss"),  # fewer than the values kept
 ])
 def test_a_damaged_metric_store_is_refused_by_key_path(
         where: tuple[Any, ...], value: object, key: str) -> None:
