@@ -34,9 +34,10 @@ from schedtrain.errors import RunDirError, describe, one_line
 from schedtrain.files import read_regular
 from schedtrain.urls import redact_text
 
-__all__ = ["MAX_DEPTH", "MAX_LIST", "SMALL_FILE", "DamagedFile", "at_most", "between",
+__all__ = ["MAX_DEPTH", "MAX_LIST", "SMALL_FILE", "DamagedFile", "PartStateError", "at_most",
+           "between",
            "check_depth", "finite", "invalid", "parse_json", "printable", "read_json",
-           "structure", "too_deep_at", "valid"]
+           "state_number", "structure", "too_deep_at", "valid"]
 
 T = TypeVar("T")
 
@@ -178,9 +179,9 @@ class _Invalid(Exception):
 
 
 class _At(Exception):
-    """An item of a list that failed: its index and its error."""
+    """An item of a list (its index) or an entry of a table (its key) that failed."""
 
-    def __init__(self, index: int, inner: BaseException) -> None:
+    def __init__(self, index: int | str, inner: BaseException) -> None:
         super().__init__(index)
         self.index = index
         self.inner = inner
@@ -245,8 +246,14 @@ def _mapping(value: object, t: Any) -> dict[Any, Any]:
     if len(value) > MAX_LIST:
         raise _Invalid(f"expected at most {MAX_LIST:,} entries, found {len(value):,}")
     args = getattr(t, "__args__", (str, Any))
-    return {_converter.structure(k, args[0]): v if args[1] is Any
-            else _converter.structure(v, args[1]) for k, v in value.items()}
+    out = {}
+    for k, v in value.items():
+        key = _converter.structure(k, args[0])
+        try:  # an entry that fails is named by its key
+            out[key] = v if args[1] is Any else _converter.structure(v, args[1])
+        except Exception as exc:
+            raise _At(printable(str(k))[:60], exc) from None
+    return out
 
 
 _converter = cattrs.Converter(forbid_extra_keys=False, detailed_validation=True)
@@ -297,6 +304,43 @@ def invalid(field: str, message: str) -> Exception:
     """The error a record's own cross-field check raises (in ``__attrs_post_init__``):
     ``field`` is the key named, ``message`` what was expected."""
     return _FieldInvalid(field, message)
+
+
+class PartStateError(ValueError):
+    """A part's own ``load_state_dict`` refusing its state: ``key`` is the key path inside
+    that state (``best``, ``best.wait``), ``reason`` what was expected and found. Whoever
+    loads the part names the full path (``within`` prefixes the part's own key)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+    def within(self, prefix: str) -> PartStateError:
+        """The same error, its key path under ``prefix``."""
+        return PartStateError(f"{prefix}.{self.key}" if self.key else prefix, self.reason)
+
+
+def state_number(state: Any, key: str, *, low: float = -math.inf, high: float = math.inf,
+                 whole: bool = False, none: bool = False, real: bool = False) -> Any:
+    """``state[key]`` (a part's state table) checked: a number (an integer where ``whole``,
+    ``None`` where ``none``), finite and within ``low..high`` (``real``: any float, NaN
+    and infinities included, as a diverged metric's value is); else ``PartStateError``."""
+    if not isinstance(state, Mapping):
+        raise PartStateError("", f"expected a table, found {describe(state)}")
+    if key not in state:
+        raise PartStateError(key, "expected a value, found nothing")
+    value = state[key]
+    if value is None and none:
+        return None
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is None or (whole and not isinstance(number, int)) or not (
+            (real and not whole) or (math.isfinite(number) and low <= number <= high)):
+        what = "an integer" if whole else "a number" if real else "a finite number"
+        rng = f" from {low:,} to {high:,}" if math.isfinite(low) and math.isfinite(high) else ""
+        raise PartStateError(key, f"expected {what}{rng}{' or null' if none else ''}, found "
+                             f"{printable(describe(value))[:60]}")
+    return value
 
 
 def _collect(exc: BaseException, path: Where) -> Iterator[tuple[Where, str]]:

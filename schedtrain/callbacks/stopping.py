@@ -8,6 +8,8 @@ from typing import Any, ClassVar, Literal
 import structlog
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.readback import state_number
+from schedtrain.time import MAX_COUNT
 from schedtrain.triggers import Trigger, any_of, every, on, plateau
 from schedtrain.triggers.metric import Plateau, early_stop
 
@@ -126,7 +128,11 @@ class EarlyStopping(Callback):
         return {"best": self.best, "wait": self.wait}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best, self.wait = state["best"], int(state["wait"])
+        # checked whole before any is taken (a crafted one: PartStateError by key)
+        best = state_number(state, "best", none=True, real=True)
+        # counted up to patience (it stops there)
+        wait = state_number(state, "wait", low=0, high=self.patience or MAX_COUNT, whole=True)
+        self.best, self.wait = (None if best is None else float(best)), wait
 
 
 class TerminateOnNaN(Callback):

@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.vocabulary import REDUCE_OPS
-from schedtrain.integrations.driver_state import check_driver_state, load_part
-from schedtrain.integrations.values import HOST, number
+from schedtrain.integrations.driver_state import check_driver_state, check_seen, load_part
+from schedtrain.integrations.values import HOST, LatestValues
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import Runner, TriggerTable
 from schedtrain.time import Timestamp
 from schedtrain.triggers.auto import auto_parts
-from schedtrain.triggers.protocol import MetricValue, Predicate
+from schedtrain.triggers.protocol import Predicate
 
 if TYPE_CHECKING:
     from schedtrain.integrations.ranks import RankAgreement
@@ -53,37 +53,6 @@ _FREQUENT: Final = ("batch_end", "step_end", "epoch_end")
 
 Action = Callable[[], object]
 """What runs when a callback of the schedule fires (its return value is ignored)."""
-
-
-class LatestValues:
-    """The latest value of each metric and how many it has had (the core's ``MetricsView``).
-
-    Conditions (``when("val/loss < 0.5")``) read the latest value; ``improved`` and
-    ``plateau`` look only at values put since they last looked.
-    """
-
-    __slots__ = ("_values",)
-
-    def __init__(self) -> None:
-        self._values: dict[str, MetricValue] = {}
-
-    def put(self, name: str, value: Any) -> None:
-        """Record a new value of ``name`` (a number, or anything ``float()`` reads)."""
-        old = self._values.get(name)
-        self._values[name] = MetricValue(number(name, value),
-                                         1 if old is None else old.count + 1)
-
-    def latest(self, name: str) -> MetricValue | None:
-        """The newest value of ``name``, or ``None`` if it has none yet."""
-        return self._values.get(name)
-
-    def state_dict(self) -> dict[str, list[float]]:
-        """Per metric ``[value, count]`` (plain data: JSON keeps it)."""
-        return {n: [v.value, v.count] for n, v in self._values.items()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``state_dict``."""
-        self._values = {str(n): MetricValue(float(v), int(c)) for n, (v, c) in state.items()}
 
 
 def takes_event(fn: Callable[..., object]) -> bool:
@@ -357,6 +326,11 @@ class ScheduleDriver:
         return frozenset(found)
 
     @property
+    def pending_batches(self) -> int:
+        """The micro-batches of the optimizer step under way (since the last step end)."""
+        return self.clock.batch - self._at_step[0]
+
+    @property
     def in_epoch(self) -> bool:
         """Whether an epoch has started and not ended (a state saved now resumes inside it)."""
         return self._in_epoch
@@ -378,7 +352,9 @@ class ScheduleDriver:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict`` (before ``train_start`` of the resumed loop); a damaged
         state raises ``DriverStateError`` (a ``ValueError``) naming its key path."""
-        check_driver_state(state)  # a damaged or crafted one is refused in one line
+        # a damaged or crafted one is refused in one line
+        check_driver_state(state, store=not isinstance(self.metrics, LatestValues),
+                           stateful=self.table.state_dict()["triggers"])
         clock = self.clock
         clock.load_state_dict(dict(state["clock"]))
         step_end = clock.now()  # the last step end, evaluated before the state was saved
@@ -395,6 +371,7 @@ class ScheduleDriver:
         self._in_epoch = bool(state["in_epoch"])
         agreed = state.get("agreed")
         self._agreed = None if agreed is None else (int(agreed[0]), int(agreed[1]))
-        load_part("table.triggers", self.table.load_state_dict, state["table"])
+        load_part("table", self.table.load_state_dict, state["table"])
+        check_seen(self.table, self.metrics)
         self.table.attach(self.clock, self.metrics, self.table.predicates,
                           last_step_end=step_end)

@@ -8,13 +8,15 @@ instead of hanging, or crashing somewhere later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from schedtrain.errors import Error, describe, one_line
+from schedtrain.readback import DamagedFile, PartStateError, printable, structure
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["DriverStateError", "check_driver_state", "load_part"]
+__all__ = ["DriverStateError", "check_driver_state", "check_seen", "count", "host_state",
+           "latest_values", "load_part"]
 
 _FIELDS: Final = ("step", "batch", "epoch", "step_in_epoch", "sample", "token", "time_ns")
 _KEYS: Final = ("clock", "pending", "table", "metrics", "started", "in_epoch")
@@ -24,12 +26,15 @@ class DriverStateError(Error, ValueError):
     """A loaded driver state that cannot be this driver's: one line, with its key path."""
 
     def __init__(self, path: str, expected: str, found: object) -> None:
-        super().__init__(one_line(f"driver state: {path}: expected {expected}, found "
-                                  f"{found if isinstance(found, str) else describe(found)}"))
+        shown = found if isinstance(found, str) else describe(found)
+        # expected "": ``found`` is the whole reason (a part's own words)
+        super().__init__(one_line(f"driver state: {path}: "
+                                  + (f"expected {expected}, found {shown}" if expected
+                                     else shown), 300))
         self.path = path
 
 
-def _count(value: object, path: str) -> int:
+def count(value: object, path: str) -> int:
     # bool is an int to Python, never a count to a checkpoint
     if type(value) is not int or not 0 <= value <= MAX_COUNT:
         raise DriverStateError(path, f"an integer from 0 to {MAX_COUNT}", value)
@@ -58,12 +63,16 @@ def _timestamp(value: object, path: str) -> dict[str, int]:
     for field in _FIELDS:
         if field not in table:
             raise DriverStateError(f"{path}.{field}", "an integer", "nothing")
-        out[field] = _count(table[field], f"{path}.{field}")
+        out[field] = count(table[field], f"{path}.{field}")
     return out
 
 
-def check_driver_state(state: object) -> None:
-    """Refuse a driver state (``ScheduleDriver.state_dict``'s shape) that is damaged."""
+def check_driver_state(state: object, *, store: bool = False,
+                       stateful: Iterable[str] = ()) -> None:
+    """Refuse a driver state (``ScheduleDriver.state_dict``'s shape) that is damaged;
+    ``store``: its metrics are a ``MetricStore``'s (a ``CallbackDriver``), checked as the
+    own loop checks them (``MetricsState``); ``stateful``: the callbacks whose triggers
+    keep a state (each saves one, so one missing is damage, not a fresh trigger)."""
     top = _table(state, "(top)")
     missing = [key for key in _KEYS if key not in top]
     if missing:
@@ -86,21 +95,76 @@ def check_driver_state(state: object) -> None:
         raise DriverStateError("pending", "a list of 3 counts (batches, samples, tokens)",
                                pending)
     for i, (field, n) in enumerate(zip(("batch", "sample", "token"), pending, strict=True)):
-        count = _count(n, f"pending[{i}]")
-        if now[field] + count > MAX_COUNT:
+        n_pending = count(n, f"pending[{i}]")
+        if now[field] + n_pending > MAX_COUNT:
             raise DriverStateError(f"pending[{i}]", f"at most {MAX_COUNT - now[field]} (the "
-                                   f"clock's {field} count is {now[field]})", str(count))
-    _table(top["metrics"], "metrics")  # its own load_state_dict reads its entries
+                                   f"clock's {field} count is {now[field]})", str(n_pending))
+    if now["batch"] < now["step"]:  # each step has a micro-batch at least
+        raise DriverStateError("clock.now.batch", f"at least clock.now.step ({now['step']})",
+                               str(now["batch"]))
+    if not pending[0] and any(pending[1:]):
+        raise DriverStateError("pending[1]" if pending[1] else "pending[2]", "no samples or "
+                               "tokens without a batch (pending[0] is 0)", str(pending))
+    if store:  # a hosted callback's metric store: the own loop's record of it
+        from schedtrain.training.run_records import MetricsState
+        try:
+            structure(top["metrics"], MetricsState, "driver state", "metrics")
+        except DamagedFile as exc:
+            raise DriverStateError(exc.key, "", exc.reason) from None
+    else:  # its own load_state_dict checks its entries
+        _table(top["metrics"], "metrics")
     _flag(top["started"], "started")
     _flag(top["in_epoch"], "in_epoch")
-    triggers = _table(top["table"], "table").get("triggers", {})
-    _table(triggers, "table.triggers")
+    table = _table(top["table"], "table")
+    if "triggers" not in table:  # read as "no state yet", it would fire afresh
+        raise DriverStateError("table.triggers", "the triggers' states", "nothing")
+    triggers = _table(table["triggers"], "table.triggers")
+    lost = [name for name in stateful if name not in triggers]
+    if lost:
+        raise DriverStateError(f"table.triggers.{printable(lost[0])}", "the state this "
+                               "trigger saved", "nothing")
     agreed = top.get("agreed")
     if agreed is not None:
         if not isinstance(agreed, list | tuple) or len(agreed) != 2:
             raise DriverStateError("agreed", "a list of 2 counts (samples, tokens)", agreed)
         for i, n in enumerate(agreed):
-            _count(n, f"agreed[{i}]")
+            count(n, f"agreed[{i}]")
+
+
+def host_state(state: object, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    """The host callback's own state table (the driver's state and what the host keeps
+    beside it), each of ``keys`` present."""
+    top = _table(state, "(top)")
+    for key in keys:
+        if key not in top:
+            raise DriverStateError(key, "this part of the schedule's state", "nothing")
+    return top
+
+
+def latest_values(value: object, path: str) -> dict[str, float]:
+    """A table of metric name -> the number last read (a host's ``last_read``; NaN kept,
+    as the metric store keeps a diverged loss)."""
+    table = _table(value, path)
+    for name, number in table.items():
+        if (not isinstance(name, str) or isinstance(number, bool)
+                or not isinstance(number, int | float)):
+            raise DriverStateError(f"{path}.{printable(str(name))[:60]}", "a number",
+                                   number)
+    return {name: float(number) for name, number in table.items()}
+
+
+def check_seen(table: Any, metrics: Any) -> None:
+    """A metric trigger's ``seen`` (the values of its metric it has looked at) at most the
+    values the loaded metrics counted: more would skip the values still to come."""
+    for name, node in zip(table.names, table.nodes, strict=True):
+        seen = getattr(node, "seen", None)
+        metric = getattr(getattr(node, "trigger", None), "metric", None)
+        if isinstance(seen, int) and isinstance(metric, str):
+            latest = metrics.latest(metric)
+            have = 0 if latest is None else latest.count
+            if seen > have:
+                raise DriverStateError(f"table.triggers.{name}.seen", f"at most {have} (the "
+                                       f"values of {metric} in metrics)", str(seen))
 
 
 def load_part(path: str, load: Callable[[Any], None], value: Any) -> None:
@@ -110,6 +174,9 @@ def load_part(path: str, load: Callable[[Any], None], value: Any) -> None:
     re-checked here."""
     try:
         load(value)
+    except PartStateError as exc:  # the part named the key inside its state
+        raise DriverStateError(f"{path}.{exc.key}" if exc.key else path, "",
+                               exc.reason) from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise DriverStateError(path, "the state this part saved",
                                f"{type(exc).__name__}: {exc}") from None

@@ -26,9 +26,12 @@ from schedtrain.callbacks.base import Callback, overrides
 from schedtrain.errors import StopTraining, locate_failure
 from schedtrain.integrations.context import HOST_HOOKS, HostContext, check_callback
 from schedtrain.integrations.driver import Action, ScheduleDriver
+from schedtrain.integrations.driver_state import DriverStateError
 from schedtrain.monitors.store import MetricStore
+from schedtrain.readback import DamagedFile
 from schedtrain.schedule.schedule import HookGate, Schedule, Scheduled
 from schedtrain.time import Time
+from schedtrain.training.trial import try_states
 from schedtrain.triggers.protocol import Predicate
 
 if TYPE_CHECKING:
@@ -350,14 +353,27 @@ class CallbackDriver(ScheduleDriver):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict``; the callbacks' states are loaded once they are set up."""
+        saved = state.get("callbacks") if isinstance(state, Mapping) else None
+        if not isinstance(saved, Mapping):
+            raise DriverStateError("callbacks", "a table of the callbacks' states", saved)
         super().load_state_dict(state)
-        self._saved = dict(state.get("callbacks", {}))
+        self._saved = dict(saved)
         self._resumed_in_epoch = self._in_epoch
         if self._set_up:
             self._restore()
 
     def _restore(self) -> None:
+        """Each callback's saved state, once it is set up: all tried on their callbacks
+        first (``try_states``: a state its callback cannot take refused by key path, the
+        callback's own put back), then loaded."""
         saved, self._saved = self._saved, None
-        for name, cb in self.callbacks.items():
-            if saved is not None and name in saved:
-                cb.load_state_dict(saved[name])
+        if saved is None:
+            return
+        mine = [(name, cb) for name, cb in self.callbacks.items() if name in saved]
+        try:
+            try_states(((f"callbacks.{name}", cb, saved[name]) for name, cb in mine),
+                       "driver state")
+        except DamagedFile as exc:
+            raise DriverStateError(exc.key, "", exc.reason) from None
+        for name, cb in mine:
+            cb.load_state_dict(saved[name])

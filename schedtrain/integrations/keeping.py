@@ -11,10 +11,14 @@ one the host still needs (``spare``: HF's ``best_model_checkpoint``). Torch-free
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from schedtrain.checkpoints.files import plain_name
+from schedtrain.integrations.driver_state import DriverStateError, count
+from schedtrain.readback import MAX_LIST, printable
 from schedtrain.retention import Policy, Saved, parse_keep, retained
 from schedtrain.time import Timestamp
 
@@ -91,20 +95,57 @@ class HostKeep:
         return [[s.name, s.at.step, s.at.batch, s.at.epoch, s.at.step_in_epoch, s.at.sample,
                  s.at.token, s.at.time_ns, dict(s.values)] for s in self.saved.values()]
 
-    def load(self, rows: Iterable[Any]) -> None:
-        """Restore ``state()``."""
-        self.saved = {}
-        for name, *counters, values in rows:
-            self.record(str(name), Timestamp.make(*(int(c) for c in counters)),
-                        {str(k): float(v) for k, v in values.items()})
+    def load(self, rows: object, where: str = "keep") -> None:
+        """Restore ``state()``, each record checked first (``where``: its key path): a
+        name is one plain file name (never a path: ``prune`` deletes ``folder / name``),
+        the counters whole numbers, the values finite numbers; a damaged one raises
+        ``DriverStateError`` naming its key path, and nothing is restored."""
+        self.saved = {n: Saved(n, at, True, v) for n, at, v in _rows(rows, where)}
+
+
+def _rows(rows: object, where: str) -> list[tuple[str, Timestamp, dict[str, float]]]:
+    if not isinstance(rows, list | tuple) or len(rows) > MAX_LIST:
+        raise DriverStateError(where, f"a list of at most {MAX_LIST:,} saves", rows)
+    out = []
+    for i, row in enumerate(rows):
+        at = f"{where}[{i}]"
+        if not isinstance(row, list | tuple) or len(row) != 9:
+            raise DriverStateError(at, "a list of 9 (file name, 7 counters, values)", row)
+        try:
+            name = plain_name(row[0], "a kept checkpoint's name")
+            if printable(name) != name:  # no name saved by the host holds one
+                raise ValueError(f"{printable(name)[:60]!r} holds a control character")
+        except ValueError as exc:
+            raise DriverStateError(f"{at}[0]", "one plain file name, no folder part",
+                                   printable(str(exc))[:120]) from None
+        counters = [count(c, f"{at}[{j}]") for j, c in enumerate(row[1:8], 1)]
+        values = row[8]
+        if not isinstance(values, Mapping):
+            raise DriverStateError(f"{at}[8]", "a table of monitored values", values)
+        for k, v in values.items():
+            if (not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int | float)
+                    or not math.isfinite(v)):
+                raise DriverStateError(f"{at}[8].{printable(str(k))[:60]}",
+                                       "a finite number", v)
+        out.append((name, Timestamp.make(*counters), {k: float(v) for k, v in values.items()}))
+    return out
 
 
 
-def load_keeps(keeps: Mapping[str, HostKeep], saved: Mapping[str, Any]) -> None:
-    """Restore each ``HostKeep.state()`` of ``saved`` (by callback name) that ``keeps`` has."""
-    for name, rows in saved.items():
-        if name in keeps:
-            keeps[name].load(rows)
+def load_keeps(keeps: Mapping[str, HostKeep], saved: object) -> None:
+    """Restore each ``HostKeep.state()`` of ``saved`` (by callback name) that ``keeps`` has;
+    one ``keeps`` has and ``saved`` lacks is damage (its files would be left behind), as
+    is any damaged record (``DriverStateError``, key path ``keep.NAME[i][j]``). All are
+    checked before any is restored."""
+    if not isinstance(saved, Mapping):
+        raise DriverStateError("keep", "a table of saves by callback name", saved)
+    missing = sorted(set(keeps) - set(saved))
+    if missing:
+        raise DriverStateError(f"keep.{printable(missing[0])}", "the saves recorded for "
+                               "this saver's keep policy", "nothing")
+    loaded = {n: _rows(saved[n], f"keep.{printable(n)}") for n in keeps}
+    for name, rows in loaded.items():
+        keeps[name].saved = {n: Saved(n, at, True, v) for n, at, v in rows}
 
 
 def host_keeps(keep: Mapping[str, KeepArg | None] | None, bound: Mapping[str, Any],

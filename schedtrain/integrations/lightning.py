@@ -41,6 +41,7 @@ import torch
 
 from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.driver import refuse_unknown_actions, takes_event
+from schedtrain.integrations.driver_state import host_state, latest_values
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -52,7 +53,9 @@ from schedtrain.integrations.hosted import (
 from schedtrain.integrations.keeping import KeepArg, host_keeps, load_keeps, save_kept
 from schedtrain.integrations.lightning_loop import (
     VALIDATE_KNOWN,
+    check_resumed,
     check_version,
+    precision_name,
     set_log_every,
     step_counter,
     synced,
@@ -184,6 +187,7 @@ class ScheduleCallback(pl.Callback):
         self._steps: Any = None  # Lightning's optimizer-step counter (see step_counter)
         self._first_batch = False
         self._logging = False  # a "log" firing set log_every_n_steps for this step
+        self._resumed = False  # a state was loaded: checked against Lightning's at start
 
     @classmethod
     def from_spec(cls, spec: Spec | str | Path,
@@ -227,9 +231,12 @@ class ScheduleCallback(pl.Callback):
             batches = trainer.num_training_batches
             self._hosted.context.bind(
                 model=pl_module, optimizer=trainer.optimizers[0] if trainer.optimizers else None,
-                device=pl_module.device, precision=_precision(str(trainer.precision)),
+                device=pl_module.device, precision=precision_name(str(trainer.precision)),
                 rank=trainer.global_rank,
                 steps_in_epoch=-(-int(batches) // accumulate) if batches != float("inf") else None)
+        if self._resumed:  # its counters against Lightning's, restored with them
+            self._resumed = False
+            check_resumed(self.driver, trainer)
         self._event(trainer, pl_module, self.driver.train_start)
         if self.driver.ranks is not None:  # reads again at each look: new if it changed
             self.driver.ranks.dedup = True
@@ -383,11 +390,10 @@ class ScheduleCallback(pl.Callback):
                 "keep": {n: k.state() for n, k in self.keep.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.driver.load_state_dict(state_dict["driver"])
-        self._last_read = dict(state_dict["last_read"])
-        load_keeps(self.keep, state_dict.get("keep", {}))
-
-
-def _precision(lightning: str) -> str:
-    """schedtrain's name of Lightning's precision ("bf16-mixed" -> "bf16")."""
-    return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"
+        # each part checked before any is restored; a damaged one refused by key path
+        top = host_state(state_dict, ("driver", "last_read", "keep"))
+        last_read = latest_values(top["last_read"], "last_read")
+        load_keeps(self.keep, top["keep"])
+        self.driver.load_state_dict(top["driver"])
+        self._last_read = last_read
+        self._resumed = True

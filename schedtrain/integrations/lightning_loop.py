@@ -8,8 +8,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-__all__ = ["VALIDATE_KNOWN", "check_version", "set_log_every", "step_counter", "synced",
-           "validate"]
+from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.integrations.driver_state import DriverStateError
+
+__all__ = ["VALIDATE_KNOWN", "check_resumed", "check_version", "precision_name",
+           "set_log_every", "step_counter", "synced", "validate"]
 
 
 def set_log_every(trainer: pl.Trainer, n: int) -> None:
@@ -94,3 +97,47 @@ def validate(trainer: pl.Trainer) -> None:
     loop.val_loop.run()
     trainer.training = True
     trainer._logger_connector._first_loop_iter = first
+
+
+def check_resumed(driver: ScheduleDriver, trainer: pl.Trainer) -> None:
+    """A resumed driver's counters checked against Lightning's own, restored from the same
+    checkpoint (at ``on_train_start``): the optimizer steps, the batches, the epoch, and
+    inside an epoch its position; one that disagrees is damage, refused by key path
+    (``driver.clock.now.step``), never a schedule silently shifted."""
+    now = driver.now
+    pending = driver.pending_batches
+    accumulate = max(int(trainer.accumulate_grad_batches), 1)
+
+    def refuse(key: str, lightning: str, found: int | bool) -> None:
+        raise DriverStateError(f"driver.{key}", f"{lightning}, as Lightning's own counter "
+                               "in the same checkpoint", str(found))
+
+    if now.step != trainer.global_step:
+        refuse("clock.now.step", f"{trainer.global_step} (global_step)", now.step)
+    if pending >= accumulate:
+        refuse("pending[0]", f"below {accumulate} (accumulate_grad_batches)", pending)
+    progress = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "batch_progress", None)
+    if progress is None:  # pragma: no cover - a Lightning without the progress counters
+        return
+    total, current = int(progress.total.ready), int(progress.current.ready)
+    if now.batch != total:
+        refuse("clock.now.batch", f"{total} (the batches Lightning ran)", now.batch)
+    epoch = trainer.current_epoch
+    batches = trainer.num_training_batches
+    inside = 0 < current < batches  # Lightning resumes inside an epoch
+    # saved at an epoch's end, the clock has ended it and Lightning counts it done after;
+    # saved after its last batch, Lightning has moved on and the clock ends it later
+    if now.epoch != epoch and not (not driver.in_epoch and now.epoch == epoch + 1) and not (
+            driver.in_epoch and not inside and now.epoch + 1 == epoch):
+        refuse("clock.now.epoch", f"{epoch} (current_epoch)", now.epoch)
+    if inside:
+        if not driver.in_epoch:
+            refuse("in_epoch", "true (Lightning resumes inside an epoch)", False)
+        if now.step_in_epoch * accumulate + pending != current:
+            refuse("clock.now.step_in_epoch", f"{current // accumulate} (the epoch's "
+                   f"batches Lightning ran: {current})", now.step_in_epoch)
+
+
+def precision_name(lightning: str) -> str:
+    """schedtrain's name of Lightning's precision ("bf16-mixed" -> "bf16")."""
+    return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"

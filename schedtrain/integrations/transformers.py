@@ -193,7 +193,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         if state.global_step > 0 and mine is not None:  # resuming from a checkpoint
             self.driver.load_state_dict(mine)
             if self.keep is not None:
-                self.keep.load(saved["attributes"].get("keep", []))
+                self.keep.load(saved["attributes"].get("keep"))
         if self.keep is not None and args.save_total_limit:
             raise ValueError(f"TrainingArguments(save_total_limit={args.save_total_limit}) "
                              "and ScheduleCallback(keep=...) both prune checkpoints: set "

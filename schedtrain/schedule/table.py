@@ -19,7 +19,9 @@ from typing import Any
 import attrs
 
 from schedtrain.clock import Clock, step_back
+from schedtrain.errors import describe
 from schedtrain.events import BOUNDED_EVENTS, EventSet
+from schedtrain.readback import PartStateError, printable
 from schedtrain.schedule.dues import DueBook
 from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
@@ -346,13 +348,19 @@ class TriggerTable:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict``; an attached table recomputes its due vectors."""
         saved = state.get("triggers", {})
+        if not isinstance(saved, Mapping):
+            raise PartStateError("triggers", f"expected a table, found {describe(saved)}")
         unknown = set(saved) - set(self.names)
         if unknown:
-            raise ValueError(
-                f"saved trigger state names callbacks not in this schedule: {sorted(unknown)}")
+            raise PartStateError(
+                f"triggers.{printable(str(sorted(map(str, unknown))[0]))[:60]}",
+                f"names a callback not in this schedule (it has {', '.join(self.names)})")
         for name, node in zip(self.names, self.nodes, strict=True):
             if name in saved:
-                node.load_state_dict(saved[name])
+                try:
+                    node.load_state_dict(saved[name])
+                except PartStateError as exc:
+                    raise exc.within(f"triggers.{name}") from None
         if self._clock is not None:
             self.attach(self._clock, self._metrics, self.predicates)
 

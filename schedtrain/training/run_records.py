@@ -104,20 +104,26 @@ class MetricsState:
     epochs_ended: int | None = attrs.field(default=None, validator=_COUNT)
 
     def __attrs_post_init__(self) -> None:
-        rows = [(f"history.{printable(n)}[{i}]", n, r[0], r[1], r[2])
+        # (key path, index of the name in the row (-1: the history's key), the row)
+        rows = [(f"history.{printable(n)}[{i}]", n, -1, r)
                 for n, h in self.history.items() for i, r in enumerate(h)]
-        rows += [(f"pending[{i}]", r[0], r[1], r[2], r[3]) for i, r in enumerate(self.pending)]
-        for where, name, step, epoch, value in rows:
+        rows += [(f"pending[{i}]", r[0], 0, r[1:]) for i, r in enumerate(self.pending)]
+        for where, name, at, (step, epoch, value, _wall) in rows:
             if printable(name) != name or not 0 < len(name) <= 200:
-                raise invalid(where, "expected a printable metric name, found "
+                named = where if at < 0 else f"{where}[0]"
+                raise invalid(named, "expected a printable metric name, found "
                               f"{printable(name)[:60]!r}")
-            if min(step, epoch) < 0 or not _real(value):
-                raise invalid(where, "expected a step and epoch >= 0 and a number, found "
-                              f"{step!r}, {epoch!r}, {printable(repr(value))[:40]}")
+            for i, (what, ok) in enumerate((("a step >= 0", step >= 0),
+                                            ("an epoch >= 0", epoch >= 0),
+                                            ("a number", _real(value)))):
+                if not ok:  # named by the item at fault, as the row holds it
+                    raise invalid(f"{where}[{i + at + 1}]", f"expected {what}, found "
+                                  f"{printable(repr((step, epoch, value)[i]))[:40]}")
         for name, count in (self.counts or {}).items():
-            if count < 0 or printable(name) != name:
-                raise invalid(f"counts.{printable(name)}", f"expected a count >= 0 of a "
-                              f"printable name, found {count!r}")
+            kept = len(self.history.get(name, ()))
+            if count < kept or printable(name) != name:  # each value kept was counted
+                raise invalid(f"counts.{printable(name)}", f"a count >= {kept} (the values "
+                              f"kept) of a printable name, found {count!r}")
 
 
 #: The largest loss sum a checkpoint may hold: float32's range (a larger one is no sum of

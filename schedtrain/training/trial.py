@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from schedtrain.checkpoints.rng import rng_state, set_rng_state
-from schedtrain.readback import DamagedFile, printable
+from schedtrain.readback import DamagedFile, PartStateError, printable
 
 __all__ = ["GENERATORS", "Stateful", "missing_key", "refusals", "run_trials", "try_states"]
 
@@ -54,6 +54,8 @@ def refusals(trials: Iterator[tuple[str, Stateful, Any]]) -> Iterator[tuple[str,
         kept = part.state_dict()
         try:
             part.load_state_dict(state)
+        except PartStateError as exc:  # the part named the key inside its state
+            yield (f"{key}.{exc.key}" if exc.key else key), printable(exc.reason)
         except Exception as exc:  # the part's own words for what is wrong with its state
             yield key, f"cannot be restored ({_cause(exc)})"
         finally:

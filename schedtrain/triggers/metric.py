@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from schedtrain.errors import ArgumentError
-from schedtrain.time import Timestamp
+from schedtrain.readback import state_number
+from schedtrain.time import MAX_COUNT, Timestamp
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import ANY_TIME, Due, Explanation, Node, Point
 
@@ -188,9 +189,13 @@ class _MetricNode:
         return {"best": self.best, "seen": self.seen, "wait": self.wait}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best = state["best"]
-        self.seen = int(state["seen"])
-        self.wait = int(state.get("wait", 0))
+        # checked whole before any is taken (a crafted one: PartStateError by key)
+        best = state_number(state, "best", none=True, real=True)
+        seen = state_number(state, "seen", low=0, high=MAX_COUNT, whole=True)
+        # a plateau's wait stays below its patience (it fires and restarts at it)
+        patience = getattr(self.trigger, "patience", 1)
+        wait = state_number(state, "wait", low=0, high=patience - 1, whole=True)
+        self.best, self.seen, self.wait = (None if best is None else float(best)), seen, wait
 
 
 class _ImprovedNode(_MetricNode):

@@ -81,3 +81,28 @@ def test_a_mutated_driver_state_is_refused_or_harmless(
     case = tmp_path_factory.mktemp("case") / "case"
     kind, detail, _ = run_case(host_fuzz.fixture, host_fuzz.ref, host_fuzz.key, mutation, case)
     assert kind in (*PASSES, "unwritable"), f"{mutation}: {kind}: {detail}"
+
+
+@pytest.mark.parametrize(("key", "kind"), [
+    (("keep", "save", 0, 0), "path"),  # a record naming ../outside.txt: nothing deleted
+    (("keep",), "missing"),
+    (("driver", "clock", "now", "step"), "10**12"),
+    (("driver", "clock", "now", "batch"), "0"),
+    (("driver", "clock", "now", "epoch"), "0"),
+    (("driver", "clock", "now", "step_in_epoch"), "0"),
+    (("driver", "in_epoch"), "bool"),
+    (("driver", "pending", 0), "10**12"),
+    (("driver", "table", "triggers"), "missing"),
+    (("driver", "callbacks", "early", "wait"), "list"),
+    (("driver", "table", "triggers", "best", "best"), "str"),
+    (("driver", "metrics", "counts", "loss"), "-1"),
+])
+def test_each_defect_the_walk_found_is_refused_by_key_path(
+        host_fuzz: HostFuzz, tmp_path: Path, key: tuple[object, ...], kind: str) -> None:
+    """The defects the full walk found (a file outside the folder deleted, crashes,
+    counters disagreeing with Lightning's, a part named without its key): each refused in
+    one line naming its key path, the file outside the folder untouched."""
+    mutation = HostMutation(key, kind)  # type: ignore[arg-type]
+    got, detail, _ = run_case(host_fuzz.fixture, host_fuzz.ref, host_fuzz.key, mutation,
+                              tmp_path / "case")
+    assert got == "refused", f"{mutation}: {got}: {detail}"
