@@ -77,7 +77,7 @@ def _shorten_quoted(text: str) -> str:
     checkpoint or file is meant)."""
     folder, sep, name = text.rpartition("/")
     if sep and folder and len(name) <= 60:
-        return f"{folder[:30]}...{sep}{name}"
+        return f"{folder[:20]}...{sep}{name}"
     return shorten(text)
 
 

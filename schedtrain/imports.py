@@ -113,6 +113,9 @@ def _not_found(missing: str) -> str:
     else:
         roots = _looked or user_roots(None)
         names = [m.name for m in pkgutil.iter_modules([str(p) for p, _ in roots])]
-        where = ("in " + ", ".join(f"{p} ({what})" for p, what in roots)
+        # The spec's folder and its parent are named by what they are (the spec's path
+        # heads the line): the line stays within its 300 characters.
+        where = ("in " + ", ".join(f"{p} ({what})" if what == "the current directory"
+                                   else what for p, what in roots)
                  + " and the installed packages")
     return f"no module named {missing!r}{did_you_mean(missing, names)}; looked {where}"

@@ -58,7 +58,7 @@ def url_problem(url: str) -> str | None:
     if redact(url) != url:
         return (f"{shown!r} holds credentials, which would be printed and stored: give "
                 "them in storage_options or the environment (AWS_ACCESS_KEY_ID, "
-                "AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS)")
+                "GOOGLE_APPLICATION_CREDENTIALS)")
     if protocol == "memory":
         return (f"{shown!r} is in this process's memory: its checkpoints are gone when "
                 "the run ends and nothing could resume from them; give a folder or an "

@@ -43,11 +43,12 @@ class CheckpointError(Error):
         self.reason = reason
 
 
-class DamagedCheckpoint(CheckpointError, RunDirError):
+class DamagedCheckpoint(CheckpointError, RunDirError, ValueError):
     """A checkpoint that loads (its checksum may be valid: a crafted file can carry one)
     but whose run state a resume cannot trust: a key missing, or a field of the wrong
     type or out of bounds. ``--resume auto`` passes it over; ``--resume PATH`` ends with
-    it in one line (exit 2, as any run directory that cannot be used)."""
+    it in one line (exit 2, as any run directory that cannot be used). A ``ValueError``
+    too, as such a refusal was before."""
 
 
 class UnfitCheckpoint(CheckpointError, RunDirError, ValueError):

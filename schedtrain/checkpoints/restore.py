@@ -88,9 +88,8 @@ def own_part(comm: Comm | None, path: Path | str, run: dict[str, Any]) -> tuple[
             path, f"was taken inside an epoch on {len(saved)} processes with {what}, whose "
                   f"rest cannot be re-divided among {size}; resume it on {len(saved)}, or "
                   f"resume an epoch-end checkpoint on {size}")
-    note = (f"checkpoint {str(path)!r} was taken inside an epoch (step "
-            f"{run['clock']['now']['step']}) on {len(saved)} processes and resumes on "
-            f"{size}: the samples no rank has taken are re-divided among {size}, so "
-            f"this epoch's batches, losses and weights differ from an uninterrupted run's "
-            f"(the schedule follows the epoch's new length; docs/distributed.md)")
+    # One line of at most 300 characters with a long path before it: said briefly.
+    note = (f"checkpoint {str(path)!r}, taken inside an epoch on {len(saved)} processes, "
+            f"resumes on {size}: the samples no rank took are re-divided among {size} "
+            f"(this epoch's batches and losses differ; docs/distributed.md)")
     return mine["rng"], {**data, "note": note}

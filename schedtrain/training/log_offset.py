@@ -43,11 +43,14 @@ def _steps(lines: list[bytes]) -> list[int]:
 def check_offset(log: Path, offset: int, step: int, shown: Path | str) -> None:
     """Refuse an ``offset`` (``run.events_offset``) past the end of the log, or that does
     not fall between the log's firings before the checkpoint's ``step`` and those after
-    it; a log that is missing, empty or not a regular file is not judged here.
+    it; a log that is missing, empty, a link or not a regular file is not judged here
+    (the log's writer refuses what is not a regular file of the run).
 
     Raises:
         DamagedFile: naming the checkpoint and ``run.events_offset``.
     """
+    if log.is_symlink():  # not the run's log: the writer refuses it (``open_in_place``)
+        return
     try:
         f = open_regular(log)
     except (OSError, UnsafeFile):

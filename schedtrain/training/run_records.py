@@ -132,9 +132,19 @@ MAX_LOSS_SUM = 1e38
 
 
 def _small(value: Any) -> bool:
+    # NaN and infinities are a diverged loss, kept as it was (TerminateOnNaN judges it);
+    # a finite value past float32's range is no sum of a step's losses.
     if isinstance(value, torch.Tensor):
-        return value.numel() == 1 and bool(value.detach().abs().float().cpu() <= MAX_LOSS_SUM)
-    return value is None or (_real(value) and abs(value) <= MAX_LOSS_SUM)
+        if value.numel() != 1:
+            return False
+        number = float(value.detach().float().cpu())
+    elif value is None:
+        return True
+    elif _real(value):
+        number = float(value)
+    else:
+        return False
+    return not math.isfinite(number) or abs(number) <= MAX_LOSS_SUM
 
 
 @attrs.frozen
@@ -148,8 +158,9 @@ class LossesState:
     def __attrs_post_init__(self) -> None:
         for name in ("sum", "last"):
             if not _small(getattr(self, name)):
+                found = printable(repr(getattr(self, name)))[:40]
                 raise invalid(name, f"expected a number of at most {MAX_LOSS_SUM:g} in "
-                                    f"magnitude, found {printable(repr(getattr(self, name)))[:40]}")
+                                    f"magnitude (or not finite), found {found}")
 
 
 def _same(a: Any, b: Any) -> bool:
