@@ -244,7 +244,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                       schedule_change=args.schedule_change)
     except ScheduleChanged as exc:  # every rank refuses alike; the chief says why
         if os.environ.get("RANK", "0") == "0":
-            print(with_head("error: ", str(exc)), file=sys.stderr)
+            # its diff is a table of lines, each kept within a line's 300 characters
+            first, *rest = str(exc).splitlines() or [""]
+            print("\n".join([with_head("error: ", first), *map(one_line, rest)]),
+                  file=sys.stderr)
         return EXIT_BAD_INPUT
     except RunEnded as exc:
         if args.resume != "auto":
