@@ -30,7 +30,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from schedtrain.errors import RunDirError, describe, one_line
+from schedtrain.errors import Error, RunDirError, describe, one_line
 from schedtrain.files import read_regular
 from schedtrain.urls import redact_text
 
@@ -306,7 +306,7 @@ def invalid(field: str, message: str) -> Exception:
     return _FieldInvalid(field, message)
 
 
-class PartStateError(ValueError):
+class PartStateError(Error, ValueError):
     """A part's own ``load_state_dict`` refusing its state: ``key`` is the key path inside
     that state (``best``, ``best.wait``), ``reason`` what was expected and found. Whoever
     loads the part names the full path (``within`` prefixes the part's own key)."""

@@ -17,6 +17,7 @@ import attrs
 import structlog
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.readback import PartStateError, printable
 from schedtrain.retention import Policy, Saved, retained, saved_at, saved_row
 from schedtrain.time import Timestamp
 
@@ -95,9 +96,18 @@ class Records:
     def load(self, rows: Iterable[Any], check: Callable[[str], str] = str) -> None:
         """Restore ``state()``'s rows (``check`` vets each name read from a checkpoint)."""
         self.by_name = {}
-        for row in rows:
-            saved = saved_row(row)
-            self.add(attrs.evolve(saved, name=check(saved.name)))
+        for i, row in enumerate(rows):
+            try:
+                saved = saved_row(row)
+            except (TypeError, ValueError):  # named by its index, never echoed raw
+                raise PartStateError(f"records[{i}]", (
+                    "expected a saver's record [name, 7 counters, finite, values], found "
+                    f"{printable(repr(row))[:60]}")) from None
+            try:
+                name = check(saved.name)
+            except ValueError as exc:
+                raise PartStateError(f"records[{i}][0]", printable(str(exc))) from None
+            self.add(attrs.evolve(saved, name=name))
 
 
 class Ranking(Callback):

@@ -89,7 +89,7 @@ def own_part(comm: Comm | None, path: Path | str, run: dict[str, Any]) -> tuple[
                   f"rest cannot be re-divided among {size}; resume it on {len(saved)}, or "
                   f"resume an epoch-end checkpoint on {size}")
     # One line of at most 300 characters with a long path before it: said briefly.
-    note = (f"checkpoint {str(path)!r}, taken inside an epoch on {len(saved)} processes, "
-            f"resumes on {size}: the samples no rank took are re-divided among {size} "
-            f"(this epoch's batches and losses differ; docs/distributed.md)")
+    note = (f"checkpoint {Path(str(path)).name}, taken inside an epoch on {len(saved)} "
+            f"processes, resumes on {size}: the samples no rank took are re-divided among "
+            f"{size}, so this epoch's batches differ (docs/distributed.md)")
     return mine["rng"], {**data, "note": note}

@@ -15,8 +15,8 @@ from schedtrain.errors import Error, describe, one_line
 from schedtrain.readback import DamagedFile, PartStateError, printable, structure
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["DriverStateError", "check_driver_state", "check_seen", "count", "host_state",
-           "latest_values", "load_part"]
+__all__ = ["MAX_NESTING", "DriverStateError", "check_driver_state", "check_nesting",
+           "check_seen", "count", "host_state", "latest_values", "load_part"]
 
 _FIELDS: Final = ("step", "batch", "epoch", "step_in_epoch", "sample", "token", "time_ns")
 _KEYS: Final = ("clock", "pending", "table", "metrics", "started", "in_epoch")
@@ -180,3 +180,27 @@ def load_part(path: str, load: Callable[[Any], None], value: Any) -> None:
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise DriverStateError(path, "the state this part saved",
                                f"{type(exc).__name__}: {exc}") from None
+
+
+#: How deeply a driver state may nest: Lightning deep-copies it before the callback reads
+#: it, and a state nested past Python's recursion limit would end the fit there.
+MAX_NESTING = 200
+
+
+def check_nesting(state: object, path: str = "driver state") -> None:
+    """Refuse a state nested deeper than ``MAX_NESTING`` (a walk without recursion).
+
+    Raises:
+        DriverStateError: naming the key path where it nests too deep.
+    """
+    stack: list[tuple[object, str, int]] = [(state, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise DriverStateError(where or path, f"at most {MAX_NESTING} nested levels",
+                                   "more")
+        if isinstance(value, Mapping):
+            stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1)
+                         for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))

@@ -27,7 +27,7 @@ resumed fit fires what the uninterrupted one would.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
@@ -37,11 +37,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("schedtrain.integrations.lightning needs Lightning: "
                       "pip install 'schedtrain[lightning]'") from exc
-import torch
 
 from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.driver import refuse_unknown_actions, takes_event
-from schedtrain.integrations.driver_state import host_state, latest_values
+from schedtrain.integrations.driver_state import check_nesting, host_state, latest_values
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -53,6 +52,7 @@ from schedtrain.integrations.hosted import (
 from schedtrain.integrations.keeping import KeepArg, host_keeps, load_keeps, save_kept
 from schedtrain.integrations.lightning_loop import (
     VALIDATE_KNOWN,
+    batch_size,
     check_resumed,
     check_version,
     precision_name,
@@ -77,19 +77,6 @@ _ACTS_AT = {"validate": ("step_end", "epoch_end"), "log": ("step_end",)}
 _EVENTS = ("train_start", "epoch_start", "batch_end", "step_end", "epoch_end", "train_end")
 Hook = Callable[["pl.Trainer", "pl.LightningModule"], Any]
 Counter = Callable[[Any], int]
-
-
-def batch_size(batch: Any) -> int:
-    """The first dimension of the first tensor in ``batch`` (0 when it holds none)."""
-    if isinstance(batch, torch.Tensor):  # every batch: the cheapest reads torch has
-        return batch.shape[0] if batch.ndim else 1
-    values: Collection[Any] = (batch.values() if isinstance(batch, Mapping)
-                               else batch if isinstance(batch, list | tuple) else ())
-    for value in values:
-        n = batch_size(value)
-        if n:
-            return n
-    return 0
 
 
 def _check_bindings(schedule: Schedule, actions: Mapping[str, Hook | str]) -> None:
@@ -388,6 +375,11 @@ class ScheduleCallback(pl.Callback):
     def state_dict(self) -> dict[str, Any]:
         return {"driver": self.driver.state_dict(), "last_read": dict(self._last_read),
                 "keep": {n: k.state() for n, k in self.keep.items()}}
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        # before Lightning deep-copies this state (too deep a one would overflow there)
+        check_nesting((checkpoint.get("callbacks") or {}).get(self.state_key))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # each part checked before any is restored; a damaged one refused by key path

@@ -4,14 +4,16 @@ names (the verbs that need them are refused on others, in one line)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 
 from schedtrain.integrations.driver import ScheduleDriver
 from schedtrain.integrations.driver_state import DriverStateError
 
-__all__ = ["VALIDATE_KNOWN", "check_resumed", "check_version", "precision_name",
+__all__ = ["VALIDATE_KNOWN", "batch_size", "check_resumed", "check_version", "precision_name",
            "set_log_every", "step_counter", "synced", "validate"]
 
 
@@ -141,3 +143,16 @@ def check_resumed(driver: ScheduleDriver, trainer: pl.Trainer) -> None:
 def precision_name(lightning: str) -> str:
     """schedtrain's name of Lightning's precision ("bf16-mixed" -> "bf16")."""
     return "bf16" if "bf16" in lightning else "fp16" if lightning.startswith("16") else "fp32"
+
+
+def batch_size(batch: Any) -> int:
+    """The first dimension of the first tensor in ``batch`` (0 when it holds none)."""
+    if isinstance(batch, torch.Tensor):  # every batch: the cheapest reads torch has
+        return batch.shape[0] if batch.ndim else 1
+    values: Collection[Any] = (batch.values() if isinstance(batch, Mapping)
+                               else batch if isinstance(batch, list | tuple) else ())
+    for value in values:
+        n = batch_size(value)
+        if n:
+            return n
+    return 0

@@ -217,3 +217,21 @@ def test_the_latest_values_of_a_plain_driver_are_refused_by_key_path() -> None:
         crafted["metrics"]["loss"] = value
         with _refused(rf"driver state: metrics\.{key}: expected"):
             ScheduleDriver(Schedule({"best": improved("loss")})).load_state_dict(crafted)
+
+
+def test_a_state_nested_past_the_cap_is_refused_before_lightning_copies_it() -> None:
+    """Lightning deep-copies a callback's state before it reads it: a state nested past
+    the cap is refused by key path in one line first (``on_load_checkpoint``), never a
+    RecursionError inside Lightning."""
+    from schedtrain.integrations.driver_state import MAX_NESTING, DriverStateError, check_nesting
+
+    deep: list[object] = []
+    inner = deep
+    for _ in range(100_000):
+        inner.append([])
+        inner = inner[0]  # type: ignore[assignment]
+    with pytest.raises(DriverStateError) as err:
+        check_nesting({"driver": {"metrics": deep}})
+    assert str(err.value).startswith("driver state: driver.metrics[0]")
+    assert "\n" not in str(err.value)
+    check_nesting({"driver": {"x": [[1]] * 3}, "depth": list(range(MAX_NESTING))})
