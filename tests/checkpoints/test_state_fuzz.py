@@ -49,7 +49,7 @@ def test_the_fixtures_have_every_file_kind(runs: dict[str, FuzzRun]) -> None:
 
 
 # The same cases every run (derandomized): CI is reproducible, and the benchmark script
-# walks every leaf and mutation (benchmarks/fuzz_state*.py, counts in docs/checkpoints.md).
+# walks every leaf and mutation and prints the counts (benchmarks/fuzz_state*.py).
 @settings(max_examples=CASES, deadline=None, database=None, phases=[Phase.generate],
           derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

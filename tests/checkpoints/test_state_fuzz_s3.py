@@ -75,7 +75,7 @@ def test_the_fixture_has_every_object_kind(s3_fuzz_run: S3FuzzRun) -> None:
 
 
 # The same cases every run (derandomized): CI is reproducible, and the benchmark script
-# walks every leaf and mutation (benchmarks/fuzz_state*.py, counts in docs/checkpoints.md).
+# walks every leaf and mutation and prints the counts (benchmarks/fuzz_state*.py).
 @settings(max_examples=25, deadline=None, database=None, phases=[Phase.generate],
           derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

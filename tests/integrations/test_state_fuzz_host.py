@@ -66,7 +66,7 @@ def test_the_fixture_reaches_every_part_of_the_state(host_fuzz: HostFuzz) -> Non
 
 
 # The same cases every run (derandomized): CI is reproducible, and the benchmark script
-# walks every leaf and mutation (benchmarks/fuzz_state*.py, counts in docs/checkpoints.md).
+# walks every leaf and mutation and prints the counts (benchmarks/fuzz_state*.py).
 @settings(max_examples=25, deadline=None, database=None, phases=[Phase.generate],
           derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
