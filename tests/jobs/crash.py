@@ -4,6 +4,8 @@ dropout and Adam, so an inexact resume shows in the weights."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -22,5 +24,15 @@ def make_task() -> Task:
     workers = int(os.environ.get("CRASH_JOB_WORKERS", "0"))
     train = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, num_workers=workers)
     val = DataLoader(TensorDataset(x[:128], y[:128]), batch_size=64)
+    pause = float(os.environ.get("CRASH_JOB_STEP_SECONDS", "0"))
     return Task(model, torch.optim.Adam(model.parameters(), lr=1e-3), train, val,
-                loss_fn=nn.functional.cross_entropy)
+                loss_fn=_paced(pause) if pause else nn.functional.cross_entropy)
+
+
+def _paced(seconds: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The loss, each step at least ``seconds`` long: a test that must reach a running job
+    (a live retime) finds it running on an idle machine too; the numbers are unchanged."""
+    def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        time.sleep(seconds)
+        return nn.functional.cross_entropy(out, target)
+    return loss

@@ -63,7 +63,10 @@ def test_kill_9_after_a_retime_then_resume_auto_is_the_retimed_run(tmp_path: Pat
                    .replace('every = "23 steps"', 'every = "19 steps"'))
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(0), text=True,
+    # Paced (20 ms a step): the job is still running when the request reaches it, however
+    # idle the machine (unpaced, 192 steps can end within one look of POLL_NS).
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**env(0), "CRASH_JOB_STEP_SECONDS": "0.02"},
+                            text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         _wait_for("training", lambda: any(s >= 20 for s in _log_steps(run_dir)), proc)
