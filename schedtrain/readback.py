@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -32,23 +31,37 @@ from cattrs.errors import (
 
 from schedtrain.errors import Error, RunDirError, describe, one_line
 from schedtrain.files import read_regular
+from schedtrain.nesting import CONTROL as _CONTROL
+from schedtrain.nesting import MAX_DEPTH, check_depth, printable, too_deep_at
 from schedtrain.urls import redact_text
 
-__all__ = ["MAX_DEPTH", "MAX_LIST", "SMALL_FILE", "DamagedFile", "PartStateError", "at_most",
-           "between",
-           "check_depth", "finite", "invalid", "parse_json", "printable", "read_json",
-           "state_number", "structure", "too_deep_at", "valid"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_LIST",
+    "SMALL_FILE",
+    "DamagedFile",
+    "Invalid",
+    "PartStateError",
+    "at_most",
+    "between",
+    "check_depth",
+    "finite",
+    "invalid",
+    "parse_json",
+    "printable",
+    "read_json",
+    "state_number",
+    "structure",
+    "too_deep_at",
+    "valid",
+]
 
 T = TypeVar("T")
 
-#: How deeply lists and tables of a read-back JSON file may nest (schedtrain writes at
-#: most a few levels; Python's own reader would overflow its stack near 1,000).
-MAX_DEPTH: Final = 32
 #: The size cap of a small control file (``run.json``, a retime request, a lease).
 SMALL_FILE: Final = 1 << 20
 #: The longest list a read-back record holds (stretches of an epoch, retimes applied).
 MAX_LIST: Final = 10_000
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 Where = tuple[str | int, ...]
 
@@ -69,71 +82,6 @@ class DamagedFile(RunDirError):
         self.path = path
         self.key = key
         self.reason = reason
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters (a newline that would forge a second message
-    line, a terminal escape) written as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
-
-
-def check_depth(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
-    """Whether JSON ``text`` nests lists and tables at most ``limit`` deep (strings
-    skipped): a linear scan, so a 100,000-deep file is refused before ``json`` recurses."""
-    return too_deep_at(text, limit) is None
-
-
-def too_deep_at(text: str | bytes, limit: int = MAX_DEPTH) -> str | None:
-    """The key path where JSON ``text`` first nests deeper than ``limit`` (``""``: at its
-    top), or ``None`` where it does not; one linear scan, strings skipped."""
-    data = text.encode() if isinstance(text, str) else text
-    # Per open container: its key path, whether a table, its item index, its key now.
-    frames: list[_Frame] = []
-    last = ""
-    in_string = escaped = False
-    start = 0
-    for i, byte in enumerate(data):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-                last = data[start:i].decode("utf-8", "replace")
-            continue
-        if byte == 0x22:
-            in_string, start = True, i + 1
-        elif byte in (0x5B, 0x7B):  # [ {
-            where = frames[-1].child() if frames else ""
-            if len(frames) >= limit:  # named by its last key: the run of [0]s says nothing
-                named = max((f for f in frames if f.table), default=None,
-                            key=lambda f: len(f.path))
-                return "" if named is None else named.child()
-            frames.append(_Frame(where, byte == 0x7B))
-        elif byte in (0x5D, 0x7D):  # ] }
-            if frames:
-                frames.pop()
-        elif byte == 0x2C and frames:  # , : the next item
-            frames[-1].index += 1
-        elif byte == 0x3A and frames:  # : the string before it is a key
-            frames[-1].key = printable(last)[:60]
-    return None
-
-
-@attrs.define
-class _Frame:
-    """A container open in ``too_deep_at``'s scan."""
-
-    path: str
-    table: bool
-    index: int = 0
-    key: str = ""
-
-    def child(self) -> str:
-        if self.table:
-            return f"{self.path}.{self.key}" if self.path else self.key
-        return f"{self.path}[{self.index}]"
 
 
 def _no_constant(name: str) -> float:
@@ -174,8 +122,13 @@ def read_json(path: Path, *, limit: int = SMALL_FILE, depth: int = MAX_DEPTH) ->
     return parse_json(data, path, depth=depth)
 
 
-class _Invalid(Exception):
-    """Raised by a structuring hook: what was expected."""
+class Invalid(Error):
+    """Raised by a structuring hook: what was expected (the spec's converter raises it
+    too, through the strict scalar hooks it shares: ``strict_int``, ``strict_str``,
+    ``strict_bool``)."""
+
+
+_Invalid = Invalid
 
 
 class _At(Exception):
@@ -195,7 +148,7 @@ class _FieldInvalid(_Invalid):
         self.name = name
 
 
-def _int(value: object, _t: object) -> int:
+def strict_int(value: object, _t: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Invalid(f"expected an integer, found {describe(value)}")
     return value
@@ -209,13 +162,13 @@ def _float(value: object, _t: object) -> float:
     return float(value)
 
 
-def _str(value: object, _t: object) -> str:
+def strict_str(value: object, _t: object) -> str:
     if not isinstance(value, str):
         raise _Invalid(f"expected a string, found {describe(value)}")
     return value
 
 
-def _bool(value: object, _t: object) -> bool:
+def strict_bool(value: object, _t: object) -> bool:
     if not isinstance(value, bool):
         raise _Invalid(f"expected true or false, found {describe(value)}")
     return value
@@ -257,10 +210,10 @@ def _mapping(value: object, t: Any) -> dict[Any, Any]:
 
 
 _converter = cattrs.Converter(forbid_extra_keys=False, detailed_validation=True)
-_converter.register_structure_hook(int, _int)
+_converter.register_structure_hook(int, strict_int)
 _converter.register_structure_hook(float, _float)
-_converter.register_structure_hook(str, _str)
-_converter.register_structure_hook(bool, _bool)
+_converter.register_structure_hook(str, strict_str)
+_converter.register_structure_hook(bool, strict_bool)
 _converter.register_structure_hook_func(
     lambda t: getattr(t, "__origin__", None) is tuple, _sequence)
 _converter.register_structure_hook_func(

@@ -28,6 +28,8 @@ from schedtrain.distributed.vocabulary import REDUCE_OPS, STRATEGIES
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_callback_name, is_name
+from schedtrain.readback import Invalid as _Invalid
+from schedtrain.readback import strict_bool, strict_int, strict_str
 from schedtrain.spec.clock_check import check_clock, check_whole
 from schedtrain.spec.deadlines import check_deadline, check_notice, check_signals
 from schedtrain.spec.failures import check_failures
@@ -74,33 +76,10 @@ class Document:
     callbacks: dict[str, Any] = attrs.field(factory=dict)
 
 
-class _Invalid(Exception):
-    """Raised by a structuring hook: what was expected."""
-
-
-def _strict_int(value: object, _t: object) -> int:
-    # cattrs' default int hook is int(x): it would accept "10", 1.5 and true silently.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Invalid(f"expected an integer, found {describe(value)}")
-    return value
-
-
 def _strict_float(value: object, _t: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Invalid(f"expected a number, found {describe(value)}")
     return float(value)
-
-
-def _strict_str(value: object, _t: object) -> str:
-    if not isinstance(value, str):
-        raise _Invalid(f"expected a string, found {describe(value)}")
-    return value
-
-
-def _strict_bool(value: object, _t: object) -> bool:
-    if not isinstance(value, bool):
-        raise _Invalid(f"expected true or false, found {describe(value)}")
-    return value
 
 
 def _strict_str_map(value: object, _t: object) -> dict[str, str]:
@@ -127,7 +106,7 @@ def _int_or_list(value: object, _t: object) -> int | tuple[int, ...] | None:
     """A per-batch amount: one whole number, or a list of them (one epoch's batches)."""
     if value is None or isinstance(value, list):
         return None if value is None else _strict_list(value, tuple[int, ...])
-    return _strict_int(value, int)
+    return strict_int(value, int)
 
 
 def _table(value: object, _t: object) -> dict[str, Any]:
@@ -137,10 +116,10 @@ def _table(value: object, _t: object) -> dict[str, Any]:
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-_converter.register_structure_hook(int, _strict_int)
+_converter.register_structure_hook(int, strict_int)
 _converter.register_structure_hook(float, _strict_float)
-_converter.register_structure_hook(str, _strict_str)
-_converter.register_structure_hook(bool, _strict_bool)
+_converter.register_structure_hook(str, strict_str)
+_converter.register_structure_hook(bool, strict_bool)
 _converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _strict_str_map)
 _converter.register_structure_hook_func(_is_int_or_list, _int_or_list)
 _converter.register_structure_hook_func(
