@@ -18,7 +18,12 @@ from typing import Any
 import attrs
 import tomllib
 
-from schedtrain.cli.preflight import UsageError, derived_clock
+from schedtrain.cli.preflight import (
+    UsageError,
+    derived_clock,
+    one_process_note,
+    processes,
+)
 from schedtrain.errors import RunDirError, describe
 from schedtrain.planning.changes import canonical, diff_texts
 from schedtrain.planning.deletions import Present, saved_records
@@ -157,10 +162,17 @@ def _side_of(path: str, state: Mapping[str, Any], folder: Path | None = None) ->
 def _shape(args: argparse.Namespace, old: Side, new: Side) -> RunShape | None:
     """The run to simulate: the options, over NEW's ``[clock]`` (or OLD's), completed
     from its ``[run]`` (with ``--import``, its steps per epoch counted as ``plan``'s)."""
+    counts = getattr(args, "do_import", False)  # retime's args have neither option
+    given = getattr(args, "nproc", None)
+    if given is not None and not counts:
+        raise UsageError("--nproc divides the steps per epoch counted from a spec's [run] "
+                         "task: give --import too")
+    nproc = processes(given) if counts else None
     for side in (new, old):
         if side.spec is None:
             continue
-        spec, _ = derived_clock(side.spec, getattr(args, "do_import", False))
+        spec, _ = derived_clock(side.spec, counts, nproc=nproc)
+        one_process_note(side.name, side.spec, nproc, counts)
         try:
             shape = spec.clock.shape(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
         except ValueError as exc:

@@ -20,7 +20,9 @@ def exit_process(code: int) -> NoReturn:
     exception"), which fails the whole ``torchrun`` job. Everything a run writes is
     closed before this point.
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    # a WORLD_SIZE that is no number was refused by the command (plan --import): no rank
+    if world.isdecimal() and len(world) < 10 and int(world) > 1:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         logging.shutdown()

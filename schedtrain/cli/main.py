@@ -109,8 +109,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
             task = prepared.task if prepared is not None else None
             # a host's run has no schedtrain task to count
             counts = args.do_import and not preflight.hosted(spec, args.host)
-            spec, shape_notes = derived_clock(spec, counts, task)
+            nproc = preflight.counted_processes(spec, counts, args.nproc)
+            spec, shape_notes = derived_clock(spec, counts, task, nproc)
             notes += shape_notes + stale_notes(spec, prepared)
+            preflight.one_process_note(path, spec, nproc, counts)
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)
@@ -136,8 +138,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, imports=args.do_import)
     counts = args.do_import and not preflight.hosted(spec, args.host)
     task = preflight.plan_task(spec) if counts else None
-    spec, notes = derived_clock(spec, counts, task)
+    nproc = preflight.counted_processes(spec, counts, args.nproc)
+    spec, notes = derived_clock(spec, counts, task, nproc)
     _warn(args.spec, notes, sys.stderr)
+    preflight.one_process_note(args.spec, spec, nproc, counts)
     size = args.checkpoint_size
     if size is None and task is not None:
         from schedtrain.checkpoints.size import estimate_checkpoint_bytes

@@ -40,6 +40,7 @@ examples:
   schedtrain plan specs/resnet_tensorpack.toml
   schedtrain plan specs/lm_plan_only.toml --format json > firings.json
   schedtrain plan specs/early_stopping.toml --metrics runs/x/events.jsonl
+  schedtrain plan specs/digits_ddp.toml --import --nproc 2   # a rank's steps on 2
   schedtrain plan specs/resnet_tensorpack.toml --format png --out plan.png
 """
 _DIFF_EPILOG = """\
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--import", dest="do_import", action="store_true",
                        help="import 'module:Class' callback and trigger classes and check "
                             "their arguments (this runs code from those modules)")
+    _add_nproc(check)
 
     plan = sub.add_parser("plan", help="simulate a spec and show when callbacks fire",
                           epilog=_PLAN_EPILOG, formatter_class=fmt,
@@ -121,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--import", dest="do_import", action="store_true",
                       help="import custom trigger classes ({ custom = \"module:Class\" }); "
                            "this runs code from those modules")
+    _add_nproc(plan)
 
     diff = sub.add_parser("diff", help="compare two schedules and the firings they make",
                           epilog=_DIFF_EPILOG, formatter_class=fmt,
@@ -142,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--import", dest="do_import", action="store_true",
                       help="build a spec's [run] task to count its steps per epoch, as "
                            "plan --import does (a spec with [run] and no [clock])")
+    _add_nproc(diff)
     diff.add_argument("--format", choices=("table", "json"), default="table",
                       help="table (default) or json")
     diff.add_argument("--first", type=_positive_int, default=5, metavar="N",
@@ -173,6 +177,13 @@ examples:
 exit codes: 0 handed (with --wait: applied), 1 no answer within --wait (the request
 stays), 2 bad input, no job running there, or a change a running job cannot make
 """
+
+
+def _add_nproc(command: Any) -> None:
+    command.add_argument("--nproc", type=_nproc, metavar="N",
+                         help="with --import, count the steps per epoch of one of N processes "
+                              "(torchrun --nproc-per-node x nodes), divided as the run "
+                              "divides the data; default: WORLD_SIZE where set, else 1")
 
 
 def _add_retime(sub: Any) -> None:
@@ -230,24 +241,25 @@ def _share(text: str) -> float:
     return value
 
 
-def _whole_number(minimum: int) -> Callable[[str], int]:
-    """An argument type: a whole number of at least ``minimum``."""
+def _whole_number(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argument type: a whole number from ``minimum`` to ``maximum``."""
     def parse(text: str) -> int:
         huge = number_text(text)
         if huge is not None:  # int() would refuse it in Python's words, or take seconds
             raise argparse.ArgumentTypeError(
-                f"expected a whole number of at most {MAX_COUNT:,}, got {huge}")
+                f"expected a whole number of at most {maximum:,}, got {huge}")
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected a whole number, got {_given(text)}") from None
-        if not minimum <= value <= MAX_COUNT:
+        if not minimum <= value <= maximum:
             raise argparse.ArgumentTypeError(
-                f"expected a whole number from {minimum} to {MAX_COUNT:,}, got {value}")
+                f"expected a whole number from {minimum} to {maximum:,}, got {value}")
         return value
     return parse
 
 
 _positive_int = _whole_number(1)
+_nproc = _whole_number(1, preflight.MAX_RANKS)
 _whole = _whole_number(0)

@@ -5,13 +5,29 @@ from ``[run]`` and the task."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+import sys
+from typing import Any, Final
 
-from schedtrain.errors import Error, ScheduleError, number_text, shorten
+from schedtrain.errors import (
+    PATH_LIMIT,
+    Error,
+    ScheduleError,
+    number_text,
+    one_line,
+    shorten,
+    with_head,
+)
+from schedtrain.readback import MAX_LIST
 from schedtrain.spec import Spec
 
-__all__ = ["UsageError", "check_spec", "derived_clock", "hosted", "plan_task", "size_argument",
-           "stale_notes"]
+#: The most processes ``--nproc`` or ``WORLD_SIZE`` may say: as many as a run's state may
+#: record (``training.redivide.MAX_RANKS``, which needs torch to import).
+MAX_RANKS: Final = MAX_LIST
+
+__all__ = ["MAX_RANKS", "UsageError", "check_spec", "counted_processes", "derived_clock",
+           "hosted",
+           "one_process_note", "plan_task", "processes", "size_argument", "stale_notes"]
 
 
 class UsageError(Error):
@@ -70,10 +86,63 @@ def stale_notes(spec: Spec, prepared: Any) -> list[str]:
     return staleness.stale_notes(spec, produces)
 
 
-def derived_clock(spec: Spec, do_import: bool, task: Any = None) -> tuple[Spec, list[str]]:
+def processes(given: int | None) -> int | None:
+    """The processes a run's steps are counted for: ``--nproc`` (``given``), else the
+    environment's ``WORLD_SIZE`` (under ``torchrun``), else ``None`` (not said).
+
+    Raises:
+        UsageError: ``WORLD_SIZE`` is not a whole number from 1 to ``MAX_RANKS``.
+    """
+    if given is not None:
+        return given
+    text = os.environ.get("WORLD_SIZE")
+    if text is None or not text.strip():
+        return None
+    try:
+        value = int(text) if len(text) <= 20 else -1
+    except ValueError:
+        value = -1
+    if not 1 <= value <= MAX_RANKS:
+        raise UsageError(f"WORLD_SIZE (environment): expected a number of processes from 1 "
+                         f"to {MAX_RANKS:,}, found {shorten(text)!r}; --nproc N overrides it")
+    return value
+
+
+def counted_processes(spec: Spec, counts: bool, given: int | None) -> int | None:
+    """``processes`` where the steps per epoch are counted from ``spec``'s task
+    (``counts``: ``--import``, not for a host), else ``None``.
+
+    Raises:
+        UsageError: ``--nproc`` (``given``) where no steps are counted.
+    """
+    if counts and spec.run is not None and spec.run.task:
+        return processes(given)
+    if given is not None:
+        raise UsageError(f"{spec.path}: --nproc divides the steps per epoch counted from "
+                         "the [run] task: give --import, with a spec whose [run] has a task")
+    return None
+
+
+def one_process_note(path: str, spec: Spec, nproc: int | None, counted: bool) -> None:
+    """A note on stderr where ``spec``'s steps were counted from its task (``counted``)
+    for one process while its ``[run]`` asks for several (``strategy`` "ddp" or "fsdp"):
+    a rank of a DDP job takes a share of each epoch."""
+    run = spec.run
+    if not counted or nproc is not None or run is None or not run.task \
+            or run.strategy not in ("ddp", "fsdp"):
+        return
+    print(with_head(f"note: {one_line(path, PATH_LIMIT)}: ", (
+        f"[run] strategy = \"{run.strategy}\": the steps per epoch are counted for one "
+        "process; give --nproc N (or set WORLD_SIZE) to count a rank's share on N")),
+        file=sys.stderr)
+
+
+def derived_clock(spec: Spec, do_import: bool, task: Any = None,
+                  nproc: int | None = None) -> tuple[Spec, list[str]]:
     """``[clock]``'s missing keys from ``[run]`` (and, with ``--import``, the steps per
-    epoch counted from the task's data: ``task`` when built already), with a warning for
-    each disagreement."""
+    epoch counted from the task's data: ``task`` when built already; a rank's share on
+    ``nproc`` processes, divided as the run divides it), with a warning for each
+    disagreement."""
     from schedtrain.spec.shape import derive_clock
 
     counted = None
@@ -83,7 +152,7 @@ def derived_clock(spec: Spec, do_import: bool, task: Any = None) -> tuple[Spec, 
         except ImportError as exc:
             raise UsageError(f"--import counts the task's batches with schedtrain.training "
                              f"(and torch), which cannot be imported: {exc}") from None
-        counted = count_steps_per_epoch(spec, task)
+        counted = count_steps_per_epoch(spec, task, nproc or 1)
     return derive_clock(spec, counted)
 
 

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from schedtrain.distributed.comm import Comm
 from schedtrain.distributed.vocabulary import STRATEGIES
 
-__all__ = ["LOADER_ARGS", "STRATEGIES", "shard_loader", "wrap_model"]
+__all__ = ["LOADER_ARGS", "STRATEGIES", "rank_loader", "shard_loader", "wrap_model"]
 
 # DataLoader arguments carried over when it is rebuilt with a distributed sampler.
 LOADER_ARGS: Final = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last",
@@ -63,6 +63,12 @@ def shard_loader(data: Any, comm: Comm, seed: int) -> Any:
     """``data`` with a ``DistributedSampler`` when it is a ``DataLoader`` over a map-style
     dataset with the default sampler; anything else is returned as it is (it must already
     give each rank its own part, with the same number of steps per epoch)."""
+    return rank_loader(data, comm.size, comm.rank, seed)
+
+
+def rank_loader(data: Any, ranks: int, rank: int, seed: int) -> Any:
+    """``data`` as rank ``rank`` of ``ranks`` takes it (``shard_loader``'s division): no
+    process group is needed, so ``plan --nproc`` counts a rank's batches by this very rule."""
     if not isinstance(data, DataLoader):
         return data
     sampler = data.sampler
@@ -70,7 +76,7 @@ def shard_loader(data: Any, comm: Comm, seed: int) -> Any:
             sampler, RandomSampler | SequentialSampler) or data.batch_size is None:
         return data
     dist_sampler: DistributedSampler[Any] = DistributedSampler(
-        data.dataset, num_replicas=comm.size, rank=comm.rank,
+        data.dataset, num_replicas=ranks, rank=rank,
         shuffle=isinstance(sampler, RandomSampler), seed=seed, drop_last=data.drop_last)
     kwargs = {k: getattr(data, k) for k in LOADER_ARGS if hasattr(data, k)}
     if kwargs.get("num_workers", 0) == 0:

@@ -109,10 +109,13 @@ def load_task(spec: Any, target: str) -> Task:
     return task
 
 
-def count_steps_per_epoch(spec: Spec, task: Task | None = None) -> int | None:
-    """Optimizer steps per epoch of ``spec``'s task: its training data's length over
-    ``[run] grad_accum`` (``None`` without a task, or data without a length). Without
-    ``task`` this builds the task (seeded as ``train`` seeds it)."""
+def count_steps_per_epoch(spec: Spec, task: Task | None = None,
+                          nproc: int = 1) -> int | None:
+    """Optimizer steps per epoch of ``spec``'s task on each of ``nproc`` processes: its
+    training data's length, on several divided as the run divides it (``[run]
+    shard_data``: a ``DistributedSampler``), over ``[run] grad_accum`` (``None`` without
+    a task, or data without a length). Without ``task`` this builds the task (seeded as
+    ``train`` seeds it)."""
     from schedtrain.training.data_position import seed_everything
 
     run = spec.run
@@ -121,8 +124,13 @@ def count_steps_per_epoch(spec: Spec, task: Task | None = None) -> int | None:
     if task is None:
         seed_everything(run.seed)
         task = load_task(spec, run.task)
+    data = task.train_data
+    if nproc > 1 and run.shard_data:
+        from schedtrain.distributed.wrap import rank_loader
+
+        data = rank_loader(data, nproc, 0, run.seed)  # every rank takes as many batches
     try:
-        n = len(task.train_data)  # type: ignore[arg-type]
+        n = len(data)  # type: ignore[arg-type]
     except TypeError:
         return None
     return -(-n // run.grad_accum)

@@ -37,6 +37,22 @@ def make_scaled_task() -> Task:
                 val_data=task.val_data, loss_fn=task.loss_fn)
 
 
+def make_sized_task() -> Task:
+    """The job over ``SIZED_TASK="samples,batch,drop_last"`` samples (default
+    ``250,10,0``): epochs whose samples divide unevenly among ranks and into batches."""
+    import os
+
+    size, batch, drop = (int(x) for x in os.environ.get("SIZED_TASK", "250,10,0").split(","))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(size, 8, generator=g)
+    y = (x[:, 0] > 0).long()
+    task = make_task()
+    return Task(model=task.model, optimizer=task.optimizer,
+                train_data=DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True,
+                                      drop_last=bool(drop)),
+                val_data=None, loss_fn=task.loss_fn)
+
+
 def make_momentum_task() -> Task:
     """The same job with an optimizer that has state (momentum) to checkpoint."""
     return make_task(momentum=0.9)
