@@ -42,6 +42,7 @@ from schedtrain.planning.auto import (
     auto_table,
     declare_auto,
     logged_save_cost,
+    logged_step_time,
 )
 from schedtrain.planning.plan import PlanError
 from schedtrain.simulation.metric_stream import MetricStreamError
@@ -198,14 +199,18 @@ def _declare_auto(spec: Any, args: argparse.Namespace) -> list[AutoPlan]:
     from schedtrain.planning.costs import read_costs
 
     costs = read_costs(args.costs) if args.costs else None
-    cost = {}
+    cost, step = {}, {}
     for name in names:
         got = args.checkpoint_seconds
         if got is None and costs is not None:
             got = logged_save_cost(args.costs, name) or costs.per_firing(name) or None
         if got is not None:
             cost[name] = got
-    step = costs.seconds_per_step if costs is not None else spec.clock.seconds_per_step
+        # As the run measured it (no save stalls in it), else the firings' stamps.
+        per = (logged_step_time(args.costs, name) or costs.seconds_per_step
+               if costs is not None else spec.clock.seconds_per_step)
+        if per is not None:
+            step[name] = per
     return declare_auto(spec, cost_s=cost, step_s=step,
                         restart_s=costs.warmup if costs is not None else 0.0)
 

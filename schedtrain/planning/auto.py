@@ -3,8 +3,11 @@ work a failure loses and the time saves take.
 
 The save's cost is ``--checkpoint-seconds`` or, from ``--costs`` (a run's
 ``events.jsonl``), the mean of the ``NAME/save_cost`` values an auto saver logged (else
-the mean of its firings' durations); the seconds per step are ``--costs``' or
-``[clock] seconds_per_step``. The interval so found is declared to the trigger
+the mean of its firings' durations). The seconds per step are, from ``--costs``, the
+mean of the ``NAME/step_time`` values the saver logged: measured as the run measures
+them, without the saves' stalls, so the plan's interval is the one the run decided on
+the same measurements (else the firings' stamps, which include the stalls); without
+``--costs``, ``[clock] seconds_per_step``. The interval so found is declared to the trigger
 (``Decider.declare``), so the plan's firings use it after the first save. A failure
 loses on average half an interval of work plus the restart (the warm-up ``--costs``
 measured, 0 without it).
@@ -13,6 +16,7 @@ measured, 0 without it).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -25,7 +29,8 @@ from schedtrain.spec.model import Spec
 from schedtrain.triggers import AutoEvery, Trigger
 from schedtrain.triggers.auto import MAX_SECONDS
 
-__all__ = ["AutoPlan", "auto_savers", "auto_table", "declare_auto", "logged_save_cost"]
+__all__ = ["AutoPlan", "auto_savers", "auto_table", "declare_auto", "logged_save_cost",
+           "logged_step_time"]
 
 
 @attrs.frozen
@@ -73,8 +78,26 @@ def auto_savers(spec: Spec) -> list[str]:
 
 
 def logged_save_cost(events: str | Path, callback: str) -> float | None:
-    """The mean ``NAME/save_cost`` a run logged for ``callback`` (``None``: none)."""
-    name, got = f"{callback}/save_cost", []
+    """The save cost ``callback``'s decisions were made on: the mean of the
+    ``NAME/save_cost`` values it logged, each at least 0 and the mean at least 1 µs, as
+    ``Decider.decide`` takes them (``None``: none logged)."""
+    got = _logged(events, f"{callback}/save_cost", -MAX_SECONDS, "a save cost")
+    return max(statistics.fmean(max(c, 0.0) for c in got), 1e-6) if got else None
+
+
+def logged_step_time(events: str | Path, callback: str) -> float | None:
+    """The seconds per step ``callback``'s decisions were made on: the mean of the
+    ``NAME/step_time`` values it logged (``None``: none logged). The run measures them
+    from a save's landing to the next firing, so a save's stall is not in them; the
+    firings' stamps in the log (``Costs.seconds_per_step``) hold the stalls."""
+    got = _logged(events, f"{callback}/step_time", 0.0, "a step time")
+    return statistics.fmean(got) if got else None
+
+
+def _logged(events: str | Path, name: str, low: float, what: str) -> list[float]:
+    """The values of the scalar lines named ``name`` in ``events``, each checked to be
+    within ``low``..``MAX_SECONDS``."""
+    got: list[float] = []
     path = Path(events)
     try:
         f = open_regular(path)  # never blocks on a FIFO in the log's place
@@ -88,18 +111,20 @@ def logged_save_cost(events: str | Path, callback: str) -> float | None:
             if isinstance(row, dict) and row.get("name") == name:
                 value = row.get("value")
                 if isinstance(value, bool) or not isinstance(value, int | float) \
-                        or not -MAX_SECONDS <= value <= MAX_SECONDS:
+                        or not low <= value <= MAX_SECONDS:
                     raise DamagedFile(path, f"line {number}.value", (
-                        f"expected a save cost within ±{MAX_SECONDS:,} s, found "
+                        f"expected {what} from {low:,} to {MAX_SECONDS:,} s, found "
                         f"{printable(repr(value))[:40]}"))
                 got.append(float(value))
-    return statistics.fmean(got) if got else None
+    return got
 
 
-def declare_auto(spec: Spec, *, cost_s: dict[str, float], step_s: float | None,
+def declare_auto(spec: Spec, *, cost_s: Mapping[str, float],
+                 step_s: float | Mapping[str, float] | None,
                  restart_s: float = 0.0) -> list[AutoPlan]:
     """Declare the interval of each auto saver of ``spec`` from its save cost
-    (``cost_s[name]``) and ``step_s``; the plans, in the spec's order.
+    (``cost_s[name]``) and its seconds per step (``step_s``, or ``step_s[name]``); the
+    plans, in the spec's order.
 
     Raises:
         PlanError: an auto saver without a cost or without the seconds per step.
@@ -113,14 +138,15 @@ def declare_auto(spec: Spec, *, cost_s: dict[str, float], step_s: float | None,
         if name not in cost_s:
             raise PlanError(f"{spec.path}: callbacks.{name} saves every = \"auto\": give "
                             "--checkpoint-seconds S (a save's cost) or --costs EVENTS")
-        if step_s is None or step_s <= 0:
+        step = step_s.get(name) if isinstance(step_s, Mapping) else step_s
+        if step is None or step <= 0:
             raise PlanError(f"{spec.path}: callbacks.{name} saves every = \"auto\": its "
                             "interval in steps needs the seconds per step: --costs EVENTS "
                             "or [clock] seconds_per_step")
         for auto in autos:
             auto.decider.configure(mtbf, overhead_fraction(spec.run))
-            steps = auto.decider.declare(cost_s[name], step_s)
-        out.append(AutoPlan(name, steps, cost_s[name], step_s, mtbf, restart_s))
+            steps = auto.decider.declare(cost_s[name], step)
+        out.append(AutoPlan(name, steps, cost_s[name], step, mtbf, restart_s))
     return out
 
 
