@@ -5,13 +5,23 @@ from ``[run]`` and the task."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Sequence
+from typing import IO, Any
 
-from schedtrain.errors import Error, ScheduleError, number_text, shorten
+from schedtrain.errors import (
+    PATH_LIMIT,
+    SHOWN_PROBLEMS,
+    Error,
+    ScheduleError,
+    number_text,
+    one_line,
+    shorten,
+    with_head,
+)
 from schedtrain.spec import Spec
 
-__all__ = ["UsageError", "check_spec", "derived_clock", "hosted", "plan_task", "size_argument",
-           "stale_notes"]
+__all__ = ["UsageError", "check_spec", "checked", "derived_clock", "hosted", "plan_task",
+           "print_warnings", "size_argument", "stale_notes"]
 
 
 class UsageError(Error):
@@ -58,6 +68,32 @@ def check_spec(spec: Spec, do_import: bool, host: str | None = None
         return Prepared(bindings, None), porting_notes(bindings) + notes
     prepared = prepare_run(spec)
     return prepared, list(prepared.notes) + notes
+
+
+def checked(spec: Spec, do_import: bool, host: str | None = None
+            ) -> tuple[Spec, list[str]]:
+    """``check``'s checks of ``spec`` (``schedtrain retime`` makes them too, on the new
+    spec): the spec with its ``[clock]`` completed, and the warnings besides the spec's
+    own (``spec.warnings``), stale metrics over that shape included.
+
+    Raises:
+        ScheduleError: what ``train`` would refuse.
+    """
+    prepared, notes = check_spec(spec, do_import, host)
+    task = prepared.task if prepared is not None else None
+    # a host's run has no schedtrain task to count
+    counts = do_import and not hosted(spec, host)
+    spec, shape_notes = derived_clock(spec, counts, task)
+    return spec, notes + shape_notes + stale_notes(spec, prepared)
+
+
+def print_warnings(path: str, notes: Sequence[str], err: IO[str]) -> None:
+    """One line per warning (the same one once), the first ``SHOWN_PROBLEMS``."""
+    notes = list(dict.fromkeys(notes))
+    for note in notes[:SHOWN_PROBLEMS]:
+        print(with_head(f"warning: {one_line(path, PATH_LIMIT)}: ", note), file=err)
+    if len(notes) > SHOWN_PROBLEMS:
+        print(f"warning: {path}: ... and {len(notes) - SHOWN_PROBLEMS} more warnings", file=err)
 
 
 def stale_notes(spec: Spec, prepared: Any) -> list[str]:
