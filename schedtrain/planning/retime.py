@@ -70,8 +70,8 @@ STATUSES: Final = ("applied", "unchanged", "refused")
 KEEP_ANSWERS: Final = 8
 #: ``retimes.json`` holds a schedule per retime: larger than a request, still bounded.
 MAX_HISTORY: Final = 64 << 20
-#: A job on one process looks for a request at least every this many steps: at each
-#: fold of its kept losses (``training.losses.FOLD``, held equal by a test).
+#: A job on one process looks for a request at least every this many steps (at each
+#: multiple of it, and at each fold of its kept losses, ``training.losses.FOLD``).
 LOOK_STEPS: Final = 256
 #: Events the loop fires only when it was built for a trigger that names them.
 LOOP_EVENTS: Final = BATCH_EVENTS

@@ -329,6 +329,7 @@ class Loop:
         ``PREEMPT_CHECK``, where ranks look for an agreed preemption."""
         if self.exact:
             return 0
-        retime = self.retimer.next_step if self.retimer is not None else math.inf
+        retime = (min(self.retimer.next_step, self.retimer.look_step)
+                  if self.retimer is not None else math.inf)
         return self.agreement.limit(min(self.table.step_due, self.max_steps,
                                         step + FOLD - kept, retime), step)

@@ -2,10 +2,11 @@
 
 How the run notices a request: it looks for ``RUN_DIR/retime.json`` (or a request made
 in this process, ``Retimer.retime``) only on the loop's slow path - a step where a
-trigger is due, the kept losses are folded (every ``FOLD`` steps) or training ends -
-there at most once per ``POLL_NS`` of wall time, except at a fold, where one process
-always looks: a request waits at most ``FOLD`` steps, however fast they are, and a
-quiet step pays nothing, not even a comparison. A signal was not chosen: a process
+trigger is due, the kept losses are folded or training ends - there at most once per
+``POLL_NS`` of wall time, except at a fold and every ``LOOK_STEPS`` steps (the loop
+comes to its slow path there), where one process always looks: a request waits at most
+``LOOK_STEPS`` steps, however fast they are; a quiet step pays nothing, not even a
+comparison. A signal was not chosen: a process
 without the handler (an earlier version, ``handle_signals=False``, a run in a thread)
 would be killed by SIGUSR2's default action. On several processes the chief's "a request is waiting"
 rides in the agreement the ranks already make where a trigger is due (no collective of
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import time
 import warnings
@@ -39,6 +41,7 @@ from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_tex
 from schedtrain.planning.retime import (
     ANSWER_FILE,
     HISTORY_FILE,
+    LOOK_STEPS,
     REQUEST_FILE,
     Answer,
     Applied,
@@ -115,6 +118,10 @@ class Retimer:
         #: a request made in this process (``retime``): its id and schedule
         self.asked: Request | None = None
         self._next_look, self._seen = 0, False
+        #: one process looks at this step whatever ``POLL_NS`` says (the loop's slow path
+        #: comes here): a request waits at most ``LOOK_STEPS`` steps, however short the
+        #: epochs (whose ends fold the losses) or fast the steps
+        self.look_step: float = 0 if comm is None else math.inf
         #: what sat at ``retime.json``, refused and not removable (a directory): its
         #: identity, so it is refused once, not at every look
         self._stuck: tuple[int, int, int] | None = None
@@ -179,13 +186,17 @@ class Retimer:
              look: bool = False) -> None:
         """After a slow-path ``step_end`` (``due``: a trigger was due, where ranks agree):
         apply a retime replayed at this step, or a request that waits. ``look``: the
-        kept losses were folded here (every ``FOLD`` steps at the latest): one process
-        looks whatever ``POLL_NS`` says, so a request waits at most ``FOLD`` steps."""
+        kept losses were folded here: one process looks whatever ``POLL_NS`` says (as at
+        ``look_step``), so a request waits at most ``LOOK_STEPS`` steps."""
         while self.replay and self.replay[0].step <= step:
             self._apply(self.replay.pop(0).schedule, None, replayed=True)
         if replay_only:
             return
         if self.comm is None:
+            if step >= self.look_step:  # epochs shorter than a fold: the loop came here
+                look = True
+            if look:
+                self.look_step = (step // LOOK_STEPS + 1) * LOOK_STEPS
             if self.waiting(look):
                 self._take()
         elif due and self.agreement.retime_asked:
