@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import tomllib
@@ -33,7 +33,11 @@ from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import Spec, load_spec
 from schedtrain.spec.write import dump_spec
 
-__all__ = ["Side", "cmd_diff", "read_side"]
+__all__ = ["NOT_COMPARED", "Side", "cmd_diff", "read_side"]
+
+#: Said when no run shape is known (``diff``, ``retime``): only the spec's changes shown.
+NOT_COMPARED: Final = ("note: firings not compared: give --epochs and --steps-per-epoch, or "
+                       "a [clock] in a spec")
 
 
 @attrs.frozen
@@ -220,8 +224,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     start = args.from_step if args.from_step is not None else old.step
     phase = old.phase if args.from_step is None else "step_end"
     if shape is None:
-        print("note: firings not compared: give --epochs and --steps-per-epoch, or a "
-              "[clock] in a spec", file=sys.stderr)
+        print(NOT_COMPARED, file=sys.stderr)
     keep = _savers(new)
     diff = diff_texts(a, b, shape=shape, from_step=start, phase=phase,
                       files=(args.old, args.new), keep=keep,

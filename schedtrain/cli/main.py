@@ -19,7 +19,8 @@ from typing import IO, Any, Final
 
 from schedtrain.cli import preflight
 from schedtrain.cli.parser import build_parser
-from schedtrain.cli.preflight import UsageError, check_spec, derived_clock, stale_notes
+from schedtrain.cli.preflight import UsageError, derived_clock
+from schedtrain.cli.preflight import print_warnings as _warn
 from schedtrain.errors import (
     PATH_LIMIT,
     SHOWN_PROBLEMS,
@@ -85,15 +86,6 @@ def _report(problems: Sequence[Problem], err: IO[str]) -> None:
         print(f"error: {where}... and {len(problems) - SHOWN_PROBLEMS} more problems", file=err)
 
 
-def _warn(path: str, notes: Sequence[str], err: IO[str]) -> None:
-    """One line per warning (the same one once), the first ``SHOWN_PROBLEMS``."""
-    notes = list(dict.fromkeys(notes))
-    for note in notes[:SHOWN_PROBLEMS]:
-        print(with_head(f"warning: {one_line(path, PATH_LIMIT)}: ", note), file=err)
-    if len(notes) > SHOWN_PROBLEMS:
-        print(f"warning: {path}: ... and {len(notes) - SHOWN_PROBLEMS} more warnings", file=err)
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -105,15 +97,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     failed = False
     for path in args.specs:
         try:
-            spec = load_spec(path, imports=args.do_import)
-            prepared, notes = check_spec(spec, args.do_import, args.host)
-            task = prepared.task if prepared is not None else None
-            # a host's run has no schedtrain task to count
-            counts = args.do_import and not preflight.hosted(spec, args.host)
-            nproc = preflight.counted_processes(spec, counts, args.nproc)
-            spec, shape_notes = derived_clock(spec, counts, task, nproc)
-            notes += shape_notes + stale_notes(spec, prepared)
-            preflight.one_process_note(path, spec, nproc, counts)
+            spec, notes = preflight.checked(load_spec(path, imports=args.do_import),
+                                            args.do_import, args.host, nproc=args.nproc,
+                                            path=path)
         except ScheduleError as exc:
             _report(exc.problems, sys.stderr)
             print(f"{path}: {_plural(len(exc.problems), 'problem')}", file=sys.stderr)

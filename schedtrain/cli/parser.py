@@ -174,8 +174,9 @@ examples:
   schedtrain retime runs/digits specs/digits_30_steps.toml
   schedtrain retime runs/digits new.toml --wait 60    # until the job has applied it
 
-exit codes: 0 handed (with --wait: applied), 1 no answer within --wait (the request
-stays), 2 bad input, no job running there, or a change a running job cannot make
+exit codes: 0 handed (with --wait: applied), 1 the job is still starting (retry, or
+--wait) or no answer within --wait (the request stays), 2 bad input, no job running
+there, or a change a running job cannot make
 """
 
 

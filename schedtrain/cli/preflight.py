@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import IO, Any, Final
 
 from schedtrain.errors import (
     PATH_LIMIT,
+    SHOWN_PROBLEMS,
     Error,
     ScheduleError,
     number_text,
@@ -25,9 +27,9 @@ from schedtrain.spec import Spec
 #: record (``training.redivide.MAX_RANKS``, which needs torch to import).
 MAX_RANKS: Final = MAX_LIST
 
-__all__ = ["MAX_RANKS", "UsageError", "check_spec", "counted_processes", "derived_clock",
-           "hosted",
-           "one_process_note", "plan_task", "processes", "size_argument", "stale_notes"]
+__all__ = ["MAX_RANKS", "UsageError", "check_spec", "checked", "counted_processes",
+           "derived_clock", "hosted", "one_process_note", "plan_task", "print_warnings",
+           "processes", "size_argument", "stale_notes"]
 
 
 class UsageError(Error):
@@ -74,6 +76,35 @@ def check_spec(spec: Spec, do_import: bool, host: str | None = None
         return Prepared(bindings, None), porting_notes(bindings) + notes
     prepared = prepare_run(spec)
     return prepared, list(prepared.notes) + notes
+
+
+def checked(spec: Spec, do_import: bool, host: str | None = None, *,
+            nproc: int | None = None, path: str | None = None) -> tuple[Spec, list[str]]:
+    """``check``'s checks of ``spec`` (``schedtrain retime`` makes them too, on the new
+    spec): the spec with its ``[clock]`` completed, and the warnings besides the spec's
+    own (``spec.warnings``), stale metrics over that shape included.
+
+    Raises:
+        ScheduleError: what ``train`` would refuse.
+    """
+    prepared, notes = check_spec(spec, do_import, host)
+    task = prepared.task if prepared is not None else None
+    # a host's run has no schedtrain task to count
+    counts = do_import and not hosted(spec, host)
+    processes_counted = counted_processes(spec, counts, nproc)
+    if path is not None:
+        one_process_note(path, spec, processes_counted, counts)
+    spec, shape_notes = derived_clock(spec, counts, task, processes_counted)
+    return spec, notes + shape_notes + stale_notes(spec, prepared)
+
+
+def print_warnings(path: str, notes: Sequence[str], err: IO[str]) -> None:
+    """One line per warning (the same one once), the first ``SHOWN_PROBLEMS``."""
+    notes = list(dict.fromkeys(notes))
+    for note in notes[:SHOWN_PROBLEMS]:
+        print(with_head(f"warning: {one_line(path, PATH_LIMIT)}: ", note), file=err)
+    if len(notes) > SHOWN_PROBLEMS:
+        print(f"warning: {path}: ... and {len(notes) - SHOWN_PROBLEMS} more warnings", file=err)
 
 
 def stale_notes(spec: Spec, prepared: Any) -> list[str]:

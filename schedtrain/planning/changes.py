@@ -296,16 +296,31 @@ class ScheduleDiff:
             out["files"] = [f.to_dict() for f in self.files]
         return out
 
-    def table(self, first: int = 5) -> str:
+    def table(self, first: int = 5, *, since: str | None = None) -> str:
         """A readable report: the spec's changes, then each callback's firing changes
-        (the ``first`` of each kind)."""
+        (the ``first`` of each kind). ``since``: where the firings are compared from, as
+        the report says it (default ``after step N``)."""
         # Thousands of callbacks make a summary, each line cut to a readable length.
         lines = [f"spec: {len(self.spec)} change{'' if len(self.spec) == 1 else 's'}"]
         lines += [f"  {c}" for c in summarized([str(c) for c in self.spec],
                                                more="more spec changes")]
+        lines += self.firing_lines(first, since=since)
+        if self.rules is not None:
+            lines += [f"  {line}" for line in summarized(self.rules.lines(),
+                                                         more="more callbacks")]
+        if self.files:
+            lines.append("checkpoint files:")
+            lines += [f"  {f}" for f in summarized([str(f) for f in self.files],
+                                                    more="more callbacks")]
+        return "\n".join(lines) + "\n"
+
+    def firing_lines(self, first: int = 5, *, since: str | None = None) -> list[str]:
+        """The firings part of ``table`` (none: not simulated)."""
+        lines: list[str] = []
         if self.firings is not None:
-            since = "" if self.from_step is None else f" after step {self.from_step}"
-            lines.append(f"firings{since}: {len(self.firings)} changed")
+            if since is None:
+                since = "" if self.from_step is None else f"after step {self.from_step}"
+            lines.append(f"firings{' ' if since else ''}{since}: {len(self.firings)} changed")
             by: dict[str, list[FiringChange]] = defaultdict(list)
             for c in self.firings:
                 by[c.callback].append(c)
@@ -320,14 +335,7 @@ class ScheduleDiff:
                         lines.append(f"    ... and {len(shown) - first} more {kind}")
             if len(by) > SHOWN_PROBLEMS:
                 lines.append(f"  ... and {len(by) - SHOWN_PROBLEMS:,} more callbacks")
-        if self.rules is not None:
-            lines += [f"  {line}" for line in summarized(self.rules.lines(),
-                                                         more="more callbacks")]
-        if self.files:
-            lines.append("checkpoint files:")
-            lines += [f"  {f}" for f in summarized([str(f) for f in self.files],
-                                                    more="more callbacks")]
-        return "\n".join(lines) + "\n"
+        return lines
 
 
 def _text(c: FiringChange) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -37,7 +37,9 @@ import attrs
 import tomllib
 
 from schedtrain.errors import Error
+from schedtrain.events import EventSet
 from schedtrain.files import write_atomic
+from schedtrain.planning.run_status import BATCH_EVENTS
 from schedtrain.readback import (
     MAX_LIST,
     SMALL_FILE,
@@ -50,13 +52,14 @@ from schedtrain.readback import (
     structure,
     valid,
 )
+from schedtrain.spec.load import loads_spec
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["ANSWER_FILE", "HISTORY_FILE", "REQUEST_FILE", "Answer", "Applied", "BadRequest",
-           "History",
-           "Request", "RequestWaiting", "ScheduleChangeRefused", "live_refusal",
-           "read_answer", "read_answers", "read_history", "read_request", "write_answer",
-           "write_history", "write_json", "write_request"]
+__all__ = ["ANSWER_FILE", "HISTORY_FILE", "LOOK_STEPS", "LOOP_EVENTS",
+           "REQUEST_FILE", "Answer", "Applied",
+           "BadRequest", "History", "Request", "RequestWaiting", "ScheduleChangeRefused",
+           "live_refusal", "loop_events", "read_answer", "read_answers", "read_history",
+           "read_request", "write_answer", "write_history", "write_json", "write_request"]
 
 REQUEST_FILE: Final = "retime.json"
 ANSWER_FILE: Final = "retime.answer.json"
@@ -67,16 +70,27 @@ STATUSES: Final = ("applied", "unchanged", "refused")
 KEEP_ANSWERS: Final = 8
 #: ``retimes.json`` holds a schedule per retime: larger than a request, still bounded.
 MAX_HISTORY: Final = 64 << 20
+#: A job on one process looks for a request at least every this many steps (at each
+#: multiple of it, and at each fold of its kept losses, ``training.losses.FOLD``).
+LOOK_STEPS: Final = 256
+#: Events the loop fires only when it was built for a trigger that names them.
+LOOP_EVENTS: Final = BATCH_EVENTS
 
 
 class ScheduleChangeRefused(Error, ValueError):
     """A retime the running job cannot take (the message says why)."""
 
 
-def live_refusal(old: str, new: str) -> str | None:
+def live_refusal(old: str, new: str, fires: Collection[str] | None = None) -> str | None:
     """Why a running job cannot take ``new`` in place of ``old`` (both canonical
     schedules), or ``None``: it can (only triggers change; the rules of
-    ``--schedule-change apply`` say whose state is kept)."""
+    ``--schedule-change apply`` say whose state is kept). The job and ``schedtrain
+    retime`` both ask this, so the command refuses up front what the job would.
+
+    Args:
+        fires: which of ``LOOP_EVENTS`` the running loop fires (``run.json``'s
+            ``batch_events``); ``None``: those ``old`` names.
+    """
     a = tomllib.loads(old)
     b = tomllib.loads(new)
     ca, cb = a.get("callbacks", {}), b.get("callbacks", {})
@@ -107,7 +121,26 @@ def live_refusal(old: str, new: str) -> str | None:
         return (f"the new schedule names a trigger class of its own ({{ custom = "
                 f"{printable(custom)[:80]!r} }}): a running job imports no code a request "
                 f"names{restart}")
+    fired = loop_events(old) if fires is None else frozenset(fires)
+    for name, events in _events(new).items():
+        missing = [e for e in LOOP_EVENTS if e in events and e not in fired]
+        if missing:
+            return (f"callbacks.{name}.trigger: names {missing[0]}, which the running loop "
+                    f"was not built to fire (no trigger named it when the job started)"
+                    f"{restart}")
     return None
+
+
+def loop_events(schedule: str) -> frozenset[str]:
+    """Which of ``LOOP_EVENTS`` a loop built for ``schedule`` (canonical TOML) fires."""
+    found = _events(schedule).values()
+    return frozenset(e for e in LOOP_EVENTS if any(e in events for events in found))
+
+
+def _events(schedule: str) -> dict[str, EventSet]:
+    """Callback name -> the events its trigger in ``schedule`` is evaluated at."""
+    return {e.default_name(): e.trigger.events()
+            for e in loads_spec(schedule, "retime").schedule().entries}
 
 
 def _custom(doc: Mapping[str, Any]) -> str | None:

@@ -26,13 +26,18 @@ from schedtrain.readback import (
 )
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["RUN_FILE", "STATUSES", "RunStatus", "read_status"]
+__all__ = ["BATCH_EVENTS", "LOCK_FILE", "RUN_FILE", "STATUSES", "RunStatus", "read_status"]
 
 RUN_FILE: Final = "run.json"
+#: Held (a POSIX record lock) by the process whose run uses the directory.
+LOCK_FILE: Final = ".lock"
 #: What ``run.json`` may say of its run.
 STATUSES: Final = ("running", "finished", "stopped", "preempted", "failed")
 #: A stamp past the year 5000 is no clock's (``updated``, seconds since 1970).
 _LATEST: Final = 1e11
+#: Events a loop fires only when it was built for a trigger that names them: what
+#: ``batch_events`` may name (a running job cannot start firing one).
+BATCH_EVENTS: Final = ("batch_start", "batch_end")
 #: The longest path or URL ``checkpoint`` may hold.
 _PATH_MAX: Final = 4096
 
@@ -49,6 +54,11 @@ def _path(_inst: Any, attribute: Any, value: str | None) -> None:
                                       "characters, without control characters")
 
 
+def _batch_events(_inst: Any, _attribute: Any, value: tuple[str, ...] | None) -> None:
+    if value is not None and not set(value) <= set(BATCH_EVENTS):
+        raise invalid("batch_events", f"expected some of {', '.join(BATCH_EVENTS)}")
+
+
 @attrs.frozen
 class RunStatus:
     """``run.json``: the run's status and the clock when it last changed.
@@ -60,6 +70,8 @@ class RunStatus:
         updated: when (seconds since 1970).
         checkpoint, phase: the last checkpoint written (its path or URL) and its event.
         schedule: the schedule the run runs (canonical TOML; ``None``: no stored form).
+        batch_events: the per-batch events its loop fires (``planning.retime.LOOP_EVENTS``;
+            fixed when it started; ``None``: not recorded, an earlier version).
     """
 
     status: str = attrs.field(validator=[valid, _status])
@@ -70,6 +82,7 @@ class RunStatus:
     checkpoint: str | None = attrs.field(default=None, validator=_path)
     phase: str | None = attrs.field(default=None, validator=valid)
     schedule: str | None = attrs.field(default=None, validator=at_most(SMALL_FILE))
+    batch_events: tuple[str, ...] | None = attrs.field(default=None, validator=_batch_events)
     format: str = attrs.field(default="schedtrain-run-1", validator=valid)
 
     def to_dict(self) -> dict[str, Any]:

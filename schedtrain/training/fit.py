@@ -209,9 +209,9 @@ class Lifecycle:
     def _record(self, status: str) -> None:
         directory = self.parts.directory
         if directory is not None and self.stage in OWNS_DIRECTORY:
-            ts = self.parts.clock.now()
-            directory.record(status, step=ts.step, epoch=ts.epoch,
-                             schedule=self.parts.run_state.change.text)
+            ts, parts = self.parts.clock.now(), self.parts
+            directory.record(status, step=ts.step, epoch=ts.epoch, schedule=parts.run_state
+                             .change.text, batch_events=list(parts.retimer.fires))
 
     def _deadline_ns(self) -> int | None:
         """The run's deadline on the clock's time axis (``preempt.deadline_on_clock``)."""

@@ -302,7 +302,8 @@ class Loop:
         if self.guard.woken:  # a background checkpoint write ended: commit or fail now
             self.guard.woken = False
             dispatch.saves.wait()
-        if self.losses.kept >= FOLD:
+        folded = self.losses.kept >= FOLD
+        if folded:
             self.losses.fold(step)
         after, trig = hooks["_after_step"], hooks["_trigger_step"]
         if after or trig:
@@ -319,7 +320,7 @@ class Loop:
         elif dispatch.saves.pending:  # saves asked for by a hook
             dispatch.saves.flush("step_end")
         if self.retimer is not None:
-            self.retimer.poll(step, due)
+            self.retimer.poll(step, due, look=folded)
         self.agreement.after_step_end(step)
 
     def _limit(self, step: int, kept: int) -> float:
@@ -328,6 +329,7 @@ class Loop:
         ``PREEMPT_CHECK``, where ranks look for an agreed preemption."""
         if self.exact:
             return 0
-        retime = self.retimer.next_step if self.retimer is not None else math.inf
+        retime = (min(self.retimer.next_step, self.retimer.look_step)
+                  if self.retimer is not None else math.inf)
         return self.agreement.limit(min(self.table.step_due, self.max_steps,
                                         step + FOLD - kept, retime), step)

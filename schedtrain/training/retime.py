@@ -2,11 +2,13 @@
 
 How the run notices a request: it looks for ``RUN_DIR/retime.json`` (or a request made
 in this process, ``Retimer.retime``) only on the loop's slow path - a step where a
-trigger is due, the kept losses are folded (at least every ``FOLD`` steps) or training
-ends - and there at most once per ``POLL_NS`` of wall time: a quiet step pays nothing,
-not even a comparison. A signal was not chosen: a process without the handler (an
-earlier version, ``handle_signals=False``, a run in a thread) would be killed by
-SIGUSR2's default action. On several processes the chief's "a request is waiting"
+trigger is due, the kept losses are folded or training ends - there at most once per
+``POLL_NS`` of wall time, except at a fold and every ``LOOK_STEPS`` steps (the loop
+comes to its slow path there), where one process always looks: a request waits at most
+``LOOK_STEPS`` steps, however fast they are; a quiet step pays nothing, not even a
+comparison. A signal was not chosen: a process
+without the handler (an earlier version, ``handle_signals=False``, a run in a thread)
+would be killed by SIGUSR2's default action. On several processes the chief's "a request is waiting"
 rides in the agreement the ranks already make where a trigger is due (no collective of
 its own); there the chief reads the request and broadcasts it, and every rank applies it
 after the same step's ``step_end``.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import time
 import warnings
@@ -38,6 +41,7 @@ from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_tex
 from schedtrain.planning.retime import (
     ANSWER_FILE,
     HISTORY_FILE,
+    LOOK_STEPS,
     REQUEST_FILE,
     Answer,
     Applied,
@@ -103,6 +107,10 @@ class Retimer:
         self.run_dir, self.directory, self.events = run_dir, directory, events
         self.comm, self.agreement, self.position = comm, agreement, position
         self.chief = comm is None or comm.is_chief
+        #: the per-batch events the loop fires, fixed when it is built (``run.json``'s
+        #: ``batch_events``: the command refuses what the job would, by the same rule)
+        self.fires = tuple(e for e, fired in (("batch_start", table.needs_batch_start),
+                                               ("batch_end", table.needs_batch_end)) if fired)
         #: the schedule the run started with, and the retimes applied since
         self.history: History | None = None
         #: retimes a resumed run applies again, at their steps
@@ -110,6 +118,10 @@ class Retimer:
         #: a request made in this process (``retime``): its id and schedule
         self.asked: Request | None = None
         self._next_look, self._seen = 0, False
+        #: one process looks at this step whatever ``POLL_NS`` says (the loop's slow path
+        #: comes here): a request waits at most ``LOOK_STEPS`` steps, however short the
+        #: epochs (whose ends fold the losses) or fast the steps
+        self.look_step: float = 0 if comm is None else math.inf
         #: what sat at ``retime.json``, refused and not removable (a directory): its
         #: identity, so it is refused once, not at every look
         self._stuck: tuple[int, int, int] | None = None
@@ -138,7 +150,7 @@ class Retimer:
         if old is None:
             raise ScheduleChangeRefused("this run's schedule has a Python trigger (when(fn)) "
                                         "with no stored form: it cannot be retimed")
-        why = live_refusal(old, text)
+        why = live_refusal(old, text, self.fires)
         if why is not None:
             raise ScheduleChangeRefused(why)
         step, _ = self.position()
@@ -147,12 +159,13 @@ class Retimer:
         self._next_look = 0
         return diff
 
-    def waiting(self) -> bool:
-        """Whether a request waits (looked at once per ``POLL_NS``; chief only)."""
+    def waiting(self, look: bool = False) -> bool:
+        """Whether a request waits (looked at once per ``POLL_NS``, and whenever ``look``;
+        chief only)."""
         if self.asked is not None or self._seen:
             return True
         now = time.monotonic_ns()
-        if now < self._next_look or self.run_dir is None:
+        if (now < self._next_look and not look) or self.run_dir is None:
             return False
         self._next_look = now + POLL_NS
         try:  # lstat: never opens what sits there (a FIFO would block an open)
@@ -169,15 +182,22 @@ class Retimer:
         """The next step at which a resumed run applies a retime again."""
         return self.replay[0].step if self.replay else float("inf")
 
-    def poll(self, step: int, due: bool, *, replay_only: bool = False) -> None:
+    def poll(self, step: int, due: bool, *, replay_only: bool = False,
+             look: bool = False) -> None:
         """After a slow-path ``step_end`` (``due``: a trigger was due, where ranks agree):
-        apply a retime replayed at this step, or a request that waits."""
+        apply a retime replayed at this step, or a request that waits. ``look``: the
+        kept losses were folded here: one process looks whatever ``POLL_NS`` says (as at
+        ``look_step``), so a request waits at most ``LOOK_STEPS`` steps."""
         while self.replay and self.replay[0].step <= step:
             self._apply(self.replay.pop(0).schedule, None, replayed=True)
         if replay_only:
             return
         if self.comm is None:
-            if self.waiting():
+            if step >= self.look_step:  # epochs shorter than a fold: the loop came here
+                look = True
+            if look:
+                self.look_step = (step // LOOK_STEPS + 1) * LOOK_STEPS
+            if self.waiting(look):
                 self._take()
         elif due and self.agreement.retime_asked:
             self.agreement.retime_asked = False
@@ -210,17 +230,11 @@ class Retimer:
             self._answer(ident, "unchanged", "the new schedule is the running one")
             return
         try:
-            why = live_refusal(old, text)
+            why = live_refusal(old, text, self.fires)
             new = loads_spec(text, "retime").schedule().compile(
                 predicates=self.predicates, produced_metrics=self.produced)
         except Exception as exc:  # a request is data from outside: it never ends the run
             why = f"the new schedule is not valid: {one_line(str(exc), 300)}"
-        else:
-            if why is None and ((new.needs_batch_end and not self.table.needs_batch_end)
-                                or (new.needs_batch_start and not self.table.needs_batch_start)):
-                why = ("a trigger of the new schedule names batch_end or batch_start, which "
-                       "the running loop was not built to fire; restart with --resume auto "
-                       "--schedule-change apply")
         if why is not None:
             self._answer(ident, "refused", why)
             return

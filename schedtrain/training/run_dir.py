@@ -25,12 +25,11 @@ from typing import IO, Any, Final
 from schedtrain.checkpoints.files import clear_folders, list_checkpoints, remove_leftovers
 from schedtrain.errors import RunDirError, RunEnded, traceback_file
 from schedtrain.files import UnsafeFile, inside, open_in_place, write_atomic
-from schedtrain.planning.run_status import RUN_FILE, read_status
+from schedtrain.planning.run_status import LOCK_FILE, RUN_FILE, read_status
 from schedtrain.urls import redact_text
 
 __all__ = ["RunDirError", "RunDirectory"]
 
-LOCK_FILE: Final = ".lock"
 #: What a run writes, and all that --overwrite removes.
 _OWNED_FILES: Final = ("events.jsonl", RUN_FILE, "traceback.txt")
 _OWNED_DIRS: Final = ("checkpoints", "best", "media", "export")

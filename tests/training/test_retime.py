@@ -301,7 +301,7 @@ def test_retime_command_prints_the_diff_and_hands_the_request(
     new.write_text(SPEC.format(a="4 steps"))
     assert main(["retime", str(run_dir), str(new)]) == 0
     out = capsys.readouterr().out
-    assert "changed callbacks.a.trigger" in out and "firings after step 4" in out
+    assert "changed callbacks.a.trigger" in out and "firings if applied after step 4" in out
     assert "moved   step_end step 9 (epoch 1) -> step_end step 8 (epoch 1)" in out
     request = read_request(run_dir)
     assert isinstance(request, Request)

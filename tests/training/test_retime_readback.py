@@ -230,7 +230,7 @@ def test_racing_requests_never_overwrite_each_other(
     assert ident is not None
     (run_dir / "retime.json").unlink()  # taken, its answer lost
     from schedtrain.cli.retime import _wait
-    assert _wait(run_dir, ident.id, 0.0, 0.0) == 1  # type: ignore[union-attr]
+    assert _wait(run_dir, ident.id, 0.0, 0.0) is None  # type: ignore[union-attr]
     err = capsys.readouterr().err
     assert "no longer in" in err and "stays" not in err
 
