@@ -98,6 +98,13 @@ def live_refusal(old: str, new: str) -> str | None:
             keys = sorted(k for k in {*args_a, *args_b} if args_a.get(k) != args_b.get(k))
             return (f"callbacks.{name}: its arguments change ({', '.join(keys)}): a running "
                     f"callback keeps the arguments it was built with{restart}")
+        if ca[name].get("trigger") != cb[name].get("trigger") and (
+                _auto(ca[name].get("trigger")) or _auto(cb[name].get("trigger"))):
+            # Its saver measures its saves into the deciders it was built with: a new
+            # every = "auto" part would never be fed, an old one fed for nothing.
+            return (f"callbacks.{name}: its trigger changes and holds every = \"auto\" "
+                    "(before or after): a running saver keeps the interval decisions of "
+                    f"the trigger it was built with{restart}")
     others = sorted(k for k in {*a, *b} if k not in ("callbacks", "triggers")
                     and a.get(k) != b.get(k))
     if others:
@@ -108,6 +115,20 @@ def live_refusal(old: str, new: str) -> str | None:
                 f"{printable(custom)[:80]!r} }}): a running job imports no code a request "
                 f"names{restart}")
     return None
+
+
+def _auto(trigger: Any) -> bool:
+    """Whether a trigger's TOML form holds ``every = "auto"``."""
+    todo: list[Any] = [trigger]
+    while todo:  # a loop, not recursion: a request's nesting is not ours to trust
+        value = todo.pop()
+        if isinstance(value, Mapping):
+            if value.get("every") == "auto":
+                return True
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return False
 
 
 def _custom(doc: Mapping[str, Any]) -> str | None:
