@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import re
 import subprocess
@@ -171,8 +172,46 @@ def test_a_running_auto_job_is_retimed(tmp_path: Path, side: str) -> None:
     saves = _firings(run_dir, "ckpt")
     decided = [(r["step"], int(r["value"])) for r in rows if r.get("name") == "ckpt/interval"]
     assert [s for s in saves if s > step], "no save after the change"
-    for prev, nxt in zip(saves, saves[1:]):
+    for prev, nxt in itertools.pairwise(saves):
         # sync: the save at `prev` was placed by the newest decision logged before it
         # fired (the first, before any decision, by the start interval of 10 steps)
         known = [v for s, v in decided if s < prev]
         assert nxt - prev == (known[-1] if known else 10), (prev, nxt, decided)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ('{ every = "50 steps" }', '{ every = "auto" }'),
+    ('{ every = "auto" }', '{ every = "50 steps" }'),
+    ('{ every = "auto" }', '{ every = "auto", offset = "5 steps" }'),
+    ('{ any = [{ every = "auto" }, { on = "train_end" }] }', '{ every = "auto" }'),
+])
+def test_a_live_change_of_an_auto_trigger_is_refused(tmp_path: Path, old: str,
+                                                     new: str) -> None:
+    """A running saver measures its saves into the deciders it was built with: a retime
+    that changes a trigger holding every = "auto" (before or after) is refused in one
+    line, by the command and by the job's rules alike, with the way to make it."""
+    import os
+
+    from schedtrain.planning.changes import canonical
+    from schedtrain.planning.retime import live_refusal
+    from schedtrain.spec import loads_spec
+
+    def text(trigger: str) -> str:
+        got = canonical(loads_spec(ONLY.replace('{ every = "auto" }', trigger),
+                                   schedule_only=True).schedule())
+        assert got is not None
+        return got
+
+    why = live_refusal(text(old), text(new))
+    assert why is not None and 'callbacks.ckpt: its trigger changes and holds every = "auto"' \
+        in why and "--schedule-change apply" in why
+    assert live_refusal(text(old), text(old).replace("2 epochs", "3 epochs")) is None
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps(
+        {"status": "running", "pid": os.getpid(), "step": 4, "epoch": 0,
+         "schedule": text(old)}))
+    (tmp_path / "new.toml").write_text(ONLY.replace('{ every = "auto" }', new))
+    code, _, err = _cli("retime", str(run_dir), str(tmp_path / "new.toml"))
+    assert code == 2 and err.count("\n") == 1 and "holds every = \"auto\"" in err, err
+    assert not (run_dir / "retime.json").exists()
