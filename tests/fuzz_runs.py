@@ -153,9 +153,8 @@ def make_fixture(folder: Path, *, preempt: int = 40, mtbf: str = "2 s") -> Path:
         (folder / name).write_text(SPEC.format(mtbf=mtbf, preempt=preempt,
                                                validate=validate))
     (folder / OUTSIDE).write_text("a user's notes\n")
-    # The retime applied at step 3, as the journal a resume replays: a live request for
-    # a schedule holding every = "auto" is refused today ("set [run] mtbf"), so the live
-    # request (AskRetime) leaves its refused answer and this journal the applied retime.
+    # The retime applied at step 3, as the journal a resume replays; the live request
+    # (AskRetime) then asks for the schedule the run already has, and is answered so.
     base, new = (canonical(load_spec(folder / n).schedule()) for n in ("old.toml", "new.toml"))
     assert base is not None and new is not None
     (folder / "run").mkdir()

@@ -75,7 +75,8 @@ def read_side(path: str, options: Mapping[str, Any] | None = None, *,
     if not p.exists():
         raise UsageError(f"{path}: no such spec, run directory or checkpoint")
     if p.is_file() and p.suffix == ".toml":
-        spec = load_spec(p, imports=do_import)
+        # A schedule-only file (no [run]) is judged as a schedule: its run is the job's.
+        spec = load_spec(p, imports=do_import, schedule_only=True)
         schedule = canonical(spec.schedule())
         assert schedule is not None  # a spec's triggers all have a TOML form
         raw = tomllib.loads(p.read_text(encoding="utf-8")).get("run", {})

@@ -112,6 +112,13 @@ def live_refusal(old: str, new: str, fires: Collection[str] | None = None) -> st
             keys = sorted(k for k in {*args_a, *args_b} if args_a.get(k) != args_b.get(k))
             return (f"callbacks.{name}: its arguments change ({', '.join(keys)}): a running "
                     f"callback keeps the arguments it was built with{restart}")
+        if ca[name].get("trigger") != cb[name].get("trigger") and (
+                _auto(ca[name].get("trigger")) or _auto(cb[name].get("trigger"))):
+            # Its saver measures its saves into the deciders it was built with: a new
+            # every = "auto" part would never be fed, an old one fed for nothing.
+            return (f"callbacks.{name}: its trigger changes and holds every = \"auto\" "
+                    "(before or after): a running saver keeps the interval decisions of "
+                    f"the trigger it was built with{restart}")
     others = sorted(k for k in {*a, *b} if k not in ("callbacks", "triggers")
                     and a.get(k) != b.get(k))
     if others:
@@ -140,7 +147,21 @@ def loop_events(schedule: str) -> frozenset[str]:
 def _events(schedule: str) -> dict[str, EventSet]:
     """Callback name -> the events its trigger in ``schedule`` is evaluated at."""
     return {e.default_name(): e.trigger.events()
-            for e in loads_spec(schedule, "retime").schedule().entries}
+            for e in loads_spec(schedule, "retime", schedule_only=True).schedule().entries}
+
+
+def _auto(trigger: Any) -> bool:
+    """Whether a trigger's TOML form holds ``every = "auto"``."""
+    todo: list[Any] = [trigger]
+    while todo:  # a loop, not recursion: a request's nesting is not ours to trust
+        value = todo.pop()
+        if isinstance(value, Mapping):
+            if value.get("every") == "auto":
+                return True
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return False
 
 
 def _custom(doc: Mapping[str, Any]) -> str | None:

@@ -32,7 +32,7 @@ from schedtrain.readback import Invalid as _Invalid
 from schedtrain.readback import strict_bool, strict_int, strict_str
 from schedtrain.spec.clock_check import check_clock, check_whole
 from schedtrain.spec.deadlines import check_deadline, check_notice, check_signals
-from schedtrain.spec.failures import check_failures
+from schedtrain.spec.failures import check_failures, without_mistyped_mtbf
 from schedtrain.spec.model import ClockSpec
 from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel
@@ -320,7 +320,8 @@ def _structure_run(value: object, problems: Problems) -> RunConfig | None:
             problems.add(("run", key), f"{key!r} is not a [run] key: it is set from Python "
                          f"(Trainer({key}=...)) or the command line",
                          expected="a [run] key", found=key)
-        value = {k: v for k, v in value.items() if k not in PYTHON_ONLY}
+        value = without_mistyped_mtbf(
+            {k: v for k, v in value.items() if k not in PYTHON_ONLY}, problems)
     run: RunConfig | None = _structure(value, RunConfig, ("run",), problems)
     return run
 

@@ -17,7 +17,11 @@ from schedtrain.spec.run import RunConfig
 from schedtrain.time import Time
 from schedtrain.triggers.auto import AutoEvery
 
-__all__ = ["check_auto_triggers", "check_failures", "mtbf_seconds", "overhead_fraction"]
+__all__ = ["check_auto_triggers", "check_failures", "mtbf_seconds", "overhead_fraction",
+           "rate_needed", "without_mistyped_mtbf"]
+
+#: What ``mtbf`` is, for its refusals.
+_DURATION = "a duration such as '6 h' or '90 min'"
 
 
 def _mtbf(text: str) -> float:
@@ -48,7 +52,7 @@ def check_failures(run: RunConfig, problems: Problems) -> None:
         try:
             _mtbf(run.mtbf)
         except ValueError:
-            problems.expect(("run", "mtbf"), "a duration such as '6 h' or '90 min'", run.mtbf)
+            problems.expect(("run", "mtbf"), _DURATION, run.mtbf)
     rate = run.failure_rate
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         problems.expect(("run", "failure_rate"), "failures per hour, a finite number > 0", rate)
@@ -61,6 +65,15 @@ def check_failures(run: RunConfig, problems: Problems) -> None:
         except ValueError:
             problems.expect(("run", "max_checkpoint_overhead"), "a share of the time such as "
                             "'2%' (more than 0%, at most 100%)", run.max_checkpoint_overhead)
+
+
+def without_mistyped_mtbf(run: dict[str, object], problems: Problems) -> dict[str, object]:
+    """``[run]`` without an ``mtbf`` that is not text, refused at ``run.mtbf`` as the
+    duration it should be (not as "a string"); the other keys are still checked."""
+    if "mtbf" not in run or isinstance(run["mtbf"], str):
+        return run
+    problems.expect(("run", "mtbf"), _DURATION, run["mtbf"])
+    return {k: v for k, v in run.items() if k != "mtbf"}
 
 
 def mtbf_seconds(run: RunConfig | None) -> float | None:
@@ -79,17 +92,31 @@ def overhead_fraction(run: RunConfig | None) -> float | None:
     return _overhead(run.max_checkpoint_overhead)
 
 
+def rate_needed(data: Mapping[str, object], *, schedule_only: bool) -> bool:
+    """Whether a document's ``every = "auto"`` is refused for want of a failure rate.
+
+    Not where ``[run]`` gives ``mtbf`` or ``failure_rate`` (a wrong one is refused at its
+    own key, once), nor where ``[run]`` is not a table (refused as such); and, for a
+    ``schedule_only`` document without ``[run]`` (a checkpoint's stored schedule, a
+    running job's, a retime's new one), not at all: the rate is its run's, and the run
+    already has it (a saver without one is refused when it is built)."""
+    if "run" not in data:
+        return not schedule_only
+    run = data["run"]
+    return isinstance(run, Mapping) and not {"mtbf", "failure_rate"} & set(run)
+
+
 def check_auto_triggers(located: Mapping[str, Located], types: Mapping[str, str],
-                        run: RunConfig | None, problems: Problems) -> None:
-    """``every = "auto"`` needs ``[run] mtbf`` or ``failure_rate``, and a ``ModelSaver`` to
-    measure its saves (a built-in of another type measures none): one line per use, at
-    the key path it was written at. A user's class is judged when it is bound."""
-    rate = run is not None and (run.mtbf is not None or run.failure_rate is not None)
+                        rate_needed: bool, problems: Problems) -> None:
+    """``every = "auto"`` needs ``[run] mtbf`` or ``failure_rate`` (where ``rate_needed``:
+    see ``rate_needed``), and a ``ModelSaver`` to measure its saves (a built-in of another
+    type measures none): one line per use, at the key path it was written at. A user's
+    class is judged when it is bound."""
     for name, loc in located.items():
         for node in loc.walk():
             if not isinstance(node.trigger, AutoEvery):
                 continue
-            if not rate:
+            if rate_needed:
                 problems.add(node.path, 'every = "auto" picks the checkpoint interval from the '
                              "failure rate: set [run] mtbf (such as \"6 h\") or failure_rate "
                              "(failures per hour)", expected="[run] mtbf or failure_rate",

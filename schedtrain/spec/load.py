@@ -18,7 +18,7 @@ from schedtrain.schedule.analysis import analyze
 from schedtrain.spec.callbacks import read_callback
 from schedtrain.spec.direction import direction_notes
 from schedtrain.spec.document import parse_toml, read_document
-from schedtrain.spec.failures import check_auto_triggers
+from schedtrain.spec.failures import check_auto_triggers, rate_needed
 from schedtrain.spec.hints import with_hints
 from schedtrain.spec.metrics import check_early_stopping
 from schedtrain.spec.model import CallbackSpec, Spec
@@ -28,7 +28,8 @@ from schedtrain.spec.triggers import TriggerReader
 __all__ = ["load_spec", "loads_spec"]
 
 
-def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> Spec:
+def loads_spec(text: str, file: str = "<string>", *, imports: bool = False,
+               schedule_only: bool = False) -> Spec:
     """Load a TOML schedule from text.
 
     Args:
@@ -36,6 +37,10 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
         file: a name for error messages.
         imports: import the classes of custom triggers (``{ custom = "pkg.mod:Class" }``);
             without it they load as placeholders that cannot be simulated.
+        schedule_only: a document without ``[run]`` is a schedule whose run is
+            configured elsewhere (a checkpoint's stored schedule, a running job's, a
+            retime's new one): the checks that read ``[run]`` (``every = "auto"`` needs
+            ``mtbf``) are its run's. One with ``[run]`` is checked as ever.
 
     Raises:
         SpecError: listing every problem with its key path (and line and column for
@@ -44,7 +49,7 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
     if imports:
         # Validate everything first: no module a spec names is imported (and run) for a
         # spec that is refused anyway.
-        loads_spec(text, file, imports=False)
+        loads_spec(text, file, imports=False, schedule_only=schedule_only)
         add_user_paths(file)
     problems = Problems(file, imports)
     data = parse_toml(text, problems)
@@ -69,7 +74,8 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
         problems.add("callbacks", "a spec needs at least one [callbacks.NAME] table",
                      expected="a [callbacks.NAME] table", found="none")
     types = {n: c.type for n, c in callbacks.items() if c.type is not None}
-    check_auto_triggers(located, types, doc.run, problems)
+    check_auto_triggers(located, types, rate_needed(data, schedule_only=schedule_only),
+                        problems)
     problems.raise_if_any()
     analysis = with_hints(analyze(list(located.items()), doc.events, file=file),
                           located.values())
@@ -89,11 +95,12 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False) -> S
     return attrs.evolve(spec, warnings=(*spec.warnings, *direction_notes(spec)))
 
 
-def load_spec(path: str | Path, *, imports: bool = False) -> Spec:
+def load_spec(path: str | Path, *, imports: bool = False,
+              schedule_only: bool = False) -> Spec:
     """Load a TOML schedule from a file; see ``loads_spec``."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise SpecError([Problem("", f"cannot read the spec: {reason}", str(path))]) from None
-    return loads_spec(text, str(path), imports=imports)
+    return loads_spec(text, str(path), imports=imports, schedule_only=schedule_only)

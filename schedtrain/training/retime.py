@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
+
 from schedtrain.callbacks.base import Callback
 from schedtrain.distributed.agreement import Alone
 from schedtrain.distributed.comm import Comm
@@ -62,6 +64,7 @@ from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import load_spec, loads_spec
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.schedule_change import ScheduleChange
+from schedtrain.triggers.auto import auto_parts
 
 __all__ = ["POLL_NS", "Retimer", "adopt"]
 
@@ -231,8 +234,7 @@ class Retimer:
             return
         try:
             why = live_refusal(old, text, self.fires)
-            new = loads_spec(text, "retime").schedule().compile(
-                predicates=self.predicates, produced_metrics=self.produced)
+            new = self._compile(text, "retime")
         except Exception as exc:  # a request is data from outside: it never ends the run
             why = f"the new schedule is not valid: {one_line(str(exc), 300)}"
         if why is not None:
@@ -256,6 +258,21 @@ class Retimer:
         if self.directory is not None:
             self.directory.record("running", step=step, epoch=epoch, schedule=text)
         self._answer(ident, "applied", f"applied after step {step}")
+
+    def _compile(self, text: str, source: str) -> TriggerTable:
+        """``text`` (a schedule, its run this one) compiled as the run compiles its own.
+
+        A callback whose trigger is unchanged and holds ``every("auto")`` keeps its
+        trigger object: the saver measures its saves into that trigger's deciders (and
+        configured them with the run's failure rate); a new one would never be fed, and
+        the interval would stay where the change found it."""
+        schedule = loads_spec(text, source, schedule_only=True).schedule()
+        now = dict(zip(self.table.names, self.table.triggers, strict=True))
+        entries = [attrs.evolve(e, trigger=now[n]) if auto_parts(e.trigger)
+                   and now.get(n) == e.trigger else e
+                   for n, e in zip(schedule.names, schedule.entries, strict=True)]
+        return Schedule(entries, schedule.events).compile(
+            predicates=self.predicates, produced_metrics=self.produced)
 
     def _diff(self, old: str, new: str, step: int) -> ScheduleDiff:
         try:
@@ -318,8 +335,7 @@ class Retimer:
         i = at[-1]
         if i:
             try:
-                new = loads_spec(texts[i], HISTORY_FILE).schedule().compile(
-                    predicates=self.predicates, produced_metrics=self.produced)
+                new = self._compile(texts[i], HISTORY_FILE)
             except Exception as exc:  # the journal's text, not this run's: refused
                 where = self.run_dir / HISTORY_FILE if self.run_dir is not None else HISTORY_FILE
                 raise DamagedFile(where, f"applied[{i - 1}].schedule",
@@ -357,9 +373,9 @@ class Retimer:
 def _text_of(schedule: Schedule | str | Path) -> str:
     """A schedule's canonical TOML."""
     if isinstance(schedule, Path):
-        schedule = load_spec(schedule).schedule()
+        schedule = load_spec(schedule, schedule_only=True).schedule()
     elif isinstance(schedule, str):
-        schedule = loads_spec(schedule, "retime").schedule()
+        schedule = loads_spec(schedule, "retime", schedule_only=True).schedule()
     text = canonical(schedule)
     if text is None:
         raise ScheduleChangeRefused("the new schedule has a Python trigger (when(fn)) with "

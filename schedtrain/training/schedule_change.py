@@ -50,11 +50,13 @@ class StoredScheduleError(ScheduleChanged):
 
 
 def _unreadable(saved: object) -> str | None:
-    """Why a stored schedule is not one (``None``: it reads as a valid schedule)."""
+    """Why a stored schedule is not one (``None``: it reads as a valid schedule). Only
+    the schedule is judged: what ``[run]`` decides (a failure rate for ``every =
+    "auto"``) is this run's, which it has."""
     if not isinstance(saved, str):
         return f"expected canonical TOML text, found {describe(saved)}"
     try:
-        loads_spec(saved, "stored schedule")
+        loads_spec(saved, "stored schedule", schedule_only=True)
     except SpecError as exc:
         first = exc.problems[0] if exc.problems else None
         return (f"{len(exc.problems)} problem{'' if len(exc.problems) == 1 else 's'}, the "

@@ -138,3 +138,90 @@ def test_auto_without_a_failure_rate_is_refused_in_one_line(tmp_path: Path) -> N
     with pytest.raises(ValueError, match=r"callback 'save': every\('auto'\) picks the "
                                          r"interval from the failure rate"):
         t.fit()
+
+
+# -- a schedule change that keeps the saver (issue 42, E1) ----------------------------------
+
+class _Ask(Noop):
+    """Hands its own running trainer ``new`` when it fires (a live retime)."""
+
+    def __init__(self, new: Schedule) -> None:
+        super().__init__()
+        self.new = new
+
+    def _trigger(self) -> None:
+        self.trainer.retimer.retime(self.new)
+
+
+def _changing(other: str, ask: int) -> Schedule:
+    """The timed job with one more callback, ``other``, whose trigger a change alters."""
+    return Schedule({"tick": every("1 step"), "other": every(other),
+                     "ask": every(f"{ask} steps"), "save": auto_every(3)})
+
+
+def _changed_trainer(run_dir: Path, schedule: Schedule, ask: Any, **kw: Any) -> Any:
+    from schedtrain.training import Trainer
+    model, opt = tiny_model()
+    return Trainer(model, opt, UnevenData([12] * 4), torch.nn.functional.mse_loss,
+                   schedule=schedule, bindings={"tick": _Tick(), "other": Noop(), "ask": ask,
+                                                "save": _Timed(keep=None)},
+                   device="cpu", run_dir=run_dir, handle_signals=False,
+                   checkpoint_mode="sync", mtbf="40 s", max_epochs=4, **kw)
+
+
+def _decisions(run_dir: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [(r["step"], r["value"]) for r in rows if r.get("name") == "save/interval"]
+
+
+def _saves(trainer: Any, after: int = 0) -> list[int]:
+    return [f.step for f in trainer.firings if f.callback == "save" and f.step > after]
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(4, 12))  # the interval still changes after it (8 -> 9 at step 14)
+def test_a_live_retime_of_another_callback_leaves_the_savers_decisions(
+        tmp_path_factory: pytest.TempPathFactory, step: int) -> None:
+    """Retimed live at ``step`` (another callback's trigger changes): applied, and the
+    saver's interval decisions and saves are the unretimed run's, before and after it."""
+    tmp = tmp_path_factory.mktemp("live")
+    _NOW[0] = 0.0
+    whole = _changed_trainer(tmp / "whole", _changing("2 steps", 10**6), Noop())
+    whole.fit()
+    _NOW[0] = 0.0
+    new = _changing("3 steps", step)
+    retimed = _changed_trainer(tmp / "retimed", _changing("2 steps", step), _Ask(new))
+    retimed.fit()
+    rows = [json.loads(x) for x in (tmp / "retimed" / "events.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["rule"]) for r in rows if r["kind"] == "schedule_change"] == [
+        (step, "retime")]
+    assert [f.step for f in retimed.firings if f.callback == "other" and f.step > step] == [
+        s for s in range(step + 1, 49) if s % 3 == 0]
+    decided = _decisions(tmp / "whole")
+    then = [v for s, v in decided if s <= step]
+    assert any(v != then[-1] for s, v in decided if s > step)  # the saver re-decides
+    assert _saves(retimed) == _saves(whole)
+    assert _decisions(tmp / "retimed") == decided
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(4, 40))
+def test_a_resume_applying_another_schedule_keeps_the_savers_decisions(
+        tmp_path_factory: pytest.TempPathFactory, cut: int) -> None:
+    """Cut at ``cut`` and resumed with ``schedule_change="apply"`` and another callback's
+    trigger changed: the saver is kept, and saves where the uninterrupted run did, with
+    the same decisions (the one its checkpoint's own save made read back from the log)."""
+    tmp = tmp_path_factory.mktemp("apply")
+    _NOW[0] = 0.0
+    whole = _changed_trainer(tmp / "whole", _changing("2 steps", 10**6), Noop())
+    whole.fit()
+    _NOW[0] = 0.0
+    _changed_trainer(tmp / "cut", _changing("2 steps", 10**6), Noop(), max_steps=cut).fit()
+    again = _changed_trainer(tmp / "cut", _changing("3 steps", 10**6), Noop(),
+                             schedule_change="apply")
+    assert again.resume("auto") is not None
+    at = again.clock.step
+    _NOW[0] = _clock_at(at, whole.firings)
+    again.fit()
+    assert _saves(again, at) == _saves(whole, at)
+    assert _decisions(tmp / "cut") == _decisions(tmp / "whole")

@@ -34,6 +34,39 @@ def test_auto_without_a_failure_rate_is_refused_in_one_line(trigger: str, path: 
                               "\"6 h\") or failure_rate (failures per hour)")
 
 
+_WRONG = ["true", '"soon"', '"6 steps"', '"0 s"', "[1]", '{ h = 6 }', '"-1 h"']
+
+
+@pytest.mark.parametrize(("key", "value"), [*(("mtbf", v) for v in ["5", "2.5", *_WRONG]),
+                                            *(("failure_rate", v) for v in _WRONG)])
+def test_a_wrong_failure_rate_is_one_error_at_its_key(key: str, value: str) -> None:
+    """Whatever is wrong with a given mtbf or failure_rate (its type or its value), the
+    one error is at its key and says what was expected: never a second one asking to set
+    the key that was set (issue 42)."""
+    with pytest.raises(SpecError) as err:
+        loads_spec(_spec(f"[run]\n{key} = {value}"))
+    assert [p.path for p in err.value.problems] == [f"run.{key}"], str(err.value)
+    assert "expected " in str(err.value) and "set [run]" not in str(err.value)
+    if key == "mtbf":
+        assert err.value.problems[0].expected == "a duration such as '6 h' or '90 min'"
+
+
+def test_a_rate_is_asked_of_a_run_and_not_of_a_schedule_alone() -> None:
+    """Without [run]: refused, unless the text is a schedule whose run is elsewhere
+    (schedule_only: a stored schedule, a retime's); with [run], checked either way; a
+    [run] refused for another key adds no second error."""
+    auto = _spec("")
+    assert loads_spec(auto, schedule_only=True).callbacks["save"].trigger == AutoEvery()
+    for text in (_spec('[run]\nseed = 1'), auto):
+        with pytest.raises(SpecError, match="set \\[run\\] mtbf"):
+            loads_spec(text, schedule_only=text != auto)
+    with pytest.raises(SpecError) as err:
+        loads_spec(_spec('[run]\nmtbf = "1 h"\nseed = "x"'))
+    assert [p.path for p in err.value.problems] == ["run.seed"]
+    with pytest.raises(SpecError, match="MaxSaver measures none"):
+        loads_spec(auto.replace("ModelSaver", "MaxSaver"), schedule_only=True)
+
+
 @pytest.mark.parametrize("run, key", [
     ('mtbf = "6 steps"', "run.mtbf"), ('mtbf = "0 s"', "run.mtbf"),
     ("failure_rate = 0.0", "run.failure_rate"), ("failure_rate = -2.0", "run.failure_rate"),
