@@ -63,15 +63,16 @@ class Checkpoints:
             ``RUN_DIR/checkpoints`` stand for its files.
         on_background_done: called from the writing thread when a background save
             ended (the loop then collects it at its next step).
-        on_written: told ``(shown, phase, step, epoch)`` after each checkpoint is
-            written, ``shown`` its path or URL (the run directory records it in
-            ``run.json``, so a killed run says how far it got).
+        on_written: told ``(shown, phase, step, epoch, resumable)`` after each
+            checkpoint is written, ``shown`` its path or URL, ``resumable`` whether
+            ``--resume auto`` may pick it (the run directory records it in ``run.json``,
+            so a killed run says how far it got).
     """
 
     def __init__(self, parts: RunParts, config: RunConfig, *, device_type: str = "cpu",
                  comm: Comm | None = None, storage: Storage | None = None,
                  on_background_done: Callable[[], None] | None = None,
-                 on_written: Callable[[Path | str, str, int, int], None] | None = None,
+                 on_written: Callable[[Path | str, str, int, int, bool], None] | None = None,
                  ) -> None:
         run_dir = config.run_path
         self.parts, self.run_dir, self.comm = parts, run_dir, comm
@@ -324,7 +325,8 @@ class Checkpoints:
         if self.log:
             _log.debug("checkpoint", path=str(path), step=step, phase=phase)
         if self.on_written is not None and (comm is None or comm.is_chief):
-            self.on_written(self.mount.shown(path), phase, step, epoch)
+            self.on_written(self.mount.shown(path), phase, step, epoch,
+                            self.mount.resumable(path))
         if on_saved is not None:  # the path written: "-nonfinite" added when it was
             on_saved(path)
 

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 import torch
 
-from schedtrain.checkpoints.files import remove
+from schedtrain.checkpoints.files import NAME_RE, remove
 from schedtrain.checkpoints.format import CheckpointError
 from schedtrain.checkpoints.lease import Lease
 from schedtrain.checkpoints.owned import Identity, Tap, file_identity
@@ -64,6 +64,14 @@ class Mount:
         if name is None or not isinstance(self.storage, FsspecStorage):
             return None
         return Remote(self.storage, name)
+
+    def resumable(self, path: Path) -> bool:
+        """Whether ``path`` is a checkpoint ``--resume auto`` may pick: a finite one of
+        ``RUN_DIR/checkpoints`` (wherever it really is)."""
+        found = NAME_RE.fullmatch(path.name)
+        if found is None or found[2] or self.run_dir is None:
+            return False
+        return path.parent.resolve() == (self.run_dir / "checkpoints").resolve()
 
     def shown(self, path: Path) -> str:
         """Where ``path`` really is: its URL in ``storage``, or the path."""

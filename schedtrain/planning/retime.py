@@ -16,8 +16,10 @@ Files in the run directory (each written atomically):
   "unchanged" | "refused", "step", "epoch", "reason", "earlier": [...]}`` (``earlier``:
   the few answers before it, so a command that looks late still finds its own);
 - ``retimes.json``: every retime applied, ``{"base": TEXT, "applied": [{"step", "epoch",
-  "schedule"}, ...]}``, so a resumed run (``--resume auto``) applies each again where it
-  was applied: the run goes on exactly as it went.
+  "schedule", "id"}, ...]}``, so a resumed run (``--resume auto``) applies each again where
+  it was applied: the run goes on exactly as it went. A request whose id is there (the
+  run killed before it removed ``retime.json``) is answered as applied there, never
+  applied again.
 
 Each is read back through ``readback.read_json`` into a typed, bounded record
 (``Request``, ``Answer``, ``History``); a damaged request is answered "refused", a damaged
@@ -221,15 +223,19 @@ class _Earlier:
 
 @attrs.frozen
 class Applied:
-    """One retime applied: after the ``step_end`` of ``step``, ``schedule`` took over."""
+    """One retime applied: after the ``step_end`` of ``step``, ``schedule`` took over;
+    ``id``: the request's (``None``: a replay's, or a journal written before ids were
+    kept), so a request still waiting after a kill is not applied twice."""
 
     step: int = attrs.field(validator=_COUNT)
     epoch: int = attrs.field(validator=_COUNT)
     schedule: str = attrs.field(validator=at_most(SMALL_FILE))
+    id: str | None = attrs.field(default=None, validator=valid)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record."""
-        return {"step": self.step, "epoch": self.epoch, "schedule": self.schedule}
+        found = {"step": self.step, "epoch": self.epoch, "schedule": self.schedule}
+        return found if self.id is None else {**found, "id": self.id}
 
 
 @attrs.frozen
@@ -246,6 +252,10 @@ class History:
         if bad is not None:
             raise invalid("applied", f"expected retimes in the order of their steps, found "
                                      f"step {steps[bad]} after step {steps[bad - 1]}")
+
+    def applied_as(self, ident: str) -> Applied | None:
+        """The retime request ``ident`` made, when it was applied."""
+        return next((a for a in self.applied if a.id == ident), None)
 
     def texts(self) -> list[str]:
         """The schedule in force before the first retime, then after each."""

@@ -69,6 +69,8 @@ class RunStatus:
         pid: the process that wrote it (``None``: unknown).
         updated: when (seconds since 1970).
         checkpoint, phase: the last checkpoint written (its path or URL) and its event.
+        resumable: the step of the last checkpoint written that ``--resume auto`` may
+            pick (``None``: none yet): a resume from an older one trains what remains.
         schedule: the schedule the run runs (canonical TOML; ``None``: no stored form).
         batch_events: the per-batch events its loop fires (``planning.retime.LOOP_EVENTS``;
             fixed when it started; ``None``: not recorded, an earlier version).
@@ -81,6 +83,7 @@ class RunStatus:
     updated: float | None = attrs.field(default=None, validator=between(0, _LATEST))
     checkpoint: str | None = attrs.field(default=None, validator=_path)
     phase: str | None = attrs.field(default=None, validator=valid)
+    resumable: int | None = attrs.field(default=None, validator=between(0, MAX_COUNT))
     schedule: str | None = attrs.field(default=None, validator=at_most(SMALL_FILE))
     batch_events: tuple[str, ...] | None = attrs.field(default=None, validator=_batch_events)
     format: str = attrs.field(default="schedtrain-run-1", validator=valid)

@@ -215,6 +215,12 @@ class Retimer:
                 found, self.asked = self.asked, None
             elif self.run_dir is not None:
                 found = read_request(self.run_dir)
+            if isinstance(found, Request) and self.history is not None:
+                # Applied by this run before a kill that left the request unanswered.
+                done = self.history.applied_as(found.id)
+                if done is not None:
+                    self._answer(found.id, "applied", f"applied after step {done.step}", done)
+                    found = None
         if self.comm is not None and self.comm.size > 1:
             found = self.comm.broadcast(found)
         if isinstance(found, BadRequest):
@@ -254,7 +260,7 @@ class Retimer:
             self.events.record({"kind": "schedule_change", "step": step, "epoch": epoch,
                                 "rule": "retime", **diff.to_dict()})
         if not replayed:
-            self._remember(Applied(step, epoch, text), old)
+            self._remember(Applied(step, epoch, text, ident), old)
         if self.directory is not None:
             self.directory.record("running", step=step, epoch=epoch, schedule=text)
         self._answer(ident, "applied", f"applied after step {step}")
@@ -293,10 +299,11 @@ class Retimer:
         if self.chief and self.run_dir is not None:
             write_history(self.run_dir, self.history)
 
-    def _answer(self, ident: str | None, status: str, reason: str) -> None:
+    def _answer(self, ident: str | None, status: str, reason: str,
+                at: Applied | None = None) -> None:
         """Say what became of a request: a refusal as one line, the answer file for the
-        command that asked, the request removed."""
-        step, epoch = self.position()
+        command that asked, the request removed. ``at``: where it was applied (else now)."""
+        step, epoch = (at.step, at.epoch) if at is not None else self.position()
         if not self.chief:
             return
         if status == "refused":

@@ -144,8 +144,9 @@ class RunDirectory:
             ends_at: for a resume, the run's ``(max_epochs, max_steps)``: resuming a run
                 that stopped, or finished at or past these, is refused (it would only
                 end again).
-            resumed_step: the step of the checkpoint resumed: one older than where the
-                run ended (its newer checkpoints damaged) trains what remains.
+            resumed_step: the step of the checkpoint resumed: one older than the last
+                the run wrote for ``--resume auto`` (that one damaged or gone) trains
+                what remains; one older than where the run ended, no.
             on_ended: called, with the directory still locked, before a resume of a run
                 that ended is refused (it completes the run's log).
             starting_over: a resume found no valid checkpoint: a run that ended here is
@@ -219,11 +220,15 @@ class RunDirectory:
             raise UnsafeFile(path, f"cannot be removed ({exc.strerror or exc}); it is "
                                    "not a file a run wrote: remove it") from None
 
-    def checkpoint_written(self, path: Path | str, phase: str, step: int, epoch: int) -> None:
+    def checkpoint_written(self, path: Path | str, phase: str, step: int, epoch: int,
+                           resumable: bool = False) -> None:
         """Record the run's progress at each checkpoint: after a ``kill -9``, ``run.json``
-        says how far the run got and which checkpoint it wrote last (its path or URL)."""
+        says how far the run got and which checkpoint it wrote last (its path or URL);
+        of one ``--resume auto`` may pick, its step (``resumable``)."""
         # Still running: how it ends (finished, stopped, preempted) is recorded after.
-        self.record("running", step=step, epoch=epoch, checkpoint=str(path), phase=phase)
+        more = {"resumable": step} if resumable else {}
+        self.record("running", step=step, epoch=epoch, checkpoint=str(path), phase=phase,
+                    **more)
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
@@ -253,8 +258,10 @@ def _ended(status: dict[str, Any], max_epochs: int | None, max_steps: int | None
            resumed_step: int | None = None) -> bool:
     """Whether a run that ended would end again at once: it stopped (its stop condition
     would hold again), or finished and its end was not moved later. A checkpoint older
-    than the step it ended at (its newer ones damaged) has steps left to train."""
-    if resumed_step is not None and resumed_step < int(status.get("step", 0) or 0):
+    than the last one the run wrote to resume from (that one damaged or gone) has steps
+    left to train; the steps after the run's last checkpoint were trained and logged
+    (training them again would fire their callbacks twice)."""
+    if resumed_step is not None and resumed_step < int(status.get("resumable", 0) or 0):
         return False
     if status.get("status") == "stopped":
         return True
