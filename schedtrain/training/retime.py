@@ -124,7 +124,7 @@ class Retimer:
         #: one process looks at this step whatever ``POLL_NS`` says (the loop's slow path
         #: comes here): a request waits at most ``LOOK_STEPS`` steps, however short the
         #: epochs (whose ends fold the losses) or fast the steps
-        self.look_step: float = 0 if comm is None else math.inf
+        self.look_step: float = LOOK_STEPS if comm is None else math.inf
         #: what sat at ``retime.json``, refused and not removable (a directory): its
         #: identity, so it is refused once, not at every look
         self._stuck: tuple[int, int, int] | None = None
