@@ -24,6 +24,7 @@ from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.owned import Owned
 from schedtrain.checkpoints.pacing import write_share
+from schedtrain.checkpoints.preempted import PreemptedFiles
 from schedtrain.checkpoints.restore import check_state, load_model, own_part
 from schedtrain.checkpoints.rng import rng_state
 from schedtrain.checkpoints.sharded import (
@@ -93,6 +94,7 @@ class Checkpoints:
         self.written: list[str] = []
         #: each committed file's identity: only a file that has it is the run's to prune
         self.owned = Owned(self.mount.identity, self.mount.is_local)
+        self.preempted = PreemptedFiles()
         #: saves asked for during the current event, written once it is over
         self.pending: list[Save] = []
         #: log each checkpoint written (an application configured structlog)
@@ -132,9 +134,9 @@ class Checkpoints:
         return path if path.is_absolute() or self.run_dir is None else self.run_dir / path
 
     def paths(self) -> list[Path]:
-        """Checkpoints this run wrote (across resumes) that are still there as it wrote
-        them (``owned``; known to the chief, which deletes), oldest first."""
-        there = self.mount.exists([self.resolve(key) for key in self.written])
+        """Checkpoints this run wrote (across resumes), still there as it wrote them
+        (``owned``; known to the chief, which deletes), oldest first; never a preemption's own."""
+        there = self.mount.exists([self.resolve(k) for k in self.preempted.others(self.written)])
         return [p for p in there if not self.mount.chief or self.owned.trusted(self.key(p), p)]
 
     def delete(self, path: Path) -> bool:
@@ -207,9 +209,8 @@ class Checkpoints:
         """
         self.wait()  # at most one save in flight
         parts, comm = self.parts, self.comm
-        ranks = None
-        if comm is not None:
-            ranks = comm.gather({"rng": rng_state(), "data": parts.data_state()})
+        ranks = None if comm is None else comm.gather({"rng": rng_state(),
+                                                       "data": parts.data_state()})
         model_state = parts.model.state_dict()
         sharded = comm is not None and is_sharded(model_state)
         # One process in "async": the writing thread checks the host copy and names it.
@@ -228,11 +229,13 @@ class Checkpoints:
         if deferred:
             bad = self.key(nonfinite(path))
             self._if_nonfinite = self.written + ([] if bad in self.written else [bad])
+        self.preempted.wrote(key, phase, self.written)
         if key not in self.written:
             self.written.append(key)
         self._folders.add(path.parent.resolve())
         step, epoch = parts.position()
-        run = {**parts.capture(), "written": list(self.written), "owned": self.owned.state()}
+        run = {**parts.capture(), "written": list(self.written), "owned": self.owned.state(),
+               "preempted": self.preempted.state()}
         body: dict[str, Any] | None = {
             "phase": phase, "step": step, "epoch": epoch, "finite": finite,
             "model": None, "optimizer": None,
@@ -322,6 +325,8 @@ class Checkpoints:
         comm = self.comm
         if self.mount.chief:
             self.owned.wrote(self.key(path), path, self.mount.landed.pop(path, None))
+        for key in self.preempted.replaced(path, self.key(path), self.resolve):
+            self.delete(self.resolve(key))  # (on the chief; every rank forgets the key)
         if self.log:
             _log.debug("checkpoint", path=str(path), step=step, phase=phase)
         if self.on_written is not None and (comm is None or comm.is_chief):
@@ -375,6 +380,7 @@ class Checkpoints:
         parts.restore(run, rng, data)
         self.written = list(run["written"])
         self.owned.load(run.get("owned"))  # absent from earlier ones: nothing earlier pruned
+        self.preempted.load(run, self.key(path), state["phase"], self.owned.records)
         if self.mount.chief and self.key(path) in self.written:  # it cannot hold its own
             self.owned.wrote(self.key(path), path, None)
         return state

@@ -13,7 +13,8 @@ The checkpoint's keys (documented in docs/checkpoints.md)::
                   table, callbacks, metrics, losses, random generators, data position, the
                   epoch in progress, events.jsonl's length, why the run stopped (or None),
                   the checkpoints this run wrote (``written``) and each one's size and
-                  digest (``owned``), the run's schedule as canonical TOML
+                  digest (``owned``), those a preemption wrote of its own
+                  (``preempted``), the run's schedule as canonical TOML
                   (``schedule``; ``None``: a trigger without a TOML form)
     checksum      {"algorithm": "blake2b-256", "digest": ...} of all the above
 
