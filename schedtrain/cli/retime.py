@@ -36,6 +36,7 @@ from schedtrain.planning.retime import (
     write_request,
 )
 from schedtrain.planning.run_status import RunStatus, read_status
+from schedtrain.planning.run_status import process_alive as _alive
 from schedtrain.readback import parse_json
 
 __all__ = ["cmd_retime"]
@@ -66,17 +67,6 @@ def _running(run_dir: Path) -> RunStatus:
         raise UsageError(f"{run_dir}: its job's schedule has no stored form (a Python "
                          "trigger, or an earlier version): it cannot be retimed")
     return status
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (another machine's: assumed so)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # not ours to signal: it exists
-        return True
-    return True
 
 
 def _last_step(run_dir: Path, status: RunStatus) -> int:

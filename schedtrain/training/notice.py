@@ -76,7 +76,7 @@ def _when(text: str) -> float:
     return when.timestamp()
 
 
-class HTTPStatus(OSError):
+class _HTTPStatus(OSError):
     """A metadata server's answer other than 200 (``code``)."""
 
     def __init__(self, code: int, path: str) -> None:
@@ -105,7 +105,7 @@ class NoticeWatcher:
         """The body of a 200 answer, within what is left of the poll's timeout.
 
         Raises:
-            HTTPStatus: another status; OSError: no whole answer in time (``TimeoutError``)
+            _HTTPStatus: another status; OSError: no whole answer in time (``TimeoutError``)
             or none at all.
         """
         left = self._until - time.monotonic()
@@ -142,7 +142,7 @@ class NoticeWatcher:
             timer.cancel()
             conn.close()
         if response.status != 200:
-            raise HTTPStatus(response.status, path)
+            raise _HTTPStatus(response.status, path)
         return body
 
     def poll(self) -> float | None:
@@ -161,7 +161,7 @@ class NoticeWatcher:
                     "X-aws-ec2-metadata-token-ttl-seconds": "21600"}, "PUT").decode()
             try:
                 body = self._get(_AWS_ACTION, {"X-aws-ec2-metadata-token": self._token})
-            except HTTPStatus as exc:
+            except _HTTPStatus as exc:
                 if exc.code == 404:
                     return None  # no notice
                 if exc.code == 401 and attempt == 1:  # the token expired: a new one
