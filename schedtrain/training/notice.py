@@ -129,6 +129,9 @@ class NoticeWatcher:
         timer.daemon = True
         timer.start()
         try:
+            conn.connect()
+            if cut.is_set():  # over before the socket was there to shut down (a TLS
+                raise TimeoutError  # handshake is bounded by the per-read timeout only)
             conn.request(method, path, headers=headers)
             response = conn.getresponse()
             body = response.read()
