@@ -130,8 +130,10 @@ class NoticeWatcher:
         timer.start()
         try:
             conn.connect()
-            if cut.is_set():  # over before the socket was there to shut down (a TLS
-                raise TimeoutError  # handshake is bounded by the per-read timeout only)
+            # Over before there was a socket to shut down (a TLS handshake is bounded by
+            # the per-read timeout only): end here.
+            if cut.is_set():
+                raise TimeoutError
             conn.request(method, path, headers=headers)
             response = conn.getresponse()
             body = response.read()
