@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import Any
 
 TOKEN = "local-token"
+#: Seconds between the bytes of a trickled answer.
+TRICKLE_GAP = 0.05
 
 
 class NoticeServer:
-    """Serves no notice until ``serve_notice()``; ``hang`` makes every answer take 30 s.
+    """Serves no notice until ``serve_notice()``; ``hang`` makes every answer take 30 s;
+    ``trickle`` sends the first answer a byte at a time, every ``TRICKLE_GAP`` s, so that
+    it takes that many seconds (no read ever waits long: a per-read timeout never ends it).
 
     Attributes:
         deadline: the AWS notice's ``time`` (seconds since the epoch), set by
@@ -29,8 +33,10 @@ class NoticeServer:
         expire_token: answer the next instance-action request 401 (an expired token).
     """
 
-    def __init__(self, *, hang: bool = False) -> None:
+    def __init__(self, *, hang: bool = False, trickle: float = 0.0) -> None:
         self.hang = hang
+        self.trickle = trickle
+        self._closed = threading.Event()
         self.deadline: float | None = None
         self.noticed_at: float | None = None
         self.served_at: float | None = None
@@ -63,6 +69,7 @@ class NoticeServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closed.set()  # a trickle in progress stops
         self._server.shutdown()
         self._server.server_close()
 
@@ -103,6 +110,15 @@ class NoticeServer:
             self.served_at = time.time()
         handler.send_response(status)
         handler.send_header("Content-Length", str(len(body)))
+        trickle, self.trickle = self.trickle, 0.0  # the first answer only
+        if trickle:
+            # a header of one byte per gap: the answer is whole only after `trickle` s
+            handler.flush_headers()
+            for i in range(int(trickle / TRICKLE_GAP)):
+                if self._closed.wait(TRICKLE_GAP):
+                    return
+                handler.wfile.write(b"x" if i else b"X-Padding: x")
+            handler.wfile.write(b"\r\n")
         handler.end_headers()
         handler.wfile.write(body)
 

@@ -322,8 +322,14 @@ def _cmd_retime(args: argparse.Namespace) -> int:
     return cmd_retime(args)
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from schedtrain.cli.status import cmd_status
+
+    return cmd_status(args)
+
+
 _COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "diff": _cmd_diff, "train": _cmd_train,
-             "retime": _cmd_retime}
+             "retime": _cmd_retime, "status": _cmd_status}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -65,8 +65,8 @@ with --resume auto
 
 @functools.cache  # parsing does not change it; built once per process
 def build_parser() -> argparse.ArgumentParser:
-    """The ``schedtrain`` command's arguments: ``check``, ``plan``, ``diff``, ``train`` and
-    ``retime``."""
+    """The ``schedtrain`` command's arguments: ``check``, ``plan``, ``diff``, ``train``,
+    ``retime`` and ``status``."""
     parser = _Parser(
         prog="schedtrain",
         description="Check, plan and run declarative training schedules written in TOML.",
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default; shows the diff) or apply the new one by the rules "
                             "of docs/checkpoints.md")
     _add_retime(sub)
+    _add_status(sub)
     return parser
 
 
@@ -205,6 +206,27 @@ def _add_retime(sub: Any) -> None:
                         help="override clock.steps_per_epoch (for the diff)")
     retime.add_argument("--first", type=_positive_int, default=5, metavar="N",
                         help="firings listed per callback and kind (default 5)")
+
+
+_STATUS_EPILOG = """\
+examples:
+  schedtrain status runs/digits
+  torchrun --nproc-per-node 2 -m schedtrain train job.toml --run-dir runs/job
+  schedtrain status runs/job; code=$?    # 75: preempted, requeue with --resume auto
+
+exit codes: as train's for that ending: 0 finished or stopped, 75 preempted, 1 failed or
+still running (or killed before it could record its end), 2 no run.json or a damaged one
+"""
+
+
+def _add_status(sub: Any) -> None:
+    status = sub.add_parser(
+        "status", help="how the run in a run directory ended (exit 75: preempted)",
+        epilog=_STATUS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print RUN_DIR's run.json status in one line and exit with the code "
+                    "`train` gives for it; a launcher such as torchrun exits 1 when its "
+                    "ranks exit 75 (docs/distributed.md, \"Preemption\").")
+    status.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
 
 
 def _given(text: str) -> str:

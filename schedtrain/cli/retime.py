@@ -44,6 +44,7 @@ from schedtrain.planning.retime import (
     write_request,
 )
 from schedtrain.planning.run_status import LOCK_FILE, RunStatus, read_status
+from schedtrain.planning.run_status import process_alive as _alive
 from schedtrain.readback import parse_json
 
 __all__ = ["cmd_retime"]
@@ -111,17 +112,6 @@ def _locked(run_dir: Path) -> bool:
     finally:
         os.close(fd)
     return False
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (another machine's: assumed so)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # not ours to signal: it exists
-        return True
-    return True
 
 
 def _last_step(run_dir: Path, status: RunStatus) -> int:

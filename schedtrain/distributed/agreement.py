@@ -46,6 +46,7 @@ class _Clock(Protocol):
 
 class _Guard(Protocol):
     requested: str | None
+    deadline: float | None
 
 
 class _Losses(Protocol):
@@ -128,13 +129,23 @@ class Alone:
 
     def after_step_end(self, step: int) -> None:
         """A slow-path step end is over: preempt here if a signal asked."""
-        if self.guard.requested is not None:
-            raise PreemptRequested(self.guard.requested)
+        if (requested := self._requested()) is not None:
+            raise PreemptRequested(requested)
 
     def after_epoch_end(self) -> None:
         """An epoch end is over: preempt here if a signal asked."""
-        if self.guard.requested is not None:
-            raise PreemptRequested(self.guard.requested)
+        if (requested := self._requested()) is not None:
+            raise PreemptRequested(requested)
+
+    def _requested(self) -> str | None:
+        """The stop asked for, once this step end's triggers saw what it carries: a
+        notice that came while they were being decided waits for the next step end, so
+        ``before_deadline`` fires at the step the run stops at (after the last step end
+        none follows: the run finishes)."""
+        # `requested` first: a notice sets its deadline before it, so a stop seen here
+        # has its deadline seen below.
+        requested = self.guard.requested
+        return requested if self.guard.deadline is None else None
 
     # -- the dispatcher ------------------------------------------------------------------------
     def begin_event(self) -> None:

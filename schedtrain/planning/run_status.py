@@ -10,6 +10,7 @@ commands that read it import nothing heavy.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,7 +27,8 @@ from schedtrain.readback import (
 )
 from schedtrain.time import MAX_COUNT
 
-__all__ = ["BATCH_EVENTS", "LOCK_FILE", "RUN_FILE", "STATUSES", "RunStatus", "read_status"]
+__all__ = ["BATCH_EVENTS", "LOCK_FILE", "RUN_FILE", "STATUSES", "RunStatus", "process_alive",
+           "read_status"]
 
 RUN_FILE: Final = "run.json"
 #: Held (a POSIX record lock) by the process whose run uses the directory.
@@ -106,3 +108,14 @@ def read_status(run_dir: Path) -> RunStatus | None:
         return None
     return structure(data, RunStatus, path)
 
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (another machine's: assumed so)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # not ours to signal: it exists
+        return True
+    return True

@@ -9,19 +9,22 @@ GCE: ``GET /computeMetadata/v1/instance/preempted`` (``Metadata-Flavor: Google``
 ``gce+URL`` ask another server the same paths (a proxy, a test's server).
 
 The loop reads only what the thread sets (``Guard.notice``: the next step takes the slow
-path), so quiet steps cost nothing; each request has a short timeout, and a server that is
-down, refuses or hangs delays only the thread. Failures are logged once, not per poll.
+path), so quiet steps cost nothing; each poll has a short timeout for all of it (a
+watchdog cuts the connection when it is over, so a server that trickles its answer a byte
+at a time costs what one that hangs does), and a server that is down, refuses, hangs or
+trickles delays only the thread. Failures are logged once, not per poll.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import http.client
 import os
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Iterator
 from typing import Final
 
@@ -43,7 +46,8 @@ DEFAULT_POLL: Final = 5.0
 POLL_ENV: Final = "SCHEDTRAIN_PREEMPT_POLL"
 #: A GCE preemption's warning, in seconds: its deadline after ``preempted`` turns ``TRUE``.
 GCE_NOTICE: Final = 30.0
-#: Seconds one request may take: a hanging server costs the thread this, never the loop.
+#: Seconds one poll may take, all its requests together, however the server answers: a
+#: hanging or trickling server costs the thread this a poll, never the loop.
 TIMEOUT: Final = 2.0
 _AWS_TOKEN: Final = "/latest/api/token"
 _AWS_ACTION: Final = "/latest/meta-data/spot/instance-action"
@@ -72,6 +76,14 @@ def _when(text: str) -> float:
     return when.timestamp()
 
 
+class _HTTPStatus(OSError):
+    """A metadata server's answer other than 200 (``code``)."""
+
+    def __init__(self, code: int, path: str) -> None:
+        super().__init__(f"HTTP {code} for {path}")
+        self.code = code
+
+
 class NoticeWatcher:
     """Asks one metadata server whether a preemption notice is out.
 
@@ -87,11 +99,55 @@ class NoticeWatcher:
         self.source = f"the {self.kind.upper()} preemption notice"
         self._token: str | None = None
         self._seen: float | None = None  # when GCE's flag was first seen TRUE
+        self._until = 0.0  # when the poll in progress must end (time.monotonic)
 
     def _get(self, path: str, headers: dict[str, str], method: str = "GET") -> bytes:
-        request = urllib.request.Request(self.server + path, headers=headers, method=method)
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            body: bytes = response.read()
+        """The body of a 200 answer, within what is left of the poll's timeout.
+
+        Raises:
+            _HTTPStatus: another status; OSError: no whole answer in time (``TimeoutError``)
+            or none at all.
+        """
+        left = self._until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no whole answer within {self.timeout:g} s")
+        url = urllib.parse.urlsplit(self.server)
+        kind = (http.client.HTTPSConnection if url.scheme == "https"
+                else http.client.HTTPConnection)
+        conn = kind(url.hostname or "", url.port, timeout=left)
+        # A timeout bounds each read, not the answer: the watchdog shuts the socket down
+        # when the poll's time is over, which ends any read in progress.
+        cut = threading.Event()
+
+        def watchdog() -> None:
+            cut.set()
+            if (sock := conn.sock) is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(left, watchdog)
+        timer.daemon = True
+        timer.start()
+        try:
+            conn.connect()
+            # Over before there was a socket to shut down (a TLS handshake is bounded by
+            # the per-read timeout only): end here.
+            if cut.is_set():
+                raise TimeoutError
+            conn.request(method, path, headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+            if cut.is_set():  # an answer cut short can look whole
+                raise TimeoutError
+        except (OSError, http.client.HTTPException):
+            if cut.is_set():
+                raise TimeoutError(f"no whole answer within {self.timeout:g} s") from None
+            raise
+        finally:
+            timer.cancel()
+            conn.close()
+        if response.status != 200:
+            raise _HTTPStatus(response.status, path)
         return body
 
     def poll(self) -> float | None:
@@ -100,6 +156,7 @@ class NoticeWatcher:
         Raises:
             OSError, ValueError: the server did not answer, or not as documented.
         """
+        self._until = time.monotonic() + self.timeout
         return self._aws() if self.kind == "aws" else self._gce()
 
     def _aws(self) -> float | None:
@@ -109,7 +166,7 @@ class NoticeWatcher:
                     "X-aws-ec2-metadata-token-ttl-seconds": "21600"}, "PUT").decode()
             try:
                 body = self._get(_AWS_ACTION, {"X-aws-ec2-metadata-token": self._token})
-            except urllib.error.HTTPError as exc:
+            except _HTTPStatus as exc:
                 if exc.code == 404:
                     return None  # no notice
                 if exc.code == 401 and attempt == 1:  # the token expired: a new one

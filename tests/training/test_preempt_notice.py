@@ -29,7 +29,7 @@ from schedtrain import Schedule
 from schedtrain.errors import Preempted
 from schedtrain.spec.deadlines import check_notice, notice_source
 from schedtrain.training import Trainer
-from schedtrain.training.notice import POLL_ENV, NoticeWatcher
+from schedtrain.training.notice import POLL_ENV, TIMEOUT, NoticeWatcher
 from schedtrain.triggers import before_deadline
 
 FAST_POLL = "0.02"
@@ -214,6 +214,41 @@ def test_a_hanging_server_never_holds_the_loop(monkeypatch: pytest.MonkeyPatch) 
     assert t.clock.step == 400 and took < 20
     assert not any(th.name == "schedtrain-notice" and th.is_alive() and not th.daemon
                    for th in threading.enumerate())
+
+
+@pytest.mark.parametrize("kind", ["aws", "gce"])
+def test_a_trickling_server_costs_one_timeout_a_poll(kind: str) -> None:
+    """The first answer comes a byte every 50 ms for 10 s (no read waits long): the poll
+    gives up after its timeout, for the whole of it, and the next one is answered."""
+    with NoticeServer(trickle=10) as server:
+        watcher = NoticeWatcher(server.url(kind), timeout=0.5)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"no whole answer within 0\.5 s"):
+            watcher.poll()
+        assert time.monotonic() - start < 2
+        server.serve_notice(seconds_left=90)
+        assert watcher.poll() is not None
+
+
+def test_a_trickling_server_never_hides_a_later_notice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its first answer trickles for a minute; a notice served at step 10 still preempts
+    the run within a poll's timeout or two."""
+    monkeypatch.setenv(POLL_ENV, FAST_POLL)
+    served: list[float] = []
+
+    def serve() -> None:
+        server.serve_notice(45)
+        served.append(time.monotonic())
+
+    with NoticeServer(trickle=60) as server:
+        t = trainer(Batches(10_000, at=10, then=serve), server.url("aws"),
+                    soon=before_deadline("60 s"))
+        with pytest.raises(Preempted) as info:
+            t.fit()
+        took = time.monotonic() - served[0]
+    assert took < 2 * TIMEOUT + 3, took
+    assert fired(t, "soon") == [info.value.step]
 
 
 # -- schedtrain train: exit 75, then --resume auto continues exactly -----------------------
