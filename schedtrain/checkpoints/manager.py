@@ -336,20 +336,15 @@ class Checkpoints:
             on_saved(path)
 
     # -- exports -------------------------------------------------------------------------------
-    def export_model(self, path: Path) -> Path | None:
-        """Export the model's weights now to ``path`` (with ``export``; on the chief):
-        ``None`` when nothing is exported here."""
+    def write_export(self, path: Path, checkpoint: Path | None = None) -> Path | None:
+        """Export weights to ``path`` (with ``export``; on the chief; ``None`` when nothing
+        is exported here): the model's now, or those the committed ``checkpoint`` holds,
+        however long after its request it was written."""
         if "safetensors" not in self.export or not (self.comm is None or self.comm.is_chief):
             return None
-        step, epoch = self.parts.position()
-        return export_weights(self.parts.model.state_dict(), path, step=step, epoch=epoch)
-
-    def export_checkpoint(self, checkpoint: Path, path: Path) -> Path | None:
-        """Export the weights of the committed ``checkpoint`` to ``path`` (with
-        ``export``; on the chief): the file holds what the checkpoint holds, however
-        long after its request it was written."""
-        if "safetensors" not in self.export or not (self.comm is None or self.comm.is_chief):
-            return None
+        if checkpoint is None:
+            step, epoch = self.parts.position()
+            return export_weights(self.parts.model.state_dict(), path, step=step, epoch=epoch)
         state = self.mount.read(checkpoint)
         return export_weights(state["model"], path, step=state["step"], epoch=state["epoch"])
 

@@ -344,7 +344,7 @@ class Lifecycle:
         ``load_best_at_end`` change them)."""
         run_dir = self.config.run_path
         if run_dir is not None:
-            self.parts.checkpoints.export_model(run_dir / "export" / "final.safetensors")
+            self.parts.checkpoints.write_export(run_dir / "export" / "final.safetensors")
 
     def _failed(self, exc: BaseException) -> None:
         """End a run that raised ``exc``: its traceback kept, ``run.json`` says failed."""

@@ -331,7 +331,7 @@ class Trainer:
     def export_checkpoint(self, checkpoint: str | Path, path: str | Path) -> Path | None:
         """With ``export``: the weights of the written ``checkpoint`` also as safetensors
         at ``path`` (on the chief; ``None`` when nothing is written here)."""
-        return self.checkpoints.export_checkpoint(Path(checkpoint), Path(path))
+        return self.checkpoints.write_export(Path(path), Path(checkpoint))
 
     def resume(self, path: str | Path) -> Path | str | None:
         """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
