@@ -236,13 +236,13 @@ def test_a_crafted_division_is_refused_by_name_or_passed_over(tmp_path: Path,
 
 # -- every("auto") --------------------------------------------------------------------------
 
-def _auto_trainer(run_dir: Path) -> Trainer:
+def _auto_trainer(run_dir: Path, max_epochs: int = 1) -> Trainer:
     model, opt = tiny_model()
     return Trainer(model, opt, UnevenData([12]), mse,
                    schedule=Schedule({"save": auto_every(2)}),
-                   bindings={"save": ModelSaver(keep=None)}, max_epochs=1, device="cpu",
-                   run_dir=run_dir, handle_signals=False, checkpoint_mode="sync",
-                   mtbf="40 s")
+                   bindings={"save": ModelSaver(keep=None)}, max_epochs=max_epochs,
+                   device="cpu", run_dir=run_dir, handle_signals=False,
+                   checkpoint_mode="sync", mtbf="40 s")
 
 
 def _auto(run: dict[str, Any]) -> dict[str, Any]:
@@ -297,7 +297,7 @@ def test_a_string_interval_line_in_the_log_is_named(tmp_path: Path) -> None:
     lines[number - 1] = lines[number - 1].replace('"value": ', '"value": "x", "was": ')
     events.write_text("\n".join(lines) + "\n")
     newest = sorted((tmp_path / "checkpoints").glob("step-*.pt"))[-1]
-    resumed = _auto_trainer(tmp_path)
+    resumed = _auto_trainer(tmp_path, max_epochs=2)  # a finished run goes on to a later end
     resumed.resume(newest)
     with pytest.raises(DamagedFile, match=rf"events.jsonl': line {number}\.value: ") as caught:
         resumed.fit()
