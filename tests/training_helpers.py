@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -47,3 +49,12 @@ def tiny_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 def comparable(firings: Sequence[Firing]) -> list[tuple[str, str, Any]]:
     """Firings without wall time (real seconds never equal simulated ones)."""
     return [(f.callback, f.event, attrs.evolve(f.timestamp, time_ns=0)) for f in firings]
+
+
+def as_if_killed(run_dir: Path) -> None:
+    """``run_dir``'s run.json as a run killed after its last step, before it recorded how
+    it ended (a resume then goes on from a checkpoint; a run recorded as ended has nothing
+    left to do)."""
+    path = run_dir / "run.json"
+    state = json.loads(path.read_text())
+    path.write_text(json.dumps({**state, "status": "running"}))

@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from training_helpers import tiny_model
+from training_helpers import as_if_killed, tiny_model
 
 from schedtrain import Schedule, every
 from schedtrain.callbacks import InferenceRunner, TerminateOnNaN
@@ -110,6 +110,7 @@ def test_resumed_between_the_bad_step_and_the_check(tmp_path: Path) -> None:
     full, _ = make()
     full.fit()
     assert full.stopped and full.clock.step == check
+    as_if_killed(tmp_path / "run")
     resumed, nan = make()
     resumed.resume(tmp_path / "run" / "checkpoints" / f"step-{save:08d}-nonfinite.pt")
     resumed.fit()

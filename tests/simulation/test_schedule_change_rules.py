@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
-from training_helpers import Noop
+from training_helpers import Noop, as_if_killed
 
 from schedtrain import Schedule, at, every, on
 from schedtrain.callbacks.saver import ModelSaver
@@ -96,6 +96,7 @@ def test_applied_change_runs_as_simulated_and_diffed(
     b = Schedule({"save": at(f"{step} steps"), **new})
     sim = continue_with(a, b, SHAPE, from_step=step)
     assert _seen(first.firings) == _seen([*sim.before, *sim.old])
+    as_if_killed(run_dir)
     resumed = _trainer(run_dir, new, step, keep_firings=None, schedule_change="apply")
     ckpt = run_dir / "checkpoints" / f"step-{step:08d}.pt"
     if canonical(a) != canonical(b):
