@@ -21,8 +21,8 @@ from schedtrain.files import UnsafeFile, open_regular
 from schedtrain.urls import is_url, redact_text
 
 __all__ = ["ALGORITHM", "FORMAT", "STATE_FILE", "CheckpointError", "DamagedCheckpoint",
-           "UnfitCheckpoint", "check_plain", "check_shape", "digest", "file_digests",
-           "is_finite"]
+           "UnfitCheckpoint", "UnresumableCheckpoint", "check_plain", "check_shape", "digest",
+           "file_digests", "is_finite"]
 
 FORMAT: Final = "schedtrain-checkpoint-2"
 #: The checksum's algorithm (``checksum = {"algorithm": ALGORITHM, "digest": hex}``).
@@ -55,6 +55,12 @@ class UnfitCheckpoint(CheckpointError, RunDirError, ValueError):
     """A checkpoint this run cannot continue: saved with other callbacks, or inside an
     epoch on another number of processes with data that cannot be re-divided. One line,
     exit 2 (a ``ValueError`` too, as it was)."""
+
+
+class UnresumableCheckpoint(CheckpointError, RunDirError, ValueError):
+    """A checkpoint ``--resume`` names that is not there, or a URL that is not one of this
+    run's own ``checkpoint_dir``: refused before the run directory or the folder is
+    touched, in one line (exit 2: bad input, not a failure of the run)."""
 
 
 #: The keys a checkpoint's readers index, with what each holds: a file with a valid

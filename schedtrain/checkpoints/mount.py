@@ -12,13 +12,13 @@ from typing import IO, Any
 import torch
 
 from schedtrain.checkpoints.files import NAME_RE, remove
-from schedtrain.checkpoints.format import CheckpointError
+from schedtrain.checkpoints.format import CheckpointError, UnresumableCheckpoint
 from schedtrain.checkpoints.lease import Lease
 from schedtrain.checkpoints.owned import Identity, Tap, file_identity
 from schedtrain.checkpoints.pacing import paced_file
 from schedtrain.checkpoints.remote_shards import Remote, read_remote
 from schedtrain.checkpoints.sharded import SUFFIX
-from schedtrain.checkpoints.storage import FsspecStorage, LocalStorage, Storage
+from schedtrain.checkpoints.storage import FsspecStorage, LocalStorage, Storage, manifest_name
 from schedtrain.checkpoints.store import (
     Check,
     checkpoint_body,
@@ -30,6 +30,7 @@ from schedtrain.checkpoints.store import (
 )
 from schedtrain.distributed.comm import Comm
 from schedtrain.errors import RunDirError
+from schedtrain.urls import is_url
 
 __all__ = ["Mount"]
 
@@ -77,6 +78,50 @@ class Mount:
         """Where ``path`` really is: its URL in ``storage``, or the path."""
         name = self.stored(path)
         return str(path) if name is None or self.storage is None else self.storage.url(name)
+
+    def given(self, location: str | Path) -> tuple[Path, Path | str]:
+        """The checkpoint ``--resume LOCATION`` names, and how it is shown: a path as it
+        is; a URL as the path under ``RUN_DIR/checkpoints`` standing for its object, so it
+        resumes exactly as ``--resume auto`` would from that object. Only this run's own
+        ``checkpoint_dir`` is taken: the folder the run leases, prunes and resumes from.
+
+        Raises:
+            UnresumableCheckpoint: a URL outside ``checkpoint_dir`` (or with a local one),
+                or a checkpoint that is not there (in an object store: not committed).
+        """
+        url = isinstance(location, str) and is_url(location)
+        path = self._stand_in(str(location)) if url else Path(location)
+        name, storage, shown = self.stored(path), self.storage, self.shown(path)
+        if name is None or storage is None:
+            if not path.exists():
+                raise UnresumableCheckpoint(path, "no such file")
+        elif isinstance(storage, LocalStorage):
+            if not (storage.folder / name).exists():
+                raise UnresumableCheckpoint(shown, "no such file in checkpoint_dir")
+        elif isinstance(storage, FsspecStorage) and storage.get(manifest_name(name), 0) is None:
+            raise UnresumableCheckpoint(shown, "no checkpoint of that name is committed in "
+                                               "checkpoint_dir (its manifest is missing); "
+                                               "--resume auto picks the newest there")
+        return path, (shown if url else path)
+
+    def _stand_in(self, url: str) -> Path:
+        storage = self.storage
+        if not isinstance(storage, FsspecStorage) or self.run_dir is None:
+            local = storage.folder if isinstance(storage, LocalStorage) else (
+                None if self.run_dir is None else self.run_dir / "checkpoints")
+            raise UnresumableCheckpoint(url, "--resume URL must be a checkpoint in this run's "
+                                             "object-store checkpoint_dir, and its checkpoints "
+                                             "are local files" + (f" in '{local}'" if local
+                                                                  else "")
+                                        + ": give a path, or --resume auto")
+        # Only this folder: a checkpoint elsewhere is another run's, under its lease.
+        folder = storage.base
+        name = url[len(folder) + 1:].rstrip("/") if url.startswith(folder + "/") else ""
+        if name in ("", ".", "..") or "/" in name:
+            raise UnresumableCheckpoint(url, "--resume URL must be a checkpoint in this run's "
+                                             f"checkpoint_dir {storage.shown!r} (a name there, "
+                                             "such as step-00000100.pt), or give --resume auto")
+        return self.run_dir / "checkpoints" / name
 
     def exists(self, paths: list[Path]) -> list[Path]:
         """Those of ``paths`` that are there (committed, in ``storage``), in order."""

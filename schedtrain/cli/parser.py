@@ -159,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--overwrite", action="store_true",
                        help="start afresh in a run directory that holds a run (removes its "
                             "log and checkpoints)")
-    train.add_argument("--resume", metavar="PATH|auto",
-                       help="resume from a checkpoint, or 'auto' for the newest in the run dir")
+    train.add_argument("--resume", metavar="PATH|URL|auto",
+                       help="resume from a checkpoint (a file, or its URL in the run's "
+                            "checkpoint_dir), or 'auto' for the newest in the run dir")
     train.add_argument("--schedule-change", choices=("refuse", "apply"), default="refuse",
                        help="resuming a checkpoint saved with another schedule: refuse "
                             "(default; shows the diff) or apply the new one by the rules "

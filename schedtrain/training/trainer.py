@@ -334,18 +334,18 @@ class Trainer:
         return self.checkpoints.write_export(Path(path), Path(checkpoint))
 
     def resume(self, path: str | Path) -> Path | str | None:
-        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it.
-
-        ``"auto"`` picks as ``schedtrain train --resume auto`` does: the newest checkpoint
-        of ``RUN_DIR/checkpoints`` (or of ``checkpoint_dir``) that loads, matches its
-        checksum and is finite, each one passed over logged; with none, the run starts
-        over in its directory. Returns the checkpoint restored, as a path or URL
-        (``None``: started over).
-        """
+        """Restore a checkpoint (checked against its checksum); ``fit`` then continues it:
+        a file, or the URL of one in this run's object-store ``checkpoint_dir`` (another
+        URL, or one not there, is refused before anything changes: ``UnresumableCheckpoint``).
+        ``"auto"`` picks as ``--resume auto`` does: the newest checkpoint of
+        ``RUN_DIR/checkpoints`` (or of ``checkpoint_dir``) that loads, matches its checksum
+        and is finite, each one passed over logged; with none, the run starts over. Returns
+        the checkpoint restored, as a path or URL (``None``: started over)."""
         if path == "auto":
             return self._run.resume_newest()
-        self._run.resume(Path(path))
-        return Path(path)
+        found, shown = self.checkpoints.mount.given(path)
+        self._run.resume(found)
+        return shown
 
     def start_over(self) -> None:
         """Fit from the start in a run directory that holds a run with nothing valid to

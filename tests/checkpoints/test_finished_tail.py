@@ -123,8 +123,8 @@ def test_a_finished_run_with_checkpoints_in_a_bucket_is_not_trained_again(
         project: Path, capsys: pytest.CaptureFixture[str], s3_endpoint: str,
         s3_bucket: tuple[str, dict[str, Any]]) -> None:
     """The same with `checkpoint_dir` in S3: --resume auto exit 0, --resume
-    RUN_DIR/checkpoints/NAME (standing for the bucket's file) exit 2,
-    the run directory's files and the bucket's objects as they were."""
+    RUN_DIR/checkpoints/NAME (standing for the bucket's file) and --resume URL of that
+    file exit 2, the run directory's files and the bucket's objects as they were."""
     url = f"{s3_bucket[0]}/job/checkpoints"
     body = BODY.format(epochs=3, every=5).replace(
         'seed = 0\n', f'seed = 0\ncheckpoint_dir = "{url}"\n'
@@ -141,5 +141,8 @@ def test_a_finished_run_with_checkpoints_in_a_bucket_is_not_trained_again(
     assert _train(path, run_dir, "--resume",
                   str(run_dir / "checkpoints" / "step-00000010.pt")) == 2
     assert "nothing left to resume" in capsys.readouterr().err
+    assert _train(path, run_dir, "--resume", f"{url}/step-00000010.pt") == 2
+    err = capsys.readouterr().err
+    assert "nothing left to resume" in err and len(err.strip().splitlines()) == 1, err
     assert _md5s(run_dir) == before
     assert {n: hashlib.md5(store.read(n)).hexdigest() for n in store.committed()} == objects
