@@ -8,7 +8,8 @@ best of a few runs; the machine's other jobs do not count):
   on three workloads of about 60,000 firings each:
 
   - **spread**: periods of N to 2N steps, so one or two callbacks fire at a step;
-  - **crowded**: every callback every 10 steps, so all N fire at the same step;
+  - **crowded**: every callback every 10 steps (each its own trigger: a window that
+    ends after the run), so all N fire at the same step;
   - **savers**: ``ModelSaver``s with ``keep`` policies, spread, so the plan predicts
     the files each save leaves;
 
@@ -52,7 +53,8 @@ def write_spec(path: Path, n: int, workload: str) -> None:
     for i in range(n):
         lines.append(f"[callbacks.cb{i}]")
         if workload == "crowded":
-            lines.append('trigger = { every = "10 steps" }')
+            # distinct triggers (a stop past the run's end), so none share an entry
+            lines.append(f'trigger = {{ every = "10 steps", stop = "{steps + 1 + i} steps" }}')
             continue
         period = n + i
         lines.append(f'trigger = {{ every = "{period} steps" }}')
