@@ -56,10 +56,11 @@ def describe_saver(saver: SaverFiles) -> str:
 def peak(files: tuple[SaveFiles, ...]) -> tuple[int, int]:
     """The most checkpoint files that exist at once (all savers together), and the step."""
     now: dict[str, int] = {}
-    most, at = 0, 0
+    most, at, total = 0, 0, 0
     for f in files:
+        # kept as the saves go: a sum over all savers per save is quadratic
+        total += len(f.files) - now.get(f.callback, 0)
         now[f.callback] = len(f.files)
-        total = sum(now.values())
         if total > most:
             most, at = total, f.at.step
     return most, at

@@ -105,12 +105,21 @@ def render_table(plan: Plan, first: int, checkpoint_size: int | None = None, *,
     lines = [f"plan: {spec.path}: {shape.epochs:,} epochs x {each} steps = "
              f"{shape.total_steps:,} steps"]
     rows = [("callback", "trigger", "fires", "first firings")]
+    # One pass over the log for all rows (a pass per row is callbacks x firings).
+    shown_of: dict[str, list[Firing]] = {n: [] for n in names}
+    count_of = dict.fromkeys(names, 0)
+    cond_of = dict.fromkeys(names, 0)
+    for f in plan.log:
+        name = f.callback
+        count_of[name] += 1
+        cond_of[name] += f.conditional
+        if len(shown_of[name]) < first:
+            shown_of[name].append(f)
     for name, trig in zip(names, plan.table.triggers, strict=True):
-        mine = plan.log.of(name)
-        cond = sum(1 for f in mine if f.conditional)
-        count = f"{len(mine):,}" + (f" ({cond:,}?)" if cond else "")
-        shown = ", ".join(_when(f) for f in mine[:first])
-        if len(mine) > first:
+        cond = cond_of[name]
+        count = f"{count_of[name]:,}" + (f" ({cond:,}?)" if cond else "")
+        shown = ", ".join(_when(f) for f in shown_of[name])
+        if count_of[name] > first:
             shown += ", ..."
         # a 63-deep trigger is thousands of characters: cut to a readable column
         rows.append((name, one_line(repr(trig), 120), count, shown or "never"))
@@ -200,10 +209,12 @@ def files_over_time(files: tuple[SaveFiles, ...]) -> tuple[list[int], list[int]]
     held: dict[str, int] = {}
     steps: list[int] = []
     counts: list[int] = []
+    total = 0  # kept as the saves go: a sum over all savers per save is quadratic
     for save in files:
+        total += len(save.files) - held.get(save.callback, 0)
         held[save.callback] = len(save.files)
         steps.append(save.at.step)
-        counts.append(sum(held.values()))
+        counts.append(total)
     return steps, counts
 
 
