@@ -44,10 +44,8 @@ WORKLOADS = ("spread", "crowded", "savers")
 
 def write_spec(path: Path, n: int, workload: str) -> None:
     """``n`` callbacks of ``workload`` over a run of about ``FIRINGS`` firings."""
-    if workload == "crowded":
-        steps = max(10, 10 * FIRINGS // n)
-    else:  # periods N..2N fire about ln 2 of a callback per step
-        steps = int(FIRINGS / 0.693)
+    # crowded: N every 10 steps; else periods N..2N fire about ln 2 of a callback a step
+    steps = max(10, 10 * FIRINGS // n) if workload == "crowded" else int(FIRINGS / 0.693)
     lines = ["[clock]", "epochs = 1", f"steps_per_epoch = {steps}", ""]
     keeps = ("3", '{ every = "%d steps" }', '{ any = [{ latest = 2 }, { every = "%d steps" }] }')
     for i in range(n):
@@ -130,7 +128,7 @@ def main() -> None:
             ratio = (seconds / per) / (base[column][0] / base[column][1])
             cells.append(f"{seconds:7.2f}s {1e6 * seconds / per:6.1f} {ratio:4.1f}x")
         print(f"{column:<18}" + "".join(f"{c:>22}" for c in cells) + f"   ({unit})")
-    print(f"\nfirings per workload: "
+    print("\nfirings per workload: "
           + ", ".join(f"{w} {rows[sizes[-1]][w + ' json'][1]:,}" for w in WORKLOADS)
           + f" at {sizes[-1]:,} callbacks")
     print("cells: CPU seconds, CPU per firing (per callback for check), ratio to "
