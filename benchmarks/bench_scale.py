@@ -31,11 +31,13 @@ import io
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from schedtrain.cli.main import main as cli
 from schedtrain.simulation import simulate
-from schedtrain.spec import load_spec
+from schedtrain.simulation.simclock import RunShape
+from schedtrain.spec import Spec, load_spec
 
 #: Firings each workload plans, whatever the number of callbacks.
 FIRINGS = 60_000
@@ -92,16 +94,16 @@ def measure(tmp: Path, n: int, repeats: int) -> dict[str, tuple[float, int]]:
         assert shape is not None
         firings = len(simulate(spec.schedule(), epochs=shape.epochs,
                                steps_per_epoch=shape.total_steps))
-        out[f"{workload} table"] = (cpu(lambda p=path: run_cli("plan", str(p)), repeats),
-                                    firings)
-        out[f"{workload} json"] = (cpu(lambda p=path: run_cli(
-            "plan", str(p), "--format", "json"), repeats), firings)
+        out[f"{workload} table"] = (cpu(partial(run_cli, "plan", str(path)), repeats), firings)
+        out[f"{workload} json"] = (cpu(partial(run_cli, "plan", str(path), "--format", "json"),
+                                       repeats), firings)
         if workload != "savers":  # the same schedule as spread, without files
-            out[f"{workload} simulate"] = (cpu(lambda s=spec, e=shape.epochs,
-                                               k=shape.total_steps: simulate(
-                s.schedule(), epochs=e, steps_per_epoch=k), repeats), firings)
+            def sim(spec: Spec = spec, shape: RunShape = shape) -> object:
+                return simulate(spec.schedule(), epochs=shape.epochs,
+                                steps_per_epoch=shape.total_steps)
+            out[f"{workload} simulate"] = (cpu(sim, repeats), firings)
         if workload == "spread":
-            out["check"] = (cpu(lambda p=path: run_cli("check", str(p)), repeats), n)
+            out["check"] = (cpu(partial(run_cli, "check", str(path)), repeats), n)
     return out
 
 
