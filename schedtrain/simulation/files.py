@@ -19,7 +19,7 @@ from typing import Literal
 
 import attrs
 
-from schedtrain.retention import AnyOf, Best, Policy, Saved, retained, saved_at
+from schedtrain.retention import AnyOf, Best, Every, Latest, Policy, Saved, retained, saved_at
 from schedtrain.schedule.firings import Firing
 from schedtrain.time import Timestamp
 
@@ -130,6 +130,10 @@ def planned_files(
                                      for name in keep}
     fixed: dict[str, tuple[str, ...]] = dict.fromkeys(keep, ())  # best file, last.pt
     best: dict[str, float] = {}
+    # A saver whose policy is decided as each save comes (``_Rolling``) keeps its files
+    # without replaying the rules over all of them at each save.
+    rolling = {n: r for n, saver in savers.items() if not saved[n]
+               for r in [_Rolling.of(saver)] if r is not None}
     out: list[SaveFiles] = []
     for firing in log:
         mine = saved.get(firing.callback)
@@ -141,6 +145,10 @@ def planned_files(
         # Between epochs (``epoch_end``, ``train_end`` after one) as a saver records it.
         at = saved_at(firing.timestamp, between_epochs=firing.event in _BETWEEN)
         made = Saved(name, at, True, got)
+        roll = rolling.get(firing.callback)
+        if roll is not None:
+            out.append(SaveFiles(firing.callback, firing.timestamp, roll.add(made)))
+            continue
         new: Saved | None = made
         if saver.kind == "best":
             value = got.get(saver.monitor, math.nan)
@@ -160,10 +168,86 @@ def planned_files(
             if saver.keep is None or len(others) not in saver.keep.keeps([*others, made]):
                 new = None
         if new is not None:
-            mine[:] = [s for s in mine if s.name != name]  # saved again: the file is replaced
-            mine.append(new)
-            kept = retained(saver.keep, mine)
-            mine[:] = [s for i, s in enumerate(mine) if i in kept]
+            _replay(saver.keep, mine, new)
         out.append(SaveFiles(firing.callback, firing.timestamp,
                              fixed[firing.callback] + tuple(s.name for s in mine)))
     return out
+
+
+def _replay(policy: Policy | None, mine: list[Saved], new: Saved) -> None:
+    """Add ``new`` to the files ``mine`` (oldest first) and keep what ``policy`` keeps of
+    them all: the rules' own definition, over every file at each save."""
+    mine[:] = [s for s in mine if s.name != new.name]  # saved again: the file is replaced
+    mine.append(new)
+    kept = retained(policy, mine)
+    mine[:] = [s for i, s in enumerate(mine) if i in kept]
+
+
+class _Rolling:
+    """The files of a saver whose every save is finite and whose policy is ``Latest`` and
+    ``Every`` rules on counters that only grow (not epochs): what ``_replay`` keeps,
+    decided per save.
+
+    Why it is the same: in the files ``_replay`` keeps, the first file of each grid cell
+    of an ``Every`` rule is kept by that rule, so a file the rule keeps when it comes
+    stays kept (only files after it in its cell are ever deleted), and one it does not
+    keep never becomes kept (its cell's first file stays before it). The other files are
+    kept while among the newest ``window`` (the largest ``Latest``, or the newest finite
+    file). A save that replaces a file of the same name is replayed in full."""
+
+    def __init__(self, policy: Policy | None, window: int, everies: tuple[Every, ...]) -> None:
+        self.policy, self.window, self.everies = policy, window, everies
+        self.grids = tuple((r.period.counter, r.period.base) for r in everies)
+        self.files: list[Saved] = []
+        self.names: list[str] = []
+        self.kept: list[bool] = []  # kept by an Every rule for good
+        self.present: set[str] = set()
+        self.replaying = False  # a counter went back: the argument above no longer holds
+
+    @classmethod
+    def of(cls, saver: SaverFiles) -> _Rolling | None:
+        """The rolling form of ``saver``'s files, or ``None`` where it has none."""
+        if saver.kind in ("best", "topk"):
+            return None
+        policy = saver.keep
+        if policy is None:
+            return cls(None, -1, ())
+        rules = policy.rules if isinstance(policy, AnyOf) else (policy,)
+        if not all(isinstance(r, Latest) or (isinstance(r, Every)
+                                             and r.period.counter != "epoch") for r in rules):
+            return None
+        window = max([1, *(r.n for r in rules if isinstance(r, Latest))])
+        return cls(policy, window, tuple(r for r in rules if isinstance(r, Every)))
+
+    def add(self, made: Saved) -> tuple[str, ...]:
+        """Save ``made``; the names of the files kept, oldest first."""
+        files, names, kept = self.files, self.names, self.kept
+        last = files[-1].at if files else None
+        forever, grows = False, True
+        for counter, base in self.grids:
+            before, now = (last.get(counter) if last is not None else 0), made.at.get(counter)
+            grows = grows and now >= before
+            if now // base > before // base:
+                forever = True
+        self.replaying = self.replaying or not grows
+        if made.name in self.present or self.replaying:
+            return self._replay(made)
+        files.append(made)
+        names.append(made.name)
+        kept.append(forever)
+        self.present.add(made.name)
+        old = len(files) - 1 - self.window
+        if self.window > 0 and old >= 0 and not kept[old]:
+            self.present.discard(names[old])
+            del files[old], names[old], kept[old]
+        return tuple(names)
+
+    def _replay(self, made: Saved) -> tuple[str, ...]:
+        _replay(self.policy, self.files, made)
+        self.names[:] = [s.name for s in self.files]
+        self.present = set(self.names)
+        self.kept[:] = [False] * len(self.files)
+        for rule in self.everies:
+            for i in rule.keeps(self.files):
+                self.kept[i] = True
+        return tuple(self.names)
