@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Final
 
 from schedtrain.errors import Problem, ScheduleError
+from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.model import Spec
 from schedtrain.triggers.metric import MetricTrigger
 
@@ -164,22 +165,32 @@ def gate_notes(spec: Spec) -> list[str]:
     try:
         with warnings.catch_warnings():  # the spec's own warnings are reported by check
             warnings.simplefilter("ignore")
-            table = spec.schedule().compile()
+            schedule = spec.schedule()
+            if schedule.analyze().problems:
+                return []  # reported by check itself
     except ScheduleError:  # reported by check itself
         return []
-    notes = []
-    for name in table.always_evaluated:
-        trigger = table.triggers[table.names.index(name)]  # not echoed: its repr is long
-        todo, judged = [trigger], set[str]()
+    judged_by: dict[str, set[str]] = {}
+    for entry in schedule.entries:
+        todo, judged = [entry.trigger], set[str]()
         while todo:
             t = todo.pop()
             todo.extend(t.children())
             if isinstance(t, MetricTrigger):
                 judged |= t.metrics()
         if judged:
-            metric = sorted(judged)[0]
-            notes.append(
-                f"callbacks.{name}.trigger: judges {metric!r} and has no clock part: it is "
-                f"evaluated at every event, every step too; gate it where {metric!r} "
-                f"is new: trigger = {{ all = [{{ every = \"1 epoch\" }}, ...] }}")
+            judged_by[entry.default_name()] = judged
+    if not judged_by:
+        return []
+    # Only the triggers that judge a metric are compiled: a callback's own trigger decides
+    # whether it is evaluated at every step.
+    table = TriggerTable([(e.default_name(), e.trigger) for e in schedule.entries
+                          if e.default_name() in judged_by])
+    notes = []
+    for name in table.always_evaluated:
+        metric = sorted(judged_by[name])[0]
+        notes.append(
+            f"callbacks.{name}.trigger: judges {metric!r} and has no clock part: it is "
+            f"evaluated at every event, every step too; gate it where {metric!r} "
+            f"is new: trigger = {{ all = [{{ every = \"1 epoch\" }}, ...] }}")
     return notes
