@@ -36,8 +36,8 @@ TOLERATED: set[str] = {k for k, on in (("E1", KNOWN_E1), ("E2", KNOWN_E2), ("E3"
 COUNTS: collections.Counter[str] = collections.Counter()
 #: A notice server shared by every lifecycle of a process (set by the driver).
 NOTICE: dict[str, object] = {}
-#: Final weight digests of uninterrupted runs, by (seed, epochs).
-_REFERENCE: dict[tuple[int, int], str] = {}
+#: Final weight digests of uninterrupted runs, by (seed, epochs, validate period).
+_REFERENCE: dict[tuple[int, int, str], str] = {}
 
 
 class LifeFailure(AssertionError):
@@ -297,11 +297,17 @@ class RunLife(RuleBasedStateMachine):
             COUNTS["note: preemption file kept"] += 1
 
     def weights(self) -> None:
-        key = (self.run.seed, self.run.epochs)
+        # Validation draws from torch's global generator (a DataLoader's iterator takes
+        # a base seed), so the weights follow where validate fires: compared where its
+        # trigger never changed, with an uninterrupted run validating alike.
+        periods = {s.validate for _, s in self.history}
+        if len(periods) != 1:
+            return
+        key = (self.run.seed, self.run.epochs, periods.pop())
         if key not in _REFERENCE:
             folder = Path(tempfile.mkdtemp(prefix="life-ref-"))
             (folder / "r.toml").write_text(render(
-                attrs.evolve(self.run, notice_port=0), Schedule(), Keep()))
+                attrs.evolve(self.run, notice_port=0), Schedule(validate=key[2]), Keep()))
             got = run_cli(["train", "r.toml", "--run-dir", "run"], folder)
             assert got.code == 0, got.stderr[-2000:]
             _REFERENCE[key] = (folder / "run" / DIGEST_FILE).read_text()
