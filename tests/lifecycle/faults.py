@@ -48,6 +48,9 @@ class Fault:
         return f"{self.kind} at {unit} {self.at}{extra}"
 
 
+NO_FAULT = Fault()
+
+
 @attrs.frozen
 class Outcome:
     """What one command did: its exit code (-9: killed by SIGKILL; None: hung) and
@@ -65,10 +68,11 @@ class Outcome:
 
 def warm_up() -> None:
     """Import what every command imports, once, so forked children start at once."""
+    import torch
+
     import schedtrain.callbacks
     import schedtrain.cli.main
     import schedtrain.training  # noqa: F401
-    import torch
 
     torch.optim.Adam(torch.nn.Linear(1, 1).parameters(), lr=0.1)  # imports torch._dynamo
 
@@ -82,7 +86,6 @@ def _die(sig: int = signal.SIGKILL) -> None:
 def _plant(fault: Fault, run_dir: Path) -> None:
     """Patch this (child) process for ``fault``."""
     from lifecycle import task
-
     from schedtrain.training.loop import Loop
 
     where = {"base": 0, "calls": 0, "paced": False}
@@ -153,7 +156,7 @@ def _plant(fault: Fault, run_dir: Path) -> None:
         store.write_atomic = faulty  # type: ignore[assignment]
 
 
-def run_cli(argv: Sequence[str], cwd: Path, *, fault: Fault = Fault(),
+def run_cli(argv: Sequence[str], cwd: Path, *, fault: Fault = NO_FAULT,
             run_dir: Path | None = None, deadline: float = 120.0,
             env: dict[str, str] | None = None) -> Outcome:
     """``schedtrain ARGV`` in a forked child with ``fault`` planted; killed (SIGKILL) at

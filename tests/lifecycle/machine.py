@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from lifecycle import oracle
-from lifecycle.faults import NOTICE_FLAG, STEP_FAULTS, WRITE_FAULTS, Fault, Outcome, run_cli
+from lifecycle.faults import NO_FAULT, NOTICE_FLAG, STEP_FAULTS, WRITE_FAULTS, Fault, Outcome, run_cli
 from lifecycle.jobs import DIGEST_FILE
 from lifecycle.specs import Keep, RunOptions, Schedule, render
 
@@ -83,7 +83,7 @@ class RunLife(RuleBasedStateMachine):
         (self.case / name).write_text(render(self.run, schedule, keep))
         return name
 
-    def train(self, spec: str, *extra: str, fault: Fault = Fault()) -> Outcome:
+    def train(self, spec: str, *extra: str, fault: Fault = NO_FAULT) -> Outcome:
         argv = ["train", spec, "--run-dir", "run"]
         if self.status != "fresh":
             argv += ["--resume", "auto"]
@@ -99,6 +99,10 @@ class RunLife(RuleBasedStateMachine):
             server.deadline = None  # type: ignore[attr-defined]
         self.log.append(f"{spec} {' '.join(extra)} [{fault}] -> {got.code}")
         COUNTS["operations"] += 1
+        what = "start" if self.status == "fresh" else (
+            "requeue" if self.status == "finished" else "resume")
+        COUNTS[f"op: {what}{' (changed spec)' if extra or spec != self.spec else ''}, "
+               f"{fault.kind}"] += 1
         return got
 
     def settle(self, got: Outcome, fault: Fault) -> None:

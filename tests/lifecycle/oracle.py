@@ -9,10 +9,11 @@ the run logged."""
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from lifecycle.specs import Keep, Schedule
 from lifecycle.task import STEPS_PER_EPOCH

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, settings
+from notice_server import NoticeServer
+
 from lifecycle import machine
 from lifecycle.faults import warm_up
-from notice_server import NoticeServer
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,78 @@
+"""Run many lifecycles of the run's-life state machine (tests/lifecycle/machine.py, issue
+42) and print the counts: lifecycles, operations by kind, invariant checks, and each
+kind of failure found with its minimal sequence. A failure of a new kind is shrunk,
+printed and then tolerated (counted), so the run goes on past it.
+
+    python benchmarks/run_life.py [--lifecycles 300] [--seed 0] [--steps 8] [--no-shrink]
+
+Reproduce a printed failure: the sequence is hypothesis' falsifying example; rerun with
+the same --seed (derandomized from it), or paste the steps into a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+from lifecycle import machine
+from lifecycle.faults import warm_up
+from notice_server import NoticeServer
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lifecycles", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=8, help="operations a lifecycle, at most")
+    p.add_argument("--no-shrink", action="store_true", help="print failures unshrunk")
+    p.add_argument("--strict", action="store_true",
+                   help="tolerate no known defect (the KNOWN_* flags off)")
+    args = p.parse_args()
+    if args.strict:
+        machine.TOLERATED.clear()
+    warm_up()
+    start = time.monotonic()
+    found: list[tuple[str, str]] = []
+    phases = [Phase.generate] if args.no_shrink else [Phase.generate, Phase.shrink]
+    with NoticeServer() as server:
+        machine.NOTICE.update(server=server, port=server.port)
+        while machine.COUNTS["lifecycles"] < args.lifecycles:
+            left = args.lifecycles - machine.COUNTS["lifecycles"]
+            before = machine.COUNTS["lifecycles"]
+            try:
+                run_state_machine_as_test(machine.RunLife, settings=settings(
+                    max_examples=left, stateful_step_count=args.steps, deadline=None,
+                    database=None, phases=phases, report_multiple_bugs=False,
+                    suppress_health_check=list(HealthCheck),
+                    derandomize=True) if args.seed == 0 else settings(
+                    max_examples=left, stateful_step_count=args.steps, deadline=None,
+                    database=None, phases=phases, report_multiple_bugs=False,
+                    suppress_health_check=list(HealthCheck)))
+            except machine.LifeFailure as exc:
+                notes = "\n".join(getattr(exc, "__notes__", []))
+                found.append((exc.kind, f"{exc}\n{notes}"))
+                print(f"found [{exc.kind}] after {machine.COUNTS['lifecycles']} lifecycles, "
+                      f"{time.monotonic() - start:.0f} s", flush=True)
+                machine.TOLERATED.add(exc.kind)
+            if machine.COUNTS["lifecycles"] == before:
+                break
+    elapsed = time.monotonic() - start
+    print(f"\n{machine.COUNTS['lifecycles']} lifecycles (shrinking included), "
+          f"{machine.COUNTS['operations']} operations, "
+          f"{machine.COUNTS['invariant checks']} invariant checks in {elapsed:.0f} s")
+    for key, n in sorted(machine.COUNTS.items()):
+        print(f"  {key:40} {n}")
+    for kind, text in found:
+        print(f"\n=== failure [{kind}] (minimal sequence) ===\n{text}")
+    print("\nreproduce: python benchmarks/run_life.py --seed "
+          f"{args.seed} --lifecycles {args.lifecycles} --steps {args.steps}")
+
+
+if __name__ == "__main__":
+    main()
