@@ -21,7 +21,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from lifecycle import oracle
-from lifecycle.faults import NO_FAULT, NOTICE_FLAG, STEP_FAULTS, WRITE_FAULTS, Fault, Outcome, run_cli
+from lifecycle.faults import (
+    NO_FAULT,
+    NOTICE_FLAG,
+    STEP_FAULTS,
+    WRITE_FAULTS,
+    Fault,
+    Outcome,
+    run_cli,
+)
 from lifecycle.jobs import DIGEST_FILE
 from lifecycle.specs import Keep, RunOptions, Schedule, render
 
@@ -120,7 +128,8 @@ class RunLife(RuleBasedStateMachine):
         elif got.code == -9 and fault.kind not in ("none", "term", "usr1", "notice"):
             self.status = "killed"
             return
-        elif got.code == 2 and "set [run] mtbf" in got.stderr:
+        elif got.code == 2 and ("set [run] mtbf" in got.stderr or (
+                "stored schedule that cannot be read" in got.stderr and "auto" in got.stderr)):
             self.fail("E1", f"refused: {lines[-1:]}")
             return
         else:
@@ -137,16 +146,22 @@ class RunLife(RuleBasedStateMachine):
 
     def snapshot(self) -> dict[str, bytes]:
         return {str(p.relative_to(self.run_dir)): p.read_bytes()
-                for p in sorted(self.run_dir.rglob("*")) if p.is_file()}
+                for p in sorted(self.run_dir.rglob("*")) if p.is_file() and p.name != ".lock"}
 
-    def resumed_at(self, got: Outcome) -> oracle.Point | None:
+    def phases(self) -> dict[str, str]:
+        out = {}
+        for path in sorted((self.run_dir / "checkpoints").glob("step-*.pt")):
+            try:
+                out[path.name] = torch.load(path, weights_only=True)["phase"]
+            except Exception:
+                out[path.name] = "unreadable"
+        return out
+
+    def resumed_at(self, got: Outcome, phases: dict[str, str]) -> oracle.Point | None:
         for line in got.lines():
             if line.startswith("resumed from "):
                 path = line.removeprefix("resumed from ").rsplit(" at step ", 1)
-                try:
-                    phase = torch.load(self.case / path[0], weights_only=True)["phase"]
-                except Exception:
-                    phase = "step_end"
+                phase = phases.get(Path(path[0]).name, "step_end")
                 return int(path[1]), oracle.PHASES.get(phase, 0)
         return None
 
@@ -206,8 +221,9 @@ class RunLife(RuleBasedStateMachine):
         if fault.kind in ("retime", "kill_retime"):
             fault = Fault()
         spec = self.write_spec(to, keep)
+        phases = self.phases()  # before: the resumed run may write a file of that name again
         got = self.train(spec, "--schedule-change", "apply", fault=fault)
-        at = self.resumed_at(got)
+        at = self.resumed_at(got, phases)
         if at is None and got.code != 2:  # no checkpoint yet: it started over
             self.history, self.policies = [((0, 0), to)], [(0, keep)]
             self.schedule, self.keep, self.spec = to, keep, spec
