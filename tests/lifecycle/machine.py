@@ -146,7 +146,8 @@ class RunLife(RuleBasedStateMachine):
 
     def snapshot(self) -> dict[str, bytes]:
         return {str(p.relative_to(self.run_dir)): p.read_bytes()
-                for p in sorted(self.run_dir.rglob("*")) if p.is_file() and p.name != ".lock"}
+                for p in sorted(self.run_dir.rglob("*")) if p.is_file() and p.name != ".lock"
+                and not p.name.endswith(".tmp")}
 
     def phases(self) -> dict[str, str]:
         out = {}
