@@ -29,22 +29,28 @@ PACE = 0.03
 #: The file (beside the run directory) that asks the lifecycle's metadata server for a
 #: preemption notice.
 NOTICE_FLAG = "notice.flag"
+#: The file (beside the run directory) that asks the parent for ``schedtrain retime``.
+RETIME_FLAG = "retime.flag"
 
 
 @attrs.frozen
 class Fault:
     """What the child does to itself: ``kind`` at ``at``; ``retime``: the spec file a
-    retime request carries (for ``retime`` and ``kill_retime``)."""
+    retime request carries (for ``retime`` and ``kill_retime``); ``command``: the
+    request is handed by the real ``schedtrain retime`` (run by the parent when the
+    child asks), not written by the child itself."""
 
     kind: str = "none"
     at: int = 0
     retime: str = ""
+    command: bool = False
 
     def __str__(self) -> str:
         if self.kind == "none":
             return "no fault"
         unit = "write" if self.kind in WRITE_FAULTS else "step"
         extra = f" to {self.retime}" if self.retime else ""
+        extra += " (by the command)" if self.command else ""
         return f"{self.kind} at {unit} {self.at}{extra}"
 
 
@@ -111,6 +117,9 @@ def _plant(fault: Fault, run_dir: Path) -> None:
         elif fault.kind == "notice":
             (run_dir.parent / NOTICE_FLAG).write_text("notice\n")
             where["paced"] = True
+        elif fault.kind in ("retime", "kill_retime") and fault.command:
+            (run_dir.parent / RETIME_FLAG).write_text("retime\n")
+            where["paced"] = True
         elif fault.kind in ("retime", "kill_retime"):
             from schedtrain.planning.changes import canonical
             from schedtrain.planning.retime import write_request
@@ -158,10 +167,11 @@ def _plant(fault: Fault, run_dir: Path) -> None:
 
 def run_cli(argv: Sequence[str], cwd: Path, *, fault: Fault = NO_FAULT,
             run_dir: Path | None = None, deadline: float = 120.0,
-            env: dict[str, str] | None = None) -> Outcome:
+            env: dict[str, str] | None = None, log: str = ".stderr") -> Outcome:
     """``schedtrain ARGV`` in a forked child with ``fault`` planted; killed (SIGKILL) at
-    ``deadline`` seconds, which counts as a hang."""
-    out = cwd / ".stderr"
+    ``deadline`` seconds, which counts as a hang. ``log``: the file (in ``cwd``) that
+    takes its output meanwhile."""
+    out = cwd / log
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child: the command line's main, its stderr to a file

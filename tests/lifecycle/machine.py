@@ -1,58 +1,44 @@
 """The run's life as a hypothesis state machine: each rule is one real ``schedtrain
-train`` (a fault planted in its forked child), and every invariant is checked after each.
+train`` (a fault planted in its forked child), and every invariant is checked after each
+(lifecycle.checks).
 
-Failures are ``LifeFailure``s with a kind; the kinds in ``TOLERATED`` are counted in
-``COUNTS`` instead of raised (the known defects of issue 42 while their fixes are not
-merged; benchmarks/run_life.py adds each kind it has found, to go on past it)."""
+Failures are ``LifeFailure``s with a kind. ``TOLERATED`` is empty: every failure fails
+the test; benchmarks/run_life.py adds each kind it has found, to go on past it (those
+are counted in ``COUNTS``)."""
 
 from __future__ import annotations
 
 import collections
 import json
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import attrs
-import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from lifecycle import oracle
+from lifecycle import oracle, runfiles
+from lifecycle.checks import Checks, LifeFailure
 from lifecycle.faults import (
     NO_FAULT,
     NOTICE_FLAG,
+    RETIME_FLAG,
     STEP_FAULTS,
     WRITE_FAULTS,
     Fault,
     Outcome,
     run_cli,
 )
-from lifecycle.jobs import DIGEST_FILE
-from lifecycle.specs import Keep, RunOptions, Schedule, render
+from lifecycle.specs import Keep, RunOptions, Schedule
 
-#: Known defects of issue 42 (docs: tests/lifecycle/README in the report): True tolerates
-#: (counts) the failures they cause; flip each to False once its fix is merged.
-KNOWN_E1 = True  # every = "auto": retime / --schedule-change apply refused ("set mtbf")
-KNOWN_E2 = True  # resume from a preemption checkpoint loses kept-for-good files
-KNOWN_E3 = True  # --resume auto on a finished run trains its tail again
-KNOWN_RETIME_TWICE = True  # a retime applied again after a kill -9 inside its apply
-TOLERATED: set[str] = {k for k, on in (("E1", KNOWN_E1), ("E2", KNOWN_E2), ("E3", KNOWN_E3),
-                                       ("retime twice", KNOWN_RETIME_TWICE)) if on}
+__all__ = ["COUNTS", "NOTICE", "TOLERATED", "LifeFailure", "RunLife"]
+
+#: Failure kinds counted instead of raised (set by benchmarks/run_life.py only).
+TOLERATED: set[str] = set()
 COUNTS: collections.Counter[str] = collections.Counter()
 #: A notice server shared by every lifecycle of a process (set by the driver).
 NOTICE: dict[str, object] = {}
-#: Final weight digests of uninterrupted runs, by (seed, epochs, validate period).
-_REFERENCE: dict[tuple[int, int, str], str] = {}
-
-
-class LifeFailure(AssertionError):
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"[{kind}] {detail}")
-        self.kind = kind
-
 
 PERIODS = ("3 steps", "5 steps", "8 steps", "1 epoch", "2 epochs")
 schedules = st.builds(Schedule, validate=st.sampled_from(("1 epoch", "2 epochs", "4 steps")),
@@ -60,63 +46,75 @@ schedules = st.builds(Schedule, validate=st.sampled_from(("1 epoch", "2 epochs",
                       best=st.booleans())
 keeps = st.builds(Keep, latest=st.integers(1, 3), every_epochs=st.sampled_from((0, 0, 2)),
                   best=st.sampled_from((0, 0, 1)))
+RETIMES = ("retime", "kill_retime")
 
 
-class RunLife(RuleBasedStateMachine):
+def live_refused(old: Schedule, new: Schedule) -> bool:
+    """Whether a running job refuses ``new`` in place of ``old`` (docs/checkpoints.md,
+    "Live retime"): it changes the saver's trigger, and that trigger holds
+    ``every = "auto"`` before or after."""
+    auto = "auto" in (old.ckpt, new.ckpt)
+    return auto and (old.ckpt, old.ckpt_end) != (new.ckpt, new.ckpt_end)
+
+
+class RunLife(Checks, RuleBasedStateMachine):
     """One run directory through a random life; ``self.history`` the schedules in force
     and where each took over, ``self.policies`` the keep policies by step."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="life-"))
-        self.case, self.run_dir = self.tmp / "case", self.tmp / "case" / "run"
-        self.case.mkdir()
-        (self.case / "outside").mkdir()
-        (self.case / "outside" / "notes.txt").write_text("a user's notes\n")
-        self.status, self.specs, self.preempted, self.log = "fresh", 0, False, []
-        COUNTS["lifecycles"] += 1
-
-    def teardown(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.setup(COUNTS, TOLERATED)
+        self.pending: tuple[list[tuple[oracle.Point, Schedule]], list[tuple[int, Keep]],
+                            Schedule, Keep, str] | None = None
 
     # -- helpers -------------------------------------------------------------------------
-    def fail(self, kind: str, detail: str) -> None:
-        COUNTS[f"failure: {kind}"] += 1
-        if kind not in TOLERATED:
-            raise LifeFailure(kind, f"{detail}\n  lifecycle: {'; '.join(self.log)}")
-
-    def write_spec(self, schedule: Schedule, keep: Keep) -> str:
-        self.specs += 1
-        name = f"s{self.specs}.toml"
-        (self.case / name).write_text(render(self.run, schedule, keep))
-        return name
-
-    def train(self, spec: str, *extra: str, fault: Fault = NO_FAULT) -> Outcome:
+    def train(self, spec: str, *extra: str, fault: Fault = NO_FAULT,
+              resume: str = "auto") -> Outcome:
         argv = ["train", spec, "--run-dir", "run"]
         if self.status != "fresh":
-            argv += ["--resume", "auto"]
+            argv += ["--resume", resume]
         server, stop = NOTICE.get("server"), threading.Event()
+        watchers = []
         if fault.kind == "notice" and server is not None:
-            threading.Thread(target=_serve_on_flag, daemon=True,
-                             args=(server, self.case / NOTICE_FLAG, stop)).start()
+            watchers.append(threading.Thread(target=_serve_on_flag, daemon=True, args=(
+                server, self.case / NOTICE_FLAG, stop)))
+        if fault.command:
+            watchers.append(threading.Thread(target=self._retime_on_flag, daemon=True,
+                                             args=(fault.retime, stop)))
+        for w in watchers:
+            w.start()
         got = run_cli([*argv, *extra], self.case, fault=fault, run_dir=self.run_dir,
                       env={"SCHEDTRAIN_PREEMPT_POLL": "0.05"})
         stop.set()
-        (self.case / NOTICE_FLAG).unlink(missing_ok=True)
+        for w in watchers:
+            w.join(120)
+        for flag in (NOTICE_FLAG, RETIME_FLAG):
+            (self.case / flag).unlink(missing_ok=True)
         if server is not None:
             server.deadline = None  # type: ignore[attr-defined]
-        self.log.append(f"{spec} {' '.join(extra)} [{fault}] -> {got.code}")
+        self.log.append(f"{spec} {' '.join(extra)} {resume if self.status != 'fresh' else ''}"
+                        f" [{fault}] -> {got.code}")
         COUNTS["operations"] += 1
         what = "start" if self.status == "fresh" else (
             "requeue" if self.status == "finished" else "resume")
         COUNTS[f"op: {what}{' (changed spec)' if extra or spec != self.spec else ''}, "
-               f"{fault.kind}"] += 1
+               f"{fault.kind}{' (command)' if fault.command else ''}"] += 1
         return got
+
+    def _retime_on_flag(self, spec: str, stop: threading.Event) -> None:
+        """Run ``schedtrain retime run SPEC`` once the child asks for it."""
+        self.retime_cmd = None
+        while not stop.is_set():
+            if (self.case / RETIME_FLAG).exists():
+                self.retime_cmd = run_cli(["retime", "run", spec], self.case,
+                                          log=".retime.stderr", deadline=60.0)
+                return
+            time.sleep(0.005)
 
     def settle(self, got: Outcome, fault: Fault) -> None:
         """The new state from the exit code, with its line and run.json checked (d)."""
         lines = got.lines()
-        state = self._run_json().get("status")
+        state = runfiles.run_json(self.run_dir).get("status")
         if got.code == 0:
             if not any(x.startswith(("finished: reached", "the run finished")) for x in lines):
                 self.fail("exit line", f"exit 0 without its line: {lines[-3:]}")
@@ -124,39 +122,22 @@ class RunLife(RuleBasedStateMachine):
         elif got.code == 75:
             if not any(x.startswith("preempted by ") and "resume with:" in x for x in lines):
                 self.fail("exit line", f"exit 75 without its line: {lines[-3:]}")
-            self.status, self.preempted = "preempted", True
+            self.status, self.preempt = "preempted", runfiles.preempted_at(lines)
         elif got.code == -9 and fault.kind not in ("none", "term", "usr1", "notice"):
             self.status = "killed"
-            return
-        elif got.code == 2 and ("set [run] mtbf" in got.stderr or (
-                "stored schedule that cannot be read" in got.stderr and "auto" in got.stderr)):
-            self.fail("E1", f"refused: {lines[-1:]}")
+            if fault.kind == "kill_commit":  # the newest file committed, nothing after it
+                newest = runfiles.newest_step(self.run_dir)
+                phase = runfiles.phases(self.run_dir).get(f"step-{newest or 0:08d}.pt")
+                if phase == "preempt":  # a preemption's own file, all the same
+                    self.preempt = newest
+                else:
+                    self.unpruned = newest
             return
         else:
             self.fail(f"exit {got.code}", f"{fault}: {got.stderr[-600:]}")
             return
         if state != self.status:
             self.fail("run.json", f"status {state!r} after exit {got.code}")
-
-    def _run_json(self) -> dict[str, object]:
-        try:
-            return dict(json.loads((self.run_dir / "run.json").read_text()))
-        except (OSError, ValueError):
-            return {}
-
-    def snapshot(self) -> dict[str, bytes]:
-        return {str(p.relative_to(self.run_dir)): p.read_bytes()
-                for p in sorted(self.run_dir.rglob("*")) if p.is_file() and p.name != ".lock"
-                and not p.name.endswith(".tmp")}
-
-    def phases(self) -> dict[str, str]:
-        out = {}
-        for path in sorted((self.run_dir / "checkpoints").glob("step-*.pt")):
-            try:
-                out[path.name] = torch.load(path, weights_only=True)["phase"]
-            except Exception:
-                out[path.name] = "unreadable"
-        return out
 
     def resumed_at(self, got: Outcome, phases: dict[str, str]) -> oracle.Point | None:
         for line in got.lines():
@@ -166,24 +147,35 @@ class RunLife(RuleBasedStateMachine):
                 return int(path[1]), oracle.PHASES.get(phase, 0)
         return None
 
-    def take_retime(self, fault: Fault, schedule: Schedule) -> None:
-        """Record the retime the run applied (its journal says where), if it did."""
+    def take_retime(self, fault: Fault, schedule: Schedule, answer_before: str) -> None:
+        """Record the retime the run applied (its journal says where), if it did, and
+        judge a refusal (the command's up front, or the job's answer) by the rule."""
+        now = [s for p, s in self.history if p < (fault.at, 0)][-1]
+        refused = live_refused(now, schedule)
+        cmd = getattr(self, "retime_cmd", None) if fault.command else None
+        if cmd is not None:
+            text = cmd.stderr.strip()[-300:]
+            if refused and cmd.code != 2:
+                self.fail("retime refusal", f"the command handed a refused change: {text}")
+            elif not refused and cmd.code != 0 and "no job runs there" not in text:
+                self.fail("retime command", f"exit {cmd.code}: {text}")
+            COUNTS[f"note: retime command exit {cmd.code}"] += 1
         try:
             journal = json.loads((self.run_dir / "retimes.json").read_text())
         except (OSError, ValueError):
-            return
+            journal = {}
         steps = [a["step"] for a in journal.get("applied", [])
                  if oracle.schedule_of(a["schedule"]) == schedule
                  and a["step"] >= fault.at and a["step"] > self.history[-1][0][0]]
-        if steps:
+        if steps and refused:
+            self.fail("retime refusal", f"a change of an auto trigger applied at {steps[0]}")
+        elif steps:
             self.history.append(((steps[0], 0), schedule))
-        try:
-            answer = json.loads((self.run_dir / "retime.answer.json").read_text())
-        except (OSError, ValueError):
-            return
-        if answer.get("status") == "refused":
-            reason = str(answer.get("reason"))
-            self.fail("E1" if "mtbf" in reason else "retime refused", reason[:300])
+        answer = runfiles.answer_text(self.run_dir)
+        if answer and answer != answer_before:
+            status = json.loads(answer).get("status")
+            if (status == "refused") != refused:
+                self.fail("retime answer", f"{status!r} to {now} -> {schedule}: {answer[:300]}")
 
     # -- rules -----------------------------------------------------------------------------
     @initialize(schedule=schedules, keep=keeps, epochs=st.integers(3, 5),
@@ -203,26 +195,33 @@ class RunLife(RuleBasedStateMachine):
         st.builds(Fault, kind=st.sampled_from(WRITE_FAULTS), at=st.integers(1, 5)))
 
     @precondition(lambda self: self.status != "finished")
-    @rule(fault=faults, to=schedules)
-    def go(self, fault: Fault, to: Schedule) -> None:
-        """Start, or ``--resume auto`` as is, with a fault planted."""
-        if fault.kind in ("retime", "kill_retime"):
+    @rule(fault=faults, to=schedules, by_command=st.booleans())
+    def go(self, fault: Fault, to: Schedule, by_command: bool) -> None:
+        """Start, or ``--resume auto`` as is, with a fault planted (a retime handed by the
+        job's own request or by ``schedtrain retime``)."""
+        self.take_back()
+        if fault.kind in RETIMES:
             if not self.schedule.retimable(to):
                 to = attrs.evolve(to, best=self.schedule.best)
-            fault = Fault(fault.kind, fault.at, self.write_spec(to, self.keep))
+            fault = Fault(fault.kind, fault.at, self.write_spec(to, self.keep), by_command)
+        before = runfiles.answer_text(self.run_dir)
         got = self.train(self.spec, fault=fault)
-        if fault.kind in ("retime", "kill_retime") and got.code is not None:
-            self.take_retime(fault, to)
+        if fault.kind in RETIMES and got.code is not None:
+            self.take_retime(fault, to, before)
         self.settle(got, fault)
 
     @precondition(lambda self: self.status in ("killed", "preempted"))
     @rule(to=schedules, keep=keeps, fault=faults)
     def resume_changed(self, to: Schedule, keep: Keep, fault: Fault) -> None:
-        """``--resume auto --schedule-change apply`` with another schedule and keep."""
-        if fault.kind in ("retime", "kill_retime"):
+        """``--resume auto --schedule-change apply`` with another schedule and keep. The
+        new spec is the run's once a checkpoint holds it: a resume killed before its first
+        checkpoint leaves the old one the run's."""
+        self.take_back()
+        if fault.kind in RETIMES:
             fault = Fault()
         spec = self.write_spec(to, keep)
-        phases = self.phases()  # before: the resumed run may write a file of that name again
+        phases = runfiles.phases(self.run_dir)  # before: the resumed run may rewrite one
+        was = (self.history, self.policies, self.schedule, self.keep, self.spec)
         got = self.train(spec, "--schedule-change", "apply", fault=fault)
         at = self.resumed_at(got, phases)
         if at is None and got.code != 2:  # no checkpoint yet: it started over
@@ -237,107 +236,71 @@ class RunLife(RuleBasedStateMachine):
             if keep != self.policies[-1][1]:
                 self.policies.append((at[0], keep))
         self.settle(got, fault)
+        newest = runfiles.newest_step(self.run_dir)
+        if (self.status == "killed" and at is not None and to != was[2]
+                and (newest is None or newest <= at[0])):
+            # The killed run's log (checked next) is the new spec's; its resume is the
+            # old spec's again, from the same checkpoint (taken back by the next rule).
+            self.pending = was
+            COUNTS["note: changed spec killed before its checkpoint"] += 1
+
+    def take_back(self) -> None:
+        """The old spec the run's again (a changed-spec resume killed before its first
+        checkpoint): called first by each rule that resumes."""
+        if self.pending is not None:
+            self.history, self.policies, self.schedule, self.keep, self.spec = self.pending
+            self.pending = None
 
     @precondition(lambda self: self.status in ("killed", "preempted"))
     @rule(to=schedules)
     def resume_refused(self, to: Schedule) -> None:
-        """A changed schedule without ``--schedule-change``: exit 2, nothing changed."""
+        """A changed schedule without ``--schedule-change``: exit 2, nothing changed; with
+        no checkpoint to resume from there is nothing to refuse: the run starts over
+        with the new spec."""
+        self.take_back()
         if to in (self.schedule, self.history[-1][1]):
             return
-        before = self.snapshot()
-        got = self.train(self.write_spec(to, self.keep))
+        before = runfiles.snapshot(self.run_dir)
+        over = runfiles.newest_step(self.run_dir) is None
+        spec = self.write_spec(to, self.keep)
+        got = self.train(spec)
+        if over:
+            if not any("starting_over" in x or "starting over" in x for x in got.lines()):
+                self.fail("starting over", f"exit {got.code}: no starting_over line")
+            self.history, self.schedule, self.spec = [((0, 0), to)], to, spec
+            self.policies = [(0, self.keep)]
+            self.settle(got, NO_FAULT)
+            return
         if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):
             self.fail("refusal", f"exit {got.code}: {got.lines()[-2:]}")
-        if "set [run] mtbf" in got.stderr:
-            self.fail("E1", "a refusal that blames mtbf")
-        if self.snapshot() != before:
+        if runfiles.snapshot(self.run_dir) != before:
             self.fail("refusal touched", "the run directory changed")
 
     @precondition(lambda self: self.status == "finished")
-    @rule()
-    def requeue(self) -> None:
-        """``--resume auto`` on a finished run: nothing left to do, every file as it was."""
-        before = self.snapshot()
-        got = self.train(self.spec)
-        if got.code != 0 or not any("nothing left to do" in x for x in got.lines()):
-            self.fail("E3" if "finished: reached" in got.stderr else "requeue",
-                      f"exit {got.code}: {got.lines()[:2]}")
-        changed = sorted(k for k in set(before) | set(self.snapshot())
-                         if before.get(k) != self.snapshot().get(k))
+    @rule(by_path=st.booleans())
+    def requeue(self, by_path: bool) -> None:
+        """``--resume auto`` on a finished run: nothing left to do (exit 0); ``--resume
+        PATH`` of its newest checkpoint: exit 2; either way every file as it was."""
+        newest = runfiles.newest_step(self.run_dir)
+        if by_path and newest is None:
+            return
+        before = runfiles.snapshot(self.run_dir)
+        if by_path:
+            got = self.train(self.spec, resume=f"run/checkpoints/step-{newest:08d}.pt")
+            if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):
+                self.fail("requeue by path", f"exit {got.code}: {got.lines()[:2]}")
+        else:
+            got = self.train(self.spec)
+            if got.code != 0 or not any("nothing left to do" in x for x in got.lines()):
+                self.fail("requeue", f"exit {got.code}: {got.lines()[:2]}")
+        after = runfiles.snapshot(self.run_dir)
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         if changed:
-            self.fail("E3", f"a requeue changed {changed[:4]}")
+            self.fail("requeue touched", f"a requeue changed {changed[:4]}")
 
-    # -- invariants ----------------------------------------------------------------------
     @invariant()
     def checks(self) -> None:
-        if not hasattr(self, "run"):
-            return
-        COUNTS["invariant checks"] += 1
-        self.outside()
-        if self.status == "fresh" or not self.run_dir.exists():
-            return
-        rows = oracle.read_log(self.run_dir)
-        finished = self.status == "finished"
-        auto = any(s.ckpt == "auto" for _, s in self.history)
-        want = oracle.expected_firings(self.history, self.run.end, oracle.val_losses(rows))
-        why = oracle.compare_firings(oracle.logged_firings(rows), want, auto=auto,
-                                     finished=finished)
-        changes = [r["step"] for r in rows if r.get("kind") == "schedule_change"]
-        if why is None and finished and changes != [p[0] for p, _ in self.history[1:]]:
-            why = f"schedule changes at {changes}, expected {[p for p, _ in self.history[1:]]}"
-            if len(changes) > len(self.history) - 1 and "kill_retime" in " ".join(self.log):
-                self.fail("retime twice", why)
-                return
-        if why is not None:
-            self.fail("firings", why)
-        if finished:
-            self.files(rows)
-            self.weights()
-
-    def outside(self) -> None:
-        notes = self.case / "outside" / "notes.txt"
-        extra = {p.name for p in self.case.iterdir()} - {"run", "outside"} - {
-            f"s{i}.toml" for i in range(1, self.specs + 1)}
-        if notes.read_text() != "a user's notes\n" or extra or len(list(
-                (self.case / "outside").iterdir())) != 1:
-            self.fail("outside touched", f"new beside the run: {sorted(extra)}")
-
-    def files(self, rows: list[dict[str, object]]) -> None:
-        saves = [r["step"] for r in rows
-                 if r.get("kind") == "firing" and r.get("callback") == "ckpt"]
-        want = oracle.kept_files(saves, self.policies, oracle.val_losses(rows))  # type: ignore[arg-type]
-        got = {p.name for p in (self.run_dir / "checkpoints").iterdir()} if (
-            self.run_dir / "checkpoints").exists() else set()
-        missing, extra = want - got, got - want
-        if missing:
-            self.fail("E2" if self.preempted else "files lost",
-                      f"kept {sorted(got)}, expected {sorted(want)}")
-        elif extra and not self.preempted:
-            self.fail("files extra", f"kept {sorted(got)}, expected {sorted(want)}")
-        elif extra:
-            COUNTS["note: preemption file kept"] += 1
-
-    def weights(self) -> None:
-        # Validation draws from torch's global generator (a DataLoader's iterator takes
-        # a base seed), so the weights follow where validate fires: compared where its
-        # trigger never changed, with an uninterrupted run validating alike.
-        periods = {s.validate for _, s in self.history}
-        if len(periods) != 1:
-            return
-        key = (self.run.seed, self.run.epochs, periods.pop())
-        if key not in _REFERENCE:
-            folder = Path(tempfile.mkdtemp(prefix="life-ref-"))
-            (folder / "r.toml").write_text(render(
-                attrs.evolve(self.run, notice_port=0), Schedule(validate=key[2]), Keep()))
-            got = run_cli(["train", "r.toml", "--run-dir", "run"], folder)
-            assert got.code == 0, got.stderr[-2000:]
-            _REFERENCE[key] = (folder / "run" / DIGEST_FILE).read_text()
-            shutil.rmtree(folder, ignore_errors=True)
-        digest = self.run_dir / DIGEST_FILE
-        if not digest.exists() or digest.read_text() != _REFERENCE[key]:
-            self.fail("weights", "the final weights differ from the uninterrupted run's")
-
-
+        self.check_all()
 
 
 def _serve_on_flag(server: object, flag: Path, stop: threading.Event) -> None:

@@ -9,7 +9,7 @@ hundreds of lifecycles."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from notice_server import NoticeServer
 
 from lifecycle import machine
@@ -24,8 +24,11 @@ def test_run_life() -> None:
         machine.NOTICE.update(server=server, port=server.port)
         try:
             test = machine.RunLife.TestCase
+            # No shrinking: over real runs it can take minutes; the failure's lifecycle
+            # is printed as it happened (benchmarks/run_life.py shrinks).
             test.settings = settings(max_examples=12, stateful_step_count=6, deadline=None,
                                      derandomize=True, database=None, report_multiple_bugs=False,
+                                     phases=[Phase.explicit, Phase.generate],
                                      suppress_health_check=list(HealthCheck))
             test("runTest").runTest()
         finally:
