@@ -3,7 +3,8 @@
 kind of failure found with its minimal sequence. A failure of a new kind is shrunk,
 printed and then tolerated (counted), so the run goes on past it.
 
-    python benchmarks/run_life.py [--lifecycles 300] [--seed 0] [--steps 8] [--no-shrink]
+    python benchmarks/run_life.py [--lifecycles 300] [--minutes M] [--seed 0] [--steps 8]
+                                  [--no-shrink] [--strict]
 
 Reproduce a printed failure: the sequence is hypothesis' falsifying example; rerun with
 the same --seed (derandomized from it), or paste the steps into a test.
@@ -20,9 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
-from lifecycle import machine
+from lifecycle import checks, machine
 from lifecycle.faults import warm_up
+from lifecycle.runfiles import s3_bucket
 from notice_server import NoticeServer
+
+
+class _TimeUp(Exception):
+    """The time given is over: no lifecycle more."""
 
 
 def main() -> None:
@@ -31,17 +37,29 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=8, help="operations a lifecycle, at most")
     p.add_argument("--no-shrink", action="store_true", help="print failures unshrunk")
+    p.add_argument("--minutes", type=float, default=0.0,
+                   help="start no lifecycle after this many minutes (0: no limit)")
     p.add_argument("--strict", action="store_true",
-                   help="tolerate no known defect (the KNOWN_* flags off)")
+                   help="tolerate no known defect (lifecycle.checks.KNOWN_UNPRUNED off)")
     args = p.parse_args()
     if args.strict:
-        machine.TOLERATED.clear()
+        checks.KNOWN_UNPRUNED = False
+    if args.minutes:
+        until = time.monotonic() + 60 * args.minutes
+        setup = machine.RunLife.__init__
+
+        def capped(self: machine.RunLife) -> None:
+            if time.monotonic() > until:
+                raise _TimeUp
+            setup(self)
+
+        machine.RunLife.__init__ = capped  # type: ignore[method-assign]
     warm_up()
     start = time.monotonic()
     found: list[tuple[str, str]] = []
     phases = [Phase.generate] if args.no_shrink else [Phase.generate, Phase.shrink]
-    with NoticeServer() as server:
-        machine.NOTICE.update(server=server, port=server.port)
+    with NoticeServer() as server, s3_bucket() as bucket:
+        machine.NOTICE.update(server=server, port=server.port, s3=bucket)
         while machine.COUNTS["lifecycles"] < args.lifecycles:
             left = args.lifecycles - machine.COUNTS["lifecycles"]
             before = machine.COUNTS["lifecycles"]
@@ -54,6 +72,8 @@ def main() -> None:
                     max_examples=left, stateful_step_count=args.steps, deadline=None,
                     database=None, phases=phases, report_multiple_bugs=False,
                     suppress_health_check=list(HealthCheck)))
+            except _TimeUp:
+                break
             except machine.LifeFailure as exc:
                 notes = "\n".join(getattr(exc, "__notes__", []))
                 found.append((exc.kind, f"{exc}\n{notes}"))
@@ -70,7 +90,8 @@ def main() -> None:
         print(f"  {key:40} {n}")
     for kind, text in found:
         print(f"\n=== failure [{kind}] (minimal sequence) ===\n{text}")
-    print("\nreproduce: python benchmarks/run_life.py --seed "
+    print(f"\nknown tolerated: KNOWN_UNPRUNED={checks.KNOWN_UNPRUNED}")
+    print("reproduce: python benchmarks/run_life.py --seed "
           f"{args.seed} --lifecycles {args.lifecycles} --steps {args.steps}")
 
 

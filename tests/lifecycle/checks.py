@@ -46,6 +46,7 @@ class Checks:
         self.tmp = Path(tempfile.mkdtemp(prefix="life-"))
         self.case, self.run_dir = self.tmp / "case", self.tmp / "case" / "run"
         self.case.mkdir()
+        self.place = runfiles.Place(self.run_dir)
         (self.case / "outside").mkdir()
         (self.case / "outside" / "notes.txt").write_text("a user's notes\n")
         self.status, self.specs, self.log = "fresh", 0, []
@@ -119,8 +120,7 @@ class Checks:
         last = set()
         if self.preempt is not None and not any(s > self.preempt for s in saves):
             last = {f"step-{self.preempt:08d}.pt"}
-        folder = self.run_dir / "checkpoints"
-        got = {p.name for p in folder.iterdir()} if folder.exists() else set()
+        got = self.place.names()
         want |= last
         if (KNOWN_UNPRUNED and got != want and saves and saves[-1] == self.unpruned
                 and got == oracle.kept_files(saves[:-1], self.policies, values)
@@ -144,8 +144,8 @@ class Checks:
         key = (self.run.seed, self.run.epochs, periods.pop())
         if key not in _REFERENCE:
             folder = Path(tempfile.mkdtemp(prefix="life-ref-"))
-            (folder / "r.toml").write_text(render(
-                attrs.evolve(self.run, notice_port=0), Schedule(validate=key[2]), Keep()))
+            alone = attrs.evolve(self.run, notice_port=0, checkpoint_dir="")
+            (folder / "r.toml").write_text(render(alone, Schedule(validate=key[2]), Keep()))
             got = run_cli(["train", "r.toml", "--run-dir", "run"], folder)
             assert got.code == 0, got.stderr[-2000:]
             _REFERENCE[key] = (folder / "run" / DIGEST_FILE).read_text()

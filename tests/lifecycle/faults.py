@@ -81,6 +81,8 @@ def warm_up() -> None:
     import schedtrain.training  # noqa: F401
 
     torch.optim.Adam(torch.nn.Linear(1, 1).parameters(), lr=0.1)  # imports torch._dynamo
+    with contextlib.suppress(ImportError):  # a run in a bucket; no loop is started here
+        import s3fs  # noqa: F401
 
 
 def _die(sig: int = signal.SIGKILL) -> None:

@@ -101,6 +101,13 @@ class RunLife(Checks, RuleBasedStateMachine):
                f"{fault.kind}{' (command)' if fault.command else ''}"] += 1
         return got
 
+    def local(self, fault: Fault) -> Fault:
+        """``fault`` as the run's store takes it: the write faults patch the local
+        writer, so in a bucket they are a kill at a step."""
+        if self.place.bucket and fault.kind in WRITE_FAULTS:
+            return Fault("kill", 5 * fault.at)
+        return fault
+
     def _retime_on_flag(self, spec: str, stop: threading.Event) -> None:
         """Run ``schedtrain retime run SPEC`` once the child asks for it."""
         self.retime_cmd = None
@@ -126,8 +133,8 @@ class RunLife(Checks, RuleBasedStateMachine):
         elif got.code == -9 and fault.kind not in ("none", "term", "usr1", "notice"):
             self.status = "killed"
             if fault.kind == "kill_commit":  # the newest file committed, nothing after it
-                newest = runfiles.newest_step(self.run_dir)
-                phase = runfiles.phases(self.run_dir).get(f"step-{newest or 0:08d}.pt")
+                newest = runfiles.newest_step(self.place)
+                phase = runfiles.phases(self.place).get(f"step-{newest or 0:08d}.pt")
                 if phase == "preempt":  # a preemption's own file, all the same
                     self.preempt = newest
                 else:
@@ -179,10 +186,20 @@ class RunLife(Checks, RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------------------
     @initialize(schedule=schedules, keep=keeps, epochs=st.integers(3, 5),
-                seed=st.integers(0, 3), mode=st.sampled_from(("sync", "async")))
-    def draw(self, schedule: Schedule, keep: Keep, epochs: int, seed: int, mode: str) -> None:
+                seed=st.integers(0, 3), mode=st.sampled_from(("sync", "async")),
+                bucket=st.integers(0, 3))
+    def draw(self, *, schedule: Schedule, keep: Keep, epochs: int, seed: int, mode: str,
+             bucket: int) -> None:
+        """The run's spec; its checkpoints in an S3 bucket (one time in four, where the
+        driver serves one: ``NOTICE["s3"]``)."""
         port = int(NOTICE["port"]) if "port" in NOTICE else 0  # type: ignore[call-overload]
         self.run = RunOptions(epochs=epochs, seed=seed, mode=mode, notice_port=port)
+        if bucket == 0 and "s3" in NOTICE:
+            name, endpoint, client = NOTICE["s3"]  # type: ignore[misc]
+            prefix = f"{self.tmp.name}/checkpoints"
+            self.place = runfiles.Place(self.run_dir, name, prefix, client)
+            self.run = attrs.evolve(self.run, checkpoint_dir=self.place.url("")[:-1],
+                                    endpoint=endpoint)
         self.schedule, self.keep = schedule, keep
         self.history: list[tuple[oracle.Point, Schedule]] = [((0, 0), schedule)]
         self.policies: list[tuple[int, Keep]] = [(0, keep)]
@@ -200,6 +217,7 @@ class RunLife(Checks, RuleBasedStateMachine):
         """Start, or ``--resume auto`` as is, with a fault planted (a retime handed by the
         job's own request or by ``schedtrain retime``)."""
         self.take_back()
+        fault = self.local(fault)
         if fault.kind in RETIMES:
             if not self.schedule.retimable(to):
                 to = attrs.evolve(to, best=self.schedule.best)
@@ -217,10 +235,11 @@ class RunLife(Checks, RuleBasedStateMachine):
         new spec is the run's once a checkpoint holds it: a resume killed before its first
         checkpoint leaves the old one the run's."""
         self.take_back()
+        fault = self.local(fault)
         if fault.kind in RETIMES:
             fault = Fault()
         spec = self.write_spec(to, keep)
-        phases = runfiles.phases(self.run_dir)  # before: the resumed run may rewrite one
+        phases = runfiles.phases(self.place)  # before: the resumed run may rewrite one
         was = (self.history, self.policies, self.schedule, self.keep, self.spec)
         got = self.train(spec, "--schedule-change", "apply", fault=fault)
         at = self.resumed_at(got, phases)
@@ -236,7 +255,7 @@ class RunLife(Checks, RuleBasedStateMachine):
             if keep != self.policies[-1][1]:
                 self.policies.append((at[0], keep))
         self.settle(got, fault)
-        newest = runfiles.newest_step(self.run_dir)
+        newest = runfiles.newest_step(self.place)
         if (self.status == "killed" and at is not None and to != was[2]
                 and (newest is None or newest <= at[0])):
             # The killed run's log (checked next) is the new spec's; its resume is the
@@ -260,8 +279,8 @@ class RunLife(Checks, RuleBasedStateMachine):
         self.take_back()
         if to in (self.schedule, self.history[-1][1]):
             return
-        before = runfiles.snapshot(self.run_dir)
-        over = runfiles.newest_step(self.run_dir) is None
+        before = runfiles.snapshot(self.place)
+        over = runfiles.newest_step(self.place) is None
         spec = self.write_spec(to, self.keep)
         got = self.train(spec)
         if over:
@@ -273,7 +292,7 @@ class RunLife(Checks, RuleBasedStateMachine):
             return
         if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):
             self.fail("refusal", f"exit {got.code}: {got.lines()[-2:]}")
-        if runfiles.snapshot(self.run_dir) != before:
+        if runfiles.snapshot(self.place) != before:
             self.fail("refusal touched", "the run directory changed")
 
     @precondition(lambda self: self.status == "finished")
@@ -281,19 +300,19 @@ class RunLife(Checks, RuleBasedStateMachine):
     def requeue(self, by_path: bool) -> None:
         """``--resume auto`` on a finished run: nothing left to do (exit 0); ``--resume
         PATH`` of its newest checkpoint: exit 2; either way every file as it was."""
-        newest = runfiles.newest_step(self.run_dir)
+        newest = runfiles.newest_step(self.place)
         if by_path and newest is None:
             return
-        before = runfiles.snapshot(self.run_dir)
+        before = runfiles.snapshot(self.place)
         if by_path:
-            got = self.train(self.spec, resume=f"run/checkpoints/step-{newest:08d}.pt")
+            got = self.train(self.spec, resume=self.place.url(f"step-{newest:08d}.pt"))
             if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):
                 self.fail("requeue by path", f"exit {got.code}: {got.lines()[:2]}")
         else:
             got = self.train(self.spec)
             if got.code != 0 or not any("nothing left to do" in x for x in got.lines()):
                 self.fail("requeue", f"exit {got.code}: {got.lines()[:2]}")
-        after = runfiles.snapshot(self.run_dir)
+        after = runfiles.snapshot(self.place)
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         if changed:
             self.fail("requeue touched", f"a requeue changed {changed[:4]}")

@@ -66,12 +66,15 @@ class Keep:
 @attrs.frozen
 class RunOptions:
     """The ``[run]`` table: ``epochs`` (8 steps each), the seed, sync or async saves;
-    ``notice_port``: a local metadata server's port (0: none)."""
+    ``notice_port``: a local metadata server's port (0: none); ``checkpoint_dir``: an
+    ``s3://`` URL (empty: ``RUN_DIR/checkpoints``) on the S3 server at ``endpoint``."""
 
     epochs: int = 4
     seed: int = 0
     mode: str = "async"
     notice_port: int = 0
+    checkpoint_dir: str = ""
+    endpoint: str = ""
 
     @property
     def end(self) -> int:
@@ -83,6 +86,10 @@ class RunOptions:
                  'mtbf = "1 min"', 'preempt_signals = ["SIGTERM", "SIGUSR1"]']
         if self.notice_port:
             lines.append(f'preempt_notice = "aws+http://127.0.0.1:{self.notice_port}"')
+        if self.checkpoint_dir:
+            lines.append(f'checkpoint_dir = "{self.checkpoint_dir}"')
+            lines.append(f'storage_options = {{ client_kwargs = {{ endpoint_url = '
+                         f'"{self.endpoint}" }} }}')
         return "\n".join(lines) + "\n"
 
 

@@ -14,14 +14,15 @@ from notice_server import NoticeServer
 
 from lifecycle import machine
 from lifecycle.faults import warm_up
+from lifecycle.runfiles import s3_bucket
 
 pytestmark = pytest.mark.slow
 
 
 def test_run_life() -> None:
     warm_up()
-    with NoticeServer() as server:
-        machine.NOTICE.update(server=server, port=server.port)
+    with NoticeServer() as server, s3_bucket() as bucket:
+        machine.NOTICE.update(server=server, port=server.port, s3=bucket)
         try:
             test = machine.RunLife.TestCase
             # No shrinking: over real runs it can take minutes; the failure's lifecycle
