@@ -113,18 +113,21 @@ class Checks:
     def files(self, rows: list[dict[str, object]]) -> None:
         """The saver's files as its keep policies leave them; the last preemption's own
         file besides where no save came after it (docs/checkpoints.md, "Preemption")."""
-        saves = [int(r["step"]) for r in rows  # type: ignore[call-overload]
-                 if r.get("kind") == "firing" and r.get("callback") == "ckpt"]
+        points = [(int(r["step"]), oracle.RANKS.get(str(r.get("event")), 3))  # type: ignore[call-overload]
+                  for r in rows if r.get("kind") == "firing"]
+        callbacks = [r.get("callback") for r in rows if r.get("kind") == "firing"]
+        saves = [p for p, cb in zip(points, callbacks, strict=True) if cb == "ckpt"]
+        validated = [p for p, cb in zip(points, callbacks, strict=True) if cb == "validate"]
         values = oracle.val_losses(rows)
-        want = oracle.kept_files(saves, self.policies, values)
+        want = oracle.kept_files(saves, self.policies, validated, values)
         last = set()
-        if self.preempt is not None and not any(s > self.preempt for s in saves):
+        if self.preempt is not None and not any(s > self.preempt for s, _ in saves):
             last = {f"step-{self.preempt:08d}.pt"}
         got = self.place.names()
         want |= last
-        if (KNOWN_UNPRUNED and got != want and saves and saves[-1] == self.unpruned
-                and got == oracle.kept_files(saves[:-1], self.policies, values)
-                | last | {f"step-{saves[-1]:08d}.pt"}):
+        if (KNOWN_UNPRUNED and got != want and saves and saves[-1][0] == self.unpruned
+                and got == oracle.kept_files(saves[:-1], self.policies, validated, values)
+                | last | {f"step-{saves[-1][0]:08d}.pt"}):
             # The last save's pruning never ran (killed after its commit), and no save
             # after the resume pruned for it: see KNOWN_UNPRUNED.
             self.counts["known: unpruned after a kill between commit and pruning"] += 1

@@ -157,7 +157,8 @@ class RunLife(Checks, RuleBasedStateMachine):
     def take_retime(self, fault: Fault, schedule: Schedule, answer_before: str) -> None:
         """Record the retime the run applied (its journal says where), if it did, and
         judge a refusal (the command's up front, or the job's answer) by the rule."""
-        now = [s for p, s in self.history if p < (fault.at, 0)][-1]
+        # Asked for in the step after step ``at``: every change up to there is in force.
+        now = [s for p, s in self.history if p[0] <= fault.at][-1]
         refused = live_refused(now, schedule)
         cmd = getattr(self, "retime_cmd", None) if fault.command else None
         if cmd is not None:
@@ -284,7 +285,7 @@ class RunLife(Checks, RuleBasedStateMachine):
         spec = self.write_spec(to, self.keep)
         got = self.train(spec)
         if over:
-            if not any("starting_over" in x or "starting over" in x for x in got.lines()):
+            if "starting_over" not in got.stderr and (self.run_dir / "run.json").exists():
                 self.fail("starting over", f"exit {got.code}: no starting_over line")
             self.history, self.schedule, self.spec = [((0, 0), to)], to, spec
             self.policies = [(0, self.keep)]
@@ -305,7 +306,7 @@ class RunLife(Checks, RuleBasedStateMachine):
             return
         before = runfiles.snapshot(self.place)
         if by_path:
-            got = self.train(self.spec, resume=self.place.url(f"step-{newest:08d}.pt"))
+            got = self.train(self.spec, resume=self.place.path(f"step-{newest:08d}.pt"))
             if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):
                 self.fail("requeue by path", f"exit {got.code}: {got.lines()[:2]}")
         else:

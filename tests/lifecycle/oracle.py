@@ -22,6 +22,7 @@ from lifecycle.task import STEPS_PER_EPOCH
 Point = tuple[int, int]
 EVENTS = {0: "step_end", 1: "epoch_end", 2: "train_end"}
 PHASES = {"step_end": 0, "epoch_end": 1, "train_end": 2, "preempt": 0}
+RANKS = {"step_end": 0, "epoch_end": 1, "train_end": 2}
 Firing = tuple[str, str, int]  # (callback, event, step)
 
 
@@ -149,23 +150,30 @@ def _diff(got: list[Firing], want: list[Firing]) -> str:
     return f"extra firings {extra[:5]}, missing {missing[:5]}"
 
 
-def kept_files(saves: Sequence[int], policies: Sequence[tuple[int, Keep]],
-               val_loss: dict[int, float]) -> set[str]:
-    """The checkpoint files ``saves`` (the saver's save steps, in order) leave, each
-    save pruning by the policy in force at its step (``policies``: (from step, keep))."""
+def kept_files(saves: Sequence[Point], policies: Sequence[tuple[int, Keep]],
+               validated: Sequence[Point], val_loss: dict[int, float]) -> set[str]:
+    """The checkpoint files ``saves`` (the saver's save points, in order) leave, each
+    save pruning by the policy in force at its step (``policies``: (from step, keep)).
+    A save's record holds val/loss only where its policy then judged by it and the
+    value was put at its own step before it (``validated``: validate's points; it fires
+    before the saver at one point): a save without one is never among the best."""
     records: list[int] = []
     present: set[int] = set()
-    for s in saves:
+    values: dict[int, float] = {}
+    for s, rank in saves:
         if s in records:
             records.remove(s)  # the same file written again (a periodic and a train_end save)
         records.append(s)
         present.add(s)
         keep = [k for at, k in policies if at < s or at == 0][-1]
-        present = {f for f in present if f in _kept(keep, records, val_loss)}
+        values.pop(s, None)
+        if keep.best and any(v == s and r <= rank for v, r in validated) and s in val_loss:
+            values[s] = val_loss[s]
+        present = {f for f in present if f in _kept(keep, records, values)}
     return {f"step-{s:08d}.pt" for s in present}
 
 
-def _kept(keep: Keep, records: list[int], val_loss: dict[int, float]) -> set[int]:
+def _kept(keep: Keep, records: list[int], values: dict[int, float]) -> set[int]:
     out = set(records[-keep.latest:]) | {records[-1]}
     if keep.every_epochs:
         span = keep.every_epochs * STEPS_PER_EPOCH
@@ -174,6 +182,6 @@ def _kept(keep: Keep, records: list[int], val_loss: dict[int, float]) -> set[int
             if before:
                 out.add(before[-1])
     if keep.best:
-        valued = [r for r in records if r in val_loss]
-        out |= set(sorted(valued, key=lambda r: (val_loss[r], records.index(r)))[:keep.best])
+        valued = [r for r in records if r in values]
+        out |= set(sorted(valued, key=lambda r: (values[r], records.index(r)))[:keep.best])
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 import socket
@@ -37,9 +38,12 @@ class Place:
     client: Any = None
 
     def url(self, name: str) -> str:
-        """What ``--resume`` takes for the checkpoint ``name``."""
-        if self.bucket:
-            return f"s3://{self.bucket}/{self.prefix}/{name}"
+        """The URL of the checkpoint ``name`` in the bucket."""
+        return f"s3://{self.bucket}/{self.prefix}/{name}"
+
+    def path(self, name: str) -> str:
+        """What ``--resume`` takes for the checkpoint ``name`` (``RUN_DIR/checkpoints``
+        stands for ``checkpoint_dir``; a URL there is read as a local path)."""
         return f"{self.run_dir.name}/checkpoints/{name}"
 
     def names(self) -> set[str]:
@@ -133,6 +137,7 @@ def s3_bucket() -> Iterator[tuple[str, str, Any]]:
     for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                        ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(key, value)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line a request, else
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
