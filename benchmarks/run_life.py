@@ -57,7 +57,7 @@ def main() -> None:
             # its printed sequence.
             chunk = min(args.chunk, args.lifecycles - machine.COUNTS["lifecycles"])
             try:
-                run_state_machine_as_test(machine.RunLife, settings=settings(
+                run_state_machine_as_test(machine.RunLife, settings=settings(  # type: ignore[no-untyped-call]
                     max_examples=chunk, stateful_step_count=args.steps, deadline=None,
                     database=None, phases=phases, report_multiple_bugs=False,
                     suppress_health_check=list(HealthCheck)))

@@ -49,7 +49,8 @@ class Checks:
         self.place = runfiles.Place(self.run_dir)
         (self.case / "outside").mkdir()
         (self.case / "outside" / "notes.txt").write_text("a user's notes\n")
-        self.status, self.specs, self.log = "fresh", 0, []
+        self.status, self.specs = "fresh", 0
+        self.log: list[str] = []
         #: The step of the last preemption's own checkpoint (None: never preempted).
         self.preempt: int | None = None
         #: The step of a save killed right after its commit, before its pruning.

@@ -147,7 +147,7 @@ def _plant(fault: Fault, run_dir: Path) -> None:
     if fault.kind in WRITE_FAULTS:
         from schedtrain.checkpoints import store
 
-        write_atomic, n = store.write_atomic, {"writes": 0}
+        write_atomic, n = store.write_atomic, {"writes": 0}  # type: ignore[attr-defined]
 
         def faulty(path: Path, save: Callable[[Any], None]) -> Path:
             if Path(path).parent.name == "checkpoints":  # not best/ files
@@ -164,7 +164,7 @@ def _plant(fault: Fault, run_dir: Path) -> None:
             _die()  # committed; nothing after it (run.json, pruning) happened
             return out
 
-        store.write_atomic = faulty  # type: ignore[assignment]
+        store.write_atomic = faulty  # type: ignore[attr-defined,assignment]
 
 
 def run_cli(argv: Sequence[str], cwd: Path, *, fault: Fault = NO_FAULT,

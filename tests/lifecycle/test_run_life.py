@@ -27,7 +27,7 @@ def test_run_life() -> None:
             test = machine.RunLife.TestCase
             # No shrinking: over real runs it can take minutes; the failure's lifecycle
             # is printed as it happened (benchmarks/run_life.py shrinks).
-            test.settings = settings(max_examples=12, stateful_step_count=6, deadline=None,
+            test.settings = settings(max_examples=20, stateful_step_count=6, deadline=None,
                                      derandomize=True, database=None, report_multiple_bugs=False,
                                      phases=[Phase.explicit, Phase.generate],
                                      suppress_health_check=list(HealthCheck))
