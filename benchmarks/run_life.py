@@ -76,6 +76,8 @@ def main() -> None:
         print(f"  {key:40} {n}")
     for kind, text in found:
         print(f"\n=== failure [{kind}] (minimal sequence) ===\n{text}")
+    for kind, text in sorted(checks.SEEN.items()):
+        print(f"\n=== seen [{kind}] (its shortest lifecycle) ===\n{text}")
     print(f"\nknown tolerated: KNOWN_UNPRUNED={checks.KNOWN_UNPRUNED}")
     print("reproduce: each failure's sequence above (hypothesis' falsifying example)")
 

@@ -22,6 +22,9 @@ from lifecycle.specs import Keep, RunOptions, Schedule, render
 #: finish the interrupted pruning (the next save's would). True: that exact outcome is
 #: counted, not failed (found by this machine; see the branch's report).
 KNOWN_UNPRUNED = True
+#: Each failure kind met, with its shortest lifecycle: a failure met while hypothesis
+#: shrinks another one is never raised to the driver, so it is kept here.
+SEEN: dict[str, str] = {}
 #: Final weight digests of uninterrupted runs, by (seed, epochs, validate period).
 _REFERENCE: dict[tuple[int, int, str], str] = {}
 
@@ -62,8 +65,11 @@ class Checks:
 
     def fail(self, kind: str, detail: str) -> None:
         self.counts[f"failure: {kind}"] += 1
+        text = f"{detail}\n  lifecycle: {'; '.join(self.log)}"
+        if kind not in SEEN or len(text) < len(SEEN[kind]):
+            SEEN[kind] = text
         if kind not in self.tolerated:
-            raise LifeFailure(kind, f"{detail}\n  lifecycle: {'; '.join(self.log)}")
+            raise LifeFailure(kind, text)
 
     def write_spec(self, schedule: Schedule, keep: Keep) -> str:
         self.specs += 1
