@@ -1,4 +1,4 @@
-"""Run many lifecycles of the run's-life state machine (tests/lifecycle/machine.py, issue
+"""Run many lifecycles of the run's-life state machine (tests/life_machine.py, issue
 42) and print the counts: lifecycles, operations by kind, invariant checks, and each
 kind of failure found with its minimal sequence. A failure of a new kind is shrunk,
 printed and then tolerated (counted), so the run goes on past it.
@@ -19,12 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+import life_checks as checks
+import life_machine as machine
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
-from lifecycle import checks, machine
-from lifecycle.faults import warm_up
-from lifecycle.runfiles import s3_bucket
+from life_faults import warm_up
+from life_runfiles import s3_bucket
 from notice_server import NoticeServer
 
 
@@ -39,7 +40,7 @@ def main() -> None:
     p.add_argument("--shrink-seconds", type=int, default=90,
                    help="shrink a failure this long at most (hypothesis' own cap is 300 s)")
     p.add_argument("--strict", action="store_true",
-                   help="tolerate no known defect (lifecycle.checks.KNOWN_UNPRUNED off)")
+                   help="tolerate no known defect (life_checks.KNOWN_UNPRUNED off)")
     args = p.parse_args()
     if args.strict:
         checks.KNOWN_UNPRUNED = False

@@ -3,18 +3,17 @@ sequences of start, kill -9 (at a step, inside a save, after a commit, inside a 
 apply), SIGTERM, SIGUSR1, a cloud notice, a live retime, resumes as is, with a changed
 schedule and keep policy (applied, or refused) and a requeue after the end; after each,
 the firings, the files kept, the exit code and its line, the files beside the run and the
-final weights are checked (tests/lifecycle/machine.py). benchmarks/run_life.py runs
+final weights are checked (tests/life_machine.py). benchmarks/run_life.py runs
 hundreds of lifecycles."""
 
 from __future__ import annotations
 
+import life_machine as machine
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from life_faults import warm_up
+from life_runfiles import s3_bucket
 from notice_server import NoticeServer
-
-from lifecycle import machine
-from lifecycle.faults import warm_up
-from lifecycle.runfiles import s3_bucket
 
 pytestmark = pytest.mark.slow
 

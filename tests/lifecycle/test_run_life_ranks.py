@@ -15,13 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+import life_oracle as oracle
+import life_runfiles as runfiles
 import pytest
 import torch
+from life_faults import Fault, run_cli, warm_up
+from life_specs import Keep, RunOptions, Schedule, render
 from torchrun_helpers import ROOT, TESTS, torchrun
-
-from lifecycle import oracle, runfiles
-from lifecycle.faults import Fault, run_cli, warm_up
-from lifecycle.specs import Keep, RunOptions, Schedule, render
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.distributed.is_available(),
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow,
                                  reason="finds torchrun's workers in /proc")]
 
 SCHEDULE = Schedule(validate="1 epoch", ckpt="1 epoch", ckpt_end=False, best=False)
-PACE = '\n[callbacks.pace]\ntype = "lifecycle.jobs:Pace"\ntrigger = { every = "1 step" }\n'
+PACE = '\n[callbacks.pace]\ntype = "jobs.lifecycle:Pace"\ntrigger = { every = "1 step" }\n'
 
 
 def _spec(case: Path, epochs: int, pace: bool = False) -> Path:

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-
-from lifecycle.specs import Keep, Schedule
-from lifecycle.task import STEPS_PER_EPOCH
+from jobs.lifecycle import STEPS_PER_EPOCH
+from life_specs import Keep, Schedule
 
 #: An evaluation point: (step, rank) with rank 0 step_end, 1 epoch_end, 2 train_end.
 Point = tuple[int, int]

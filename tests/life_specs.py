@@ -5,12 +5,11 @@ TOML spec the command line trains."""
 from __future__ import annotations
 
 import attrs
-
-from lifecycle.task import STEPS_PER_EPOCH
+from jobs.lifecycle import STEPS_PER_EPOCH
 
 #: The digest callback: on train_end it writes the model's weights' digest in the run
-#: directory (lifecycle.jobs), so a finished run's weights are compared exactly.
-DIGEST = "lifecycle.jobs:Digest"
+#: directory (jobs.lifecycle), so a finished run's weights are compared exactly.
+DIGEST = "jobs.lifecycle:Digest"
 
 
 @attrs.frozen
@@ -81,7 +80,7 @@ class RunOptions:
         return self.epochs * STEPS_PER_EPOCH
 
     def toml(self) -> str:
-        lines = ["[run]", 'task = "lifecycle.task:make_task"', f"max_epochs = {self.epochs}",
+        lines = ["[run]", 'task = "jobs.lifecycle:make_task"', f"max_epochs = {self.epochs}",
                  f"seed = {self.seed}", f'checkpoint_mode = "{self.mode}"',
                  'mtbf = "1 min"', 'preempt_signals = ["SIGTERM", "SIGUSR1"]']
         if self.notice_port:

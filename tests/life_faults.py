@@ -93,7 +93,8 @@ def _die(sig: int = signal.SIGKILL) -> None:
 
 def _plant(fault: Fault, run_dir: Path) -> None:
     """Patch this (child) process for ``fault``."""
-    from lifecycle import task
+    from jobs import lifecycle as task
+
     from schedtrain.training.loop import Loop
 
     where = {"base": 0, "calls": 0, "paced": False}

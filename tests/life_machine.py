@@ -1,6 +1,6 @@
 """The run's life as a hypothesis state machine: each rule is one real ``schedtrain
 train`` (a fault planted in its forked child), and every invariant is checked after each
-(lifecycle.checks).
+(life_checks).
 
 Failures are ``LifeFailure``s with a kind. ``TOLERATED`` is empty: every failure fails
 the test; benchmarks/run_life.py adds each kind it has found, to go on past it (those
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import attrs
+import life_oracle as oracle
+import life_runfiles as runfiles
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-
-from lifecycle import oracle, runfiles
-from lifecycle.checks import Checks, LifeFailure
-from lifecycle.faults import (
+from life_checks import Checks, LifeFailure
+from life_faults import (
     NO_FAULT,
     NOTICE_FLAG,
     RETIME_FLAG,
@@ -31,7 +31,7 @@ from lifecycle.faults import (
     Outcome,
     run_cli,
 )
-from lifecycle.specs import Keep, RunOptions, Schedule
+from life_specs import Keep, RunOptions, Schedule
 
 __all__ = ["COUNTS", "NOTICE", "TOLERATED", "LifeFailure", "RunLife"]
 

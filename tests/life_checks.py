@@ -11,11 +11,11 @@ import tempfile
 from pathlib import Path
 
 import attrs
-
-from lifecycle import oracle, runfiles
-from lifecycle.faults import run_cli
-from lifecycle.jobs import DIGEST_FILE
-from lifecycle.specs import Keep, RunOptions, Schedule, render
+import life_oracle as oracle
+import life_runfiles as runfiles
+from jobs.lifecycle import DIGEST_FILE
+from life_faults import run_cli
+from life_specs import Keep, RunOptions, Schedule, render
 
 #: A save killed after its commit and before its pruning (``on_saved``) leaves the files
 #: that pruning would have deleted, when the resumed run saves no more: the resume does not
