@@ -42,7 +42,7 @@ PYTHON_ONLY: Final = frozenset({"overwrite", "keep_firings", "handle_signals", "
                                 "schedule_change"})
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class RunConfig:
     """A run's options: the ``[run]`` table, or ``Trainer``'s keywords of the same names.
 

@@ -245,6 +245,39 @@ class TestPackage:
         assert lines <= MAX_LINES, f"{name} has {lines} lines"
 
 
+#: A record with more fields than this is built by keyword (``kw_only=True``): with dozens
+#: of fields a reordered one is then an error, not two values silently swapped.
+MAX_POSITIONAL_FIELDS = 12
+
+
+def _record_fields(node: ast.ClassDef) -> tuple[int, bool] | None:
+    """An attrs class's field count and whether it is keyword-only (``None``: not attrs)."""
+    for deco in node.decorator_list:
+        call = deco if isinstance(deco, ast.Call) else None
+        name = _dotted(call.func if call is not None else deco)
+        if name in ("attrs.define", "attrs.frozen", "attrs.mutable", "attr.s", "define",
+                    "frozen"):
+            kw_only = call is not None and any(
+                k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value
+                for k in call.keywords)
+            fields = [s for s in node.body if isinstance(s, ast.AnnAssign)
+                      and "ClassVar" not in ast.unparse(s.annotation)]
+            return len(fields), kw_only
+    return None
+
+
+def test_large_records_are_built_by_keyword() -> None:
+    """Every attrs record of more than ``MAX_POSITIONAL_FIELDS`` fields is keyword-only."""
+    found = []
+    for name, path in _modules(core_only=False).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and (got := _record_fields(node)) is not None:
+                count, kw_only = got
+                if count > MAX_POSITIONAL_FIELDS and not kw_only:
+                    found.append(f"{name}.{node.name} ({count} fields)")
+    assert found == []
+
+
 def test_public_names_are_exported() -> None:
     """Everything in ``schedtrain.__all__`` exists, and ``dir()`` lists it."""
     import schedtrain
