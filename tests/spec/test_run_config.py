@@ -13,7 +13,7 @@ import torch
 from config_helpers import python_problem as _python_problem
 from config_helpers import toml_problem as _toml_problem
 
-from schedtrain.errors import SpecError
+from schedtrain.errors import ArgumentError, SpecError
 from schedtrain.spec import dump_spec, loads_spec
 from schedtrain.spec.run import PYTHON_ONLY, RunConfig
 from schedtrain.training import Trainer
@@ -63,6 +63,25 @@ def test_a_bad_option_gets_the_same_words_from_toml_and_python(
     python = _python_problem(key, value)
     assert toml is not None
     assert python == toml
+
+
+#: ``BAD``'s values of the right type and out of range (a wrong type is the converter's to
+#: refuse: ``run_config`` and the spec reader).
+OUT_OF_RANGE = [(k, v) for k, _, v in BAD
+                if not (v is True or k == "shard_data" or (k, v) == ("checkpoint_write_share",
+                                                                    "half"))]
+
+
+@pytest.mark.parametrize(("key", "value"), OUT_OF_RANGE)
+def test_a_run_config_is_checked_when_built(key: str, value: Any) -> None:
+    """``RunConfig(...)`` and ``attrs.evolve`` refuse a bad value with ``Trainer``'s words:
+    a ``RunConfig`` that exists keeps the rules, so nothing checks it again."""
+    expected = _python_problem(key, value)
+    with pytest.raises(ArgumentError) as made:
+        RunConfig(**{"max_epochs": 1, key: value})
+    with pytest.raises(ArgumentError) as evolved:
+        attrs.evolve(RunConfig(max_epochs=1), **{key: value})
+    assert str(made.value) == str(evolved.value) == expected
 
 
 @pytest.mark.parametrize("key", sorted(PYTHON_ONLY))
