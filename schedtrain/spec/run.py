@@ -11,6 +11,7 @@ loaders check a ``[run]`` table first, with every problem at its key path
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,24 @@ from schedtrain.spec.run_fields import (
 )
 
 __all__ = ["BUSY_RULES", "DEFAULT_KEEP_FIRINGS", "EXPORT_FORMATS", "MODES", "PRECISIONS",
-           "PYTHON_ONLY", "SCHEDULE_CHANGES", "STAGING", "RunConfig", "from_checked",
-           "toml_fields"]
+           "PYTHON_ONLY", "SCHEDULE_CHANGES", "STAGING", "CheckpointOptions", "RunConfig",
+           "from_checked", "toml_fields"]
+
+
+@attrs.frozen(kw_only=True)
+class CheckpointOptions:
+    """The checkpoint owner's section of a run's options (``RunConfig.checkpoint_options``):
+    the flat ``[run]`` keys of the same names (``checkpoint_*``, ``storage_options``,
+    ``export``) and the run directory, checked with the rest of ``RunConfig``."""
+
+    run_dir: Path | None = None
+    checkpoint_dir: str | None = None
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    checkpoint_mode: str = "async"
+    checkpoint_busy: str = "wait"
+    checkpoint_staging: str = "reuse"
+    checkpoint_write_share: float | None = None
+    export: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +122,15 @@ class RunConfig(RunFields):
     def run_path(self) -> Path | None:
         """``run_dir`` as a path (``None``: the run writes nothing)."""
         return Path(self.run_dir) if self.run_dir is not None else None
+
+    @property
+    def checkpoint_options(self) -> CheckpointOptions:
+        """The section ``Checkpoints`` reads (``checkpoints.manager``)."""
+        return CheckpointOptions(
+            run_dir=self.run_path, checkpoint_dir=self.checkpoint_dir,
+            storage_options=self.storage_options, checkpoint_mode=self.checkpoint_mode,
+            checkpoint_busy=self.checkpoint_busy, checkpoint_staging=self.checkpoint_staging,
+            checkpoint_write_share=self.checkpoint_write_share, export=self.export)
 
     def ended(self, step: int, epoch: int) -> bool:
         """Whether a clock at ``step``, ``epoch`` has reached ``max_epochs`` or ``max_steps``."""

@@ -26,7 +26,6 @@ from schedtrain.callbacks.base import (
 )
 from schedtrain.callbacks.saver import ModelSaver
 from schedtrain.checkpoints import Checkpoints
-from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
@@ -165,10 +164,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch=epoch, events=events, change=change)
-    storage = (open_storage(config.checkpoint_dir, config.storage_options)
-               if config.checkpoint_dir is not None else None)
     checkpoints = Checkpoints(
-        run_state, config, device_type=device.type, comm=comm, storage=storage,
+        run_state, config.checkpoint_options, device_type=device.type, comm=comm,
         on_background_done=guard.wake,
         on_written=directory.checkpoint_written if directory is not None else None)
     run_state.see_saved_files_with(functools.partial(_present, checkpoints, by_name, run_dir))
