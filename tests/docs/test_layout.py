@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
                     "schedtrain.files", "schedtrain.urls", "schedtrain.compat",
                     "schedtrain.readback", "schedtrain.nesting", "schedtrain.retention",
+                    "schedtrain._version",
                     *TORCH_FREE_FOUNDATION)),
     ("triggers", ("schedtrain.triggers",)),
     ("schedule", ("schedtrain.schedule",)),
@@ -275,6 +276,25 @@ def test_large_records_are_built_by_keyword() -> None:
                 count, kw_only = got
                 if count > MAX_POSITIONAL_FIELDS and not kw_only:
                     found.append(f"{name}.{node.name} ({count} fields)")
+    assert found == []
+
+
+def test_no_module_imports_the_package_face() -> None:
+    """Inside the package nothing imports ``schedtrain`` itself (``import schedtrain``,
+    ``from schedtrain import name``): the face sits above every layer, and the import
+    graph sees only submodules (``__version__`` is ``schedtrain._version``'s)."""
+    found = []
+    for name, path in _modules(core_only=False).items():
+        if name == "schedtrain":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name == "schedtrain" for a in node.names):
+                found.append(f"{name}: import schedtrain")
+            elif (isinstance(node, ast.ImportFrom) and node.module == "schedtrain"
+                  and node.level == 0):
+                found += [f"{name}: from schedtrain import {a.name}" for a in node.names
+                          if not (PACKAGE / a.name).is_dir()
+                          and not (PACKAGE / f"{a.name}.py").is_file()]
     assert found == []
 
 
