@@ -12,8 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain import compat as _compat
-
-__version__ = "0.1.0"
+from schedtrain._version import __version__ as __version__
 
 _compat.install()  # moved import paths keep working, with a warning (schedtrain.compat)
 

@@ -5,11 +5,13 @@ path where it nests too deep is named."""
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import attrs
 
-__all__ = ["CONTROL", "MAX_DEPTH", "check_depth", "printable", "too_deep_at"]
+__all__ = ["CONTROL", "MAX_DEPTH", "PLAIN", "check_depth", "check_plain", "printable",
+           "too_deep_at"]
 
 #: How deeply lists and tables of a read-back JSON file may nest (schedtrain writes at
 #: most a few levels; Python's own reader would overflow its stack near 1,000).
@@ -82,3 +84,28 @@ class _Frame:
         if self.table:
             return f"{self.path}.{self.key}" if self.path else self.key
         return f"{self.path}[{self.index}]"
+
+
+#: What a checkpoint holds besides tensors: what ``torch.load(weights_only=True)`` reads.
+PLAIN: Final[tuple[type, ...]] = (type(None), bool, int, float, complex, str, bytes)
+
+
+def check_plain(value: Any, where: str, *, plain: tuple[type, ...] = PLAIN,
+                error: Callable[[str], Exception] = TypeError,
+                holds: str = "a checkpoint holds numbers, strings, lists and dicts of them",
+                ) -> None:
+    """Refuse a value inside ``value`` that is none of ``plain`` nor a dict, list, tuple or
+    set of them, raising ``error(message)`` at its key path under ``where`` (what the
+    container ``holds`` is said after it)."""
+    if isinstance(value, plain):
+        return
+    if isinstance(value, dict):  # OrderedDict included
+        for k, v in value.items():
+            check_plain(k, where, plain=plain, error=error, holds=holds)
+            check_plain(v, f"{where}.{k}", plain=plain, error=error, holds=holds)
+        return
+    if isinstance(value, list | tuple | set):
+        for i, v in enumerate(value):
+            check_plain(v, f"{where}[{i}]", plain=plain, error=error, holds=holds)
+        return
+    raise error(f"{where}: {type(value).__name__} {value!r:.60} is not plain data; {holds}")

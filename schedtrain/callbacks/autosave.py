@@ -137,20 +137,20 @@ class AutoPacing:
         if not deciders:
             return None
         name = callback.name
-        config = getattr(trainer, "config", None)
+        config = trainer.config
         mtbf = mtbf_seconds(config)
         if mtbf is None:
             raise ScheduleError(f"callback {name!r}: every('auto') picks the interval from "
                                 "the failure rate: give the run mtbf ('6 h') or failure_rate")
         for d in deciders:
             d.configure(mtbf, overhead_fraction(config))
-        comm = getattr(trainer, "comm", None)
-        if comm is None:
+        comm = trainer.comm
+        if comm is None or config is None:
             return cls(deciders)
         # Every rank decides alike, on the chief's measurement. A "sync" save lands on
         # every rank in one call, which shares it; a background one lands on the chief
         # alone, at a step of its own, so the next firing (every rank's) shares it.
-        background = getattr(config, "checkpoint_mode", "sync") != "sync"
+        background = config.checkpoint_mode != "sync"
         return cls(deciders, share=comm.broadcast, at_firing=background)
 
     def started(self, step: int) -> None:
@@ -209,7 +209,7 @@ class AutoPacing:
 
 def deciders_of(callback: Any) -> list[Decider]:
     """The ``every("auto")`` deciders of ``callback``'s trigger in its trainer's schedule."""
-    schedule = getattr(callback.trainer, "schedule", None)
+    schedule = callback.trainer.schedule
     name = callback.name
     if schedule is None or name is None or name not in schedule.names:
         return []

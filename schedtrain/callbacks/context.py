@@ -15,7 +15,10 @@ from typing import Any, Protocol
 import torch
 
 from schedtrain.clock import Clock
+from schedtrain.distributed.comm import Comm
 from schedtrain.monitors.store import MetricStore
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.spec.run import RunConfig
 
 __all__ = ["TrainingContext"]
 
@@ -79,6 +82,18 @@ class TrainingContext(Protocol):
     def any_rank(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank, the same answer on all (on several
         processes one collective: every rank must ask at the same point)."""
+
+    @property
+    def config(self) -> RunConfig | None:
+        """The run's options (``None`` in a host, whose framework holds its own)."""
+
+    @property
+    def schedule(self) -> Schedule | None:
+        """The schedule the callbacks are in (``None`` where there is none to read)."""
+
+    @property
+    def comm(self) -> Comm | None:
+        """How this process talks with the other ranks (``None``: one process, or a host)."""
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The autocast context of the run's precision (a no-op for fp32)."""

@@ -94,11 +94,10 @@ class RunEta:
         if not self._planned:
             self._planned = True
             # Only schedtrain's Trainer knows its schedule and length (a host's loop,
-            # Lightning's or the HF Trainer's, shows no ETA).
-            trainer: Any = cb.trainer
-            schedule = getattr(trainer, "schedule", None)
+            # Lightning's or the HF Trainer's, has no config: it shows no ETA).
+            trainer = cb.trainer
+            schedule, config = trainer.schedule, trainer.config
             per_epoch = trainer.steps_in_epoch
-            config = getattr(trainer, "config", None)  # a host's context has none
             if schedule is None or config is None:
                 return None
             epochs, cap = config.max_epochs, config.max_steps

@@ -110,8 +110,9 @@ class EarlyStopping(Callback):
 
     def _why(self) -> str:
         """Why its trigger fired, from the metric parts of that trigger."""
-        schedule = getattr(self.trainer, "schedule", None)
-        entry = next((e for e in getattr(schedule, "entries", ()) if e.callback is self), None)
+        schedule = self.trainer.schedule
+        entries = schedule.entries if schedule is not None else ()
+        entry = next((e for e in entries if e.callback is self), None)
         todo = [entry.trigger] if entry is not None else []
         while todo:
             t = todo.pop()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-import schedtrain
+from schedtrain._version import __version__
 from schedtrain.checkpoints.format import CheckpointError
 from schedtrain.files import write_atomic
 from schedtrain.spec.run import EXPORT_FORMATS
@@ -62,7 +62,7 @@ def safetensors_bytes(state: Mapping[str, Any], path: Path, *, step: int,
         raise ExportError(path, "export = ['safetensors'] needs the safetensors package: "
                                 "pip install 'schedtrain[export]'") from None
     metadata = {"format": "pt", "step": str(step), "epoch": str(epoch),
-                "schedtrain": schedtrain.__version__}
+                "schedtrain": __version__}
     return save(_plain(state, path), metadata=metadata)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import torch
 
+from schedtrain import nesting
 from schedtrain.checkpoints.pacing import pause, update_in_pieces
 from schedtrain.errors import Error, RunDirError
 from schedtrain.files import UnsafeFile, open_regular
@@ -29,8 +30,7 @@ FORMAT: Final = "schedtrain-checkpoint-2"
 ALGORITHM: Final = "blake2b-256"
 #: The run's state inside a sharded checkpoint directory.
 STATE_FILE: Final = "run.pt"
-_PLAIN: Final = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
-                 torch.Tensor, torch.Size)
+_PLAIN: Final = (*nesting.PLAIN, torch.dtype, torch.device, torch.Tensor, torch.Size)
 
 
 class CheckpointError(Error):
@@ -89,19 +89,8 @@ def check_shape(state: Mapping[str, Any], shown: str | Path) -> None:
 
 def check_plain(value: Any, where: str) -> None:
     """Refuse what ``torch.load(weights_only=True)`` could not read back, saying where."""
-    if isinstance(value, _PLAIN):
-        return
-    if isinstance(value, dict):  # OrderedDict included
-        for k, v in value.items():
-            check_plain(k, where)
-            check_plain(v, f"{where}.{k}")
-        return
-    if isinstance(value, list | tuple | set):
-        for i, v in enumerate(value):
-            check_plain(v, f"{where}[{i}]")
-        return
-    raise TypeError(f"{where}: {type(value).__name__} {value!r:.60} is not plain data; a "
-                    "state_dict holds numbers, strings, lists, dicts and tensors")
+    nesting.check_plain(value, where, plain=_PLAIN, holds="a state_dict holds numbers, "
+                        "strings, lists, dicts and tensors")
 
 
 def _feed(h: Any, value: Any) -> None:

@@ -36,10 +36,10 @@ from schedtrain.checkpoints.sharded import (
     start_sharded,
 )
 from schedtrain.checkpoints.staging import snapshot, trim
-from schedtrain.checkpoints.storage import Storage
+from schedtrain.checkpoints.storage import open_storage
 from schedtrain.checkpoints.store import newest_valid
 from schedtrain.distributed.comm import Comm
-from schedtrain.spec.run import RunConfig
+from schedtrain.spec.run import CheckpointOptions
 
 __all__ = ["Checkpoints", "RunParts", "Save"]
 
@@ -51,17 +51,17 @@ class Checkpoints:
 
     Args:
         parts: the run's state to save and restore.
-        config: the run's options: its ``run_dir`` (paths of checkpoints this run wrote
-            are kept relative to it), ``checkpoint_mode`` (``"async"``: the loop blocks
-            only for a host snapshot, one background thread writes and commits it;
-            ``"sync"``: the loop waits), ``checkpoint_busy``, ``checkpoint_staging``,
-            ``checkpoint_write_share`` and ``export``.
+        options: its section of the run's options (``RunConfig.checkpoint_options``): the
+            ``run_dir`` (paths of checkpoints this run wrote are kept relative to it),
+            ``checkpoint_dir`` with its ``storage_options`` (where ``RUN_DIR/checkpoints``
+            really is: another folder or a URL), ``checkpoint_mode`` (``"async"``: the
+            loop blocks only for a host snapshot, one background thread writes and
+            commits it; ``"sync"``: the loop waits), ``checkpoint_busy``,
+            ``checkpoint_staging``, ``checkpoint_write_share`` and ``export``. Paths
+            callbacks give under ``RUN_DIR/checkpoints`` stand for its files.
         device_type: where training runs (``"cpu"``, ``"cuda"``): the write share's
             default.
         comm: on several processes, how the ranks write together (``None``: one).
-        storage: where ``RUN_DIR/checkpoints`` really is (``checkpoint_dir``: another
-            folder or a URL); ``None``: that folder itself. Paths callbacks give under
-            ``RUN_DIR/checkpoints`` stand for its files.
         on_background_done: called from the writing thread when a background save
             ended (the loop then collects it at its next step).
         on_written: told ``(shown, phase, step, epoch, resumable)`` after each
@@ -70,21 +70,22 @@ class Checkpoints:
             so a killed run says how far it got).
     """
 
-    def __init__(self, parts: RunParts, config: RunConfig, *, device_type: str = "cpu",
-                 comm: Comm | None = None, storage: Storage | None = None,
+    def __init__(self, parts: RunParts, options: CheckpointOptions, *,
+                 device_type: str = "cpu", comm: Comm | None = None,
                  on_background_done: Callable[[], None] | None = None,
                  on_written: Callable[[Path | str, str, int, int, bool], None] | None = None,
                  ) -> None:
-        run_dir = config.run_path
+        run_dir, where = options.run_dir, options.checkpoint_dir
         self.parts, self.run_dir, self.comm = parts, run_dir, comm
+        storage = open_storage(where, options.storage_options) if where is not None else None
         #: where ``RUN_DIR/checkpoints`` really is
         self.mount = Mount(storage, run_dir, comm is None or comm.is_chief)
-        self.mode, self.busy = config.checkpoint_mode, config.checkpoint_busy
+        self.mode, self.busy = options.checkpoint_mode, options.checkpoint_busy
         self.on_background_done = on_background_done
         #: the background writer, at the run's pace and staging
         self.writer = Writer(self._background_done,
-                             share=write_share(config.checkpoint_write_share, device_type),
-                             staging=config.checkpoint_staging)
+                             share=write_share(options.checkpoint_write_share, device_type),
+                             staging=options.checkpoint_staging)
         self._landing: Landing | None = None
         #: the sharded save in flight (its ranks finish it together: never on a wake-up)
         self._flight: InFlight | None = None
@@ -103,7 +104,7 @@ class Checkpoints:
         self._folders: set[Path] = set()
         self.on_written = on_written
         #: formats the model's weights are also exported in (``export.EXPORT_FORMATS``)
-        self.export: tuple[str, ...] = config.export
+        self.export: tuple[str, ...] = options.export
 
     def write_preempt(self, step: int) -> Path | str | None:
         """The preemption's checkpoint of ``step``, committed before this returns: its

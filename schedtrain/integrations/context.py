@@ -110,6 +110,9 @@ class HostContext:
         self._bad_step: int | None = None
         #: the schedule the callbacks are in (``EarlyStopping`` names its trigger)
         self.schedule: Any = None
+        #: the host's framework holds the run's options and talks with the ranks itself
+        self.config: None = None
+        self.comm: None = None
 
     def bind(self, *, model: torch.nn.Module | None = None,
              optimizer: torch.optim.Optimizer | None = None,

@@ -11,8 +11,10 @@ fire: 10^9 steps with few firings take milliseconds.
 from __future__ import annotations
 
 import bisect
+import inspect
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final
 
 from schedtrain.errors import ScheduleError
@@ -36,8 +38,8 @@ from schedtrain.simulation.simclock import (
 from schedtrain.time import COUNTERS, Time, as_time
 from schedtrain.triggers.protocol import Due, Predicate
 
-__all__ = ["Firing", "FiringLog", "RunShape", "SimClock", "Simulation", "next_firing",
-           "observe_tables", "simulate"]
+__all__ = ["SHAPE_DEFAULTS", "Firing", "FiringLog", "RunShape", "SimClock", "Simulation",
+           "next_firing", "observe_tables", "simulate"]
 
 TableObserver = Callable[[TriggerTable], None]
 #: Shown each simulation's table before it runs; ``None`` (the default) costs nothing.
@@ -318,12 +320,7 @@ def simulate(
             ``seconds_per_step`` it shows where ``before_deadline`` and ``time_left``
             conditions fire.
     """
-    given = {"epochs": epochs, "steps_per_epoch": steps_per_epoch,
-             "epoch_lengths": epoch_lengths, "batches_per_step": batches_per_step,
-             "samples_per_batch": samples_per_batch, "tokens_per_batch": tokens_per_batch,
-             "seconds_per_step": seconds_per_step, "max_steps": max_steps,
-             "batches_per_epoch": batches_per_epoch}
-    shape = shape_of(shape, given)
+    shape = shape_of(shape, {k: v for k, v in locals().items() if k in SHAPE_DEFAULTS})
 
     def make(s: Schedule | TriggerTable) -> Simulation:
         return Simulation(s, shape, metrics=metrics, predicates=predicates, events=events,
@@ -336,21 +333,21 @@ def simulate(
 
 
 def shape_of(shape: RunShape | None, given: Mapping[str, Any]) -> RunShape:
-    """``shape``, or one built from the shape keywords ``given`` (not both)."""
+    """``shape``, or one built from the shape keywords ``given`` (not both: a keyword left
+    at its default, ``SHAPE_DEFAULTS``, was not given)."""
     if shape is None:
         return RunShape.build(**given)
-    passed = sorted(k for k, v in given.items() if v != _SHAPE_DEFAULTS[k])
+    passed = sorted(k for k, v in given.items() if v != SHAPE_DEFAULTS[k])
     if passed:
         raise TypeError(f"give shape= or the keywords that shape the run, not both "
                         f"(also given: {', '.join(passed)})")
     return shape
 
 
-#: The shape keywords' defaults: a keyword left at its default was not given.
-_SHAPE_DEFAULTS: Final[dict[str, Any]] = {
-    "epochs": None, "steps_per_epoch": None, "epoch_lengths": None, "batches_per_step": 1,
-    "samples_per_batch": 0, "tokens_per_batch": 0, "seconds_per_step": 0.0,
-    "max_steps": None, "batches_per_epoch": None}
+#: The keywords that shape a run and their defaults, as ``RunShape.build`` declares them:
+#: ``simulate`` and ``assert_resumes_exactly`` take the same, read from here.
+SHAPE_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
+    n: p.default for n, p in inspect.signature(RunShape.build).parameters.items()})
 
 
 def next_firing(

@@ -5,18 +5,10 @@ from __future__ import annotations
 import math
 
 from schedtrain.spec.model import ClockSpec
-from schedtrain.spec.problems import Problems, Rel
-from schedtrain.time import MAX_COUNT
+from schedtrain.spec.problems import Problems
+from schedtrain.spec.run_check import check_whole
 
-__all__ = ["check_clock", "check_whole"]
-
-
-def check_whole(problems: Problems, where: Rel, value: int | None, least: int) -> None:
-    """Record a problem at ``where`` unless ``value`` is ``None`` or a whole number from
-    ``least`` to ``MAX_COUNT``."""
-    if value is not None and not least <= value <= MAX_COUNT:
-        problems.add(where, f"expected a whole number >= {least}, found {value}",
-                     expected=f"a whole number >= {least}", found=value)
+__all__ = ["check_clock"]
 
 
 def check_clock(clock: ClockSpec, problems: Problems) -> None:

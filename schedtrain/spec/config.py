@@ -13,16 +13,17 @@ from typing import Any
 
 import attrs
 
-from schedtrain.errors import ArgumentError, Problem
-from schedtrain.spec.document import check_run, structure
+from schedtrain.spec.document import structure
 from schedtrain.spec.problems import Problems
-from schedtrain.spec.run import RunConfig
+from schedtrain.spec.run import RunConfig, from_checked
+from schedtrain.spec.run_check import argument_error, check_run
+from schedtrain.spec.run_fields import RunFields
 
-__all__ = ["check_config", "run_config"]
+__all__ = ["run_config"]
 
-_FIELDS = frozenset(a.name for a in attrs.fields(RunConfig))
+_FIELDS = frozenset(a.name for a in attrs.fields(RunFields))
 #: Fields where ``None`` is a value (not given, or "all" for ``keep_firings``).
-_NULLABLE = frozenset(a.name for a in attrs.fields(RunConfig) if "None" in str(a.type))
+_NULLABLE = frozenset(a.name for a in attrs.fields(RunFields) if "None" in str(a.type))
 _LISTS = ("sinks", "export", "preempt_signals")
 _TABLES = ("reduce", "sink_every", "storage_options")
 
@@ -41,13 +42,6 @@ def _plain(key: str, value: Any) -> Any:
     return value
 
 
-def _argument_error(problem: Problem) -> ArgumentError:
-    key = problem.path.removeprefix("run.").split(".")[0].split("[")[0]
-    where = problem.path.removeprefix("run.")
-    return ArgumentError(key, f"`{where}`: {problem.message}", expected=problem.expected,
-                         found=problem.found)
-
-
 def run_config(**keywords: Any) -> RunConfig:
     """The checked ``RunConfig`` of ``keywords`` (``RunConfig``'s field names; ``None``
     for a field that cannot be ``None`` means "not given": its default).
@@ -63,34 +57,12 @@ def run_config(**keywords: Any) -> RunConfig:
                         f"{', '.join(sorted(_FIELDS))}")
     given = {k: _plain(k, v) for k, v in keywords.items() if v is not None}
     problems = Problems()
-    config: RunConfig | None = structure(given, RunConfig, ("run",), problems)
-    if config is not None:
+    fields: RunFields | None = structure(given, RunFields, ("run",), problems)
+    if fields is not None:
         nulls: dict[str, Any] = {k: None for k, v in keywords.items()
                                  if v is None and k in _NULLABLE}
-        config = attrs.evolve(config, **nulls)
-        check_run(config, problems, in_process=True)
-    if problems.items or config is None:
-        raise _first_of(problems)
-    return config
-
-
-def check_config(config: RunConfig) -> RunConfig:
-    """``config`` if it keeps the rules of ``run_config`` (a ``RunConfig`` made directly
-    is checked like the keywords).
-
-    Raises:
-        ArgumentError: as ``run_config``.
-    """
-    problems = Problems()
-    check_run(config, problems, in_process=True)
-    if problems.items:
-        raise _first_of(problems)
-    return config
-
-
-def _first_of(problems: Problems) -> ArgumentError:
-    first, *rest = problems.items
-    error = _argument_error(first)
-    for problem in rest:
-        error.add_note(str(_argument_error(problem)))
-    return error
+        fields = attrs.evolve(fields, **nulls)
+        check_run(fields, problems, in_process=True)
+    if problems.items or fields is None:
+        raise argument_error(problems)
+    return from_checked(fields)

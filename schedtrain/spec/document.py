@@ -9,7 +9,6 @@ Trigger and callback tables are left raw here for ``spec.triggers`` and
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from collections.abc import Iterator, Mapping
@@ -24,27 +23,18 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from schedtrain.distributed.vocabulary import REDUCE_OPS, STRATEGIES
 from schedtrain.errors import describe, did_you_mean
 from schedtrain.events import BUILTIN_EVENTS
 from schedtrain.names import NAME_RULE, is_callback_name, is_name
 from schedtrain.readback import Invalid as _Invalid
 from schedtrain.readback import strict_bool, strict_int, strict_str
-from schedtrain.spec.clock_check import check_clock, check_whole
-from schedtrain.spec.deadlines import check_deadline, check_notice, check_signals
-from schedtrain.spec.failures import check_failures, without_mistyped_mtbf
+from schedtrain.spec.clock_check import check_clock
+from schedtrain.spec.failures import without_mistyped_mtbf
 from schedtrain.spec.model import ClockSpec
-from schedtrain.spec.outputs import SINKS, check_outputs, sink_period_problem
+from schedtrain.spec.outputs import SINKS, sink_period_problem
 from schedtrain.spec.problems import Problems, Rel
-from schedtrain.spec.run import (
-    BUSY_RULES,
-    MODES,
-    PRECISIONS,
-    PYTHON_ONLY,
-    SCHEDULE_CHANGES,
-    STAGING,
-    RunConfig,
-)
+from schedtrain.spec.run_check import check_run
+from schedtrain.spec.run_fields import PYTHON_ONLY, RunFields
 from schedtrain.time import MAX_COUNT
 from schedtrain.triggers import MAX_DEPTH
 
@@ -53,16 +43,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["MAX_NAME", "SINKS", "Document", "check_run", "parse_toml", "read_document",
+__all__ = ["MAX_NAME", "SINKS", "Document", "parse_toml", "read_document",
            "sink_period_problem", "structure"]
 
-_TASK_RE: Final = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
-_DEVICE_RE: Final = re.compile(r"auto|cpu|cuda|mps|cuda:(?P<index>[0-9]{1,4})")
 #: The longest name of a callback, named trigger or event (names become file and metric
 #: names).
 MAX_NAME: Final = 100
-#: torch keeps a device index in 8 bits.
-MAX_DEVICE_INDEX: Final = 127
 
 
 @attrs.frozen
@@ -70,7 +56,8 @@ class Document:
     """A spec's top level, structured; trigger and callback tables still raw."""
 
     clock: ClockSpec = attrs.Factory(ClockSpec)
-    run: RunConfig | None = None
+    #: ``[run]``, structured (``check_run`` checks it; ``spec.load`` builds the ``RunConfig``)
+    run: RunFields | None = None
     events: tuple[str, ...] = ()
     triggers: dict[str, Any] = attrs.field(factory=dict)
     callbacks: dict[str, Any] = attrs.field(factory=dict)
@@ -109,6 +96,16 @@ def _int_or_list(value: object, _t: object) -> int | tuple[int, ...] | None:
     return strict_int(value, int)
 
 
+def _share(value: object, _t: object) -> str | float | None:
+    """A share of the time: text (``"2%"``) or a number (``0.02``); ``check_run`` ranges it."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Invalid(f"expected a share of the time such as '2%' or 0.02, found "
+                       f"{describe(value)}")
+    return float(value)
+
+
 def _table(value: object, _t: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _Invalid(f"expected a table, found {describe(value)}")
@@ -122,6 +119,7 @@ _converter.register_structure_hook(str, strict_str)
 _converter.register_structure_hook(bool, strict_bool)
 _converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _strict_str_map)
 _converter.register_structure_hook_func(_is_int_or_list, _int_or_list)
+_converter.register_structure_hook_func(lambda t: t == (str | float | None), _share)
 _converter.register_structure_hook_func(
     lambda t: getattr(t, "__origin__", None) is tuple, _strict_list)
 _converter.register_structure_hook_func(
@@ -227,52 +225,6 @@ def _collect(exc: BaseException, path: Rel) -> Iterator[tuple[Rel, str]]:
 
 
 
-def check_run(run: RunConfig, problems: Problems, *, in_process: bool = False) -> None:
-    """Add the problems of a run's options: the one rule set of ``[run]`` and of
-    ``Trainer``'s keywords (``spec.config``), each at ``run.<key>``; ``in_process``: the
-    options of a ``Trainer`` made in Python, whose process may keep a ``memory://``
-    checkpoint folder."""
-    if run.task is not None and not _TASK_RE.fullmatch(run.task):
-        problems.expect(("run", "task"), "'module:function'", run.task)
-    for key in ("max_epochs", "max_steps", "grad_accum", "keep_firings"):
-        check_whole(problems, ("run", key), getattr(run, key), 1)
-    check_whole(problems, ("run", "sanity_eval_batches"), run.sanity_eval_batches, 0)
-    for key, allowed in (("checkpoint_mode", MODES), ("checkpoint_busy", BUSY_RULES),
-                         ("checkpoint_staging", STAGING), ("precision", PRECISIONS),
-                         ("strategy", STRATEGIES), ("schedule_change", SCHEDULE_CHANGES)):
-        value = getattr(run, key)
-        if value not in allowed:
-            problems.expect(("run", key), _one_of(allowed), value)
-    share = run.checkpoint_write_share
-    if share is not None and not 0 < share <= 1:
-        problems.expect(("run", "checkpoint_write_share"), "a number > 0 and <= 1", share)
-    device = _DEVICE_RE.fullmatch(run.device)
-    if device is None or int(device["index"] or 0) > MAX_DEVICE_INDEX:
-        problems.expect(("run", "device"), f"'auto', 'cpu', 'cuda', 'cuda:N' (N from 0 to "
-                                           f"{MAX_DEVICE_INDEX}) or 'mps'", run.device)
-    if run.grad_clip is not None and not (run.grad_clip > 0 and math.isfinite(run.grad_clip)):
-        problems.expect(("run", "grad_clip"), "a finite number > 0", run.grad_clip)
-    if not 0 <= run.seed <= MAX_COUNT:
-        problems.expect(("run", "seed"), f"a whole number from 0 to {MAX_COUNT}", run.seed)
-    for name, op in run.reduce.items():
-        if op not in REDUCE_OPS:
-            problems.expect(("run", "reduce", name), _one_of(REDUCE_OPS), op)
-    for key, why in (("deadline", run.deadline is not None and check_deadline(run.deadline)),
-                     ("preempt_signals", check_signals(list(run.preempt_signals))),
-                     ("preempt_notice",
-                      run.preempt_notice is not None and check_notice(run.preempt_notice))):
-        if why:
-            problems.add(("run", key), why, found=repr(getattr(run, key)))
-    check_outputs(run, problems, in_process=in_process)
-    check_failures(run, problems)
-
-
-def _one_of(allowed: tuple[str, ...]) -> str:
-    """``'a', 'b' or 'c'``."""
-    quoted = [repr(x) for x in allowed]
-    return f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
-
-
 def _check_events(events: tuple[str, ...], problems: Problems) -> None:
     seen: set[str] = set()
     for i, event in enumerate(events):
@@ -313,7 +265,7 @@ def structure(value: object, cls: type, where: Rel, problems: Problems) -> Any:
     return _structure(value, cls, where, problems)
 
 
-def _structure_run(value: object, problems: Problems) -> RunConfig | None:
+def _structure_run(value: object, problems: Problems) -> RunFields | None:
     """The ``[run]`` table; a key only Python or the command line sets is refused."""
     if isinstance(value, dict):
         for key in sorted(PYTHON_ONLY.intersection(value)):
@@ -322,7 +274,7 @@ def _structure_run(value: object, problems: Problems) -> RunConfig | None:
                          expected="a [run] key", found=key)
         value = without_mistyped_mtbf(
             {k: v for k, v in value.items() if k not in PYTHON_ONLY}, problems)
-    run: RunConfig | None = _structure(value, RunConfig, ("run",), problems)
+    run: RunFields | None = _structure(value, RunFields, ("run",), problems)
     return run
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from schedtrain.schedule.analysis import Located
 from schedtrain.spec.problems import Problems
 from schedtrain.spec.registry import BUILTINS
-from schedtrain.spec.run import RunConfig
+from schedtrain.spec.run_fields import RunFields
 from schedtrain.time import Time
 from schedtrain.triggers.auto import AutoEvery
 
@@ -46,7 +46,7 @@ def _overhead(value: str | float) -> float:
     return got
 
 
-def check_failures(run: RunConfig, problems: Problems) -> None:
+def check_failures(run: RunFields, problems: Problems) -> None:
     """Add the problems of ``mtbf``, ``failure_rate`` and ``max_checkpoint_overhead``."""
     if run.mtbf is not None:
         try:
@@ -64,7 +64,7 @@ def check_failures(run: RunConfig, problems: Problems) -> None:
             _overhead(run.max_checkpoint_overhead)
         except ValueError:
             problems.expect(("run", "max_checkpoint_overhead"), "a share of the time such as "
-                            "'2%' (more than 0%, at most 100%)", run.max_checkpoint_overhead)
+                            "'2%' or 0.02 (more than 0, at most 100%)", run.max_checkpoint_overhead)
 
 
 def without_mistyped_mtbf(run: dict[str, object], problems: Problems) -> dict[str, object]:
@@ -76,7 +76,7 @@ def without_mistyped_mtbf(run: dict[str, object], problems: Problems) -> dict[st
     return {k: v for k, v in run.items() if k != "mtbf"}
 
 
-def mtbf_seconds(run: RunConfig | None) -> float | None:
+def mtbf_seconds(run: RunFields | None) -> float | None:
     """The declared mean time between failures in seconds (``None``: neither key given)."""
     if run is None:
         return None
@@ -85,7 +85,7 @@ def mtbf_seconds(run: RunConfig | None) -> float | None:
     return None if run.failure_rate is None else 3600.0 / run.failure_rate
 
 
-def overhead_fraction(run: RunConfig | None) -> float | None:
+def overhead_fraction(run: RunFields | None) -> float | None:
     """``max_checkpoint_overhead`` as a fraction (``None``: not given)."""
     if run is None or run.max_checkpoint_overhead is None:
         return None

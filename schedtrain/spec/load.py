@@ -23,9 +23,17 @@ from schedtrain.spec.hints import with_hints
 from schedtrain.spec.metrics import check_early_stopping
 from schedtrain.spec.model import CallbackSpec, Spec
 from schedtrain.spec.problems import Problems
+from schedtrain.spec.run import from_checked
 from schedtrain.spec.triggers import TriggerReader
 
-__all__ = ["load_spec", "loads_spec"]
+__all__ = ["default_run_dir", "load_spec", "loads_spec"]
+
+
+def default_run_dir(file: str | None) -> str:
+    """``train``'s run directory where neither ``--run-dir`` nor ``[run] run_dir`` names one:
+    ``runs/<spec stem>`` (``runs/schedule`` for a spec not read from a file)."""
+    stem = Path(file).stem if file and not file.startswith("<") else "schedule"
+    return f"runs/{stem}"
 
 
 def loads_spec(text: str, file: str = "<string>", *, imports: bool = False,
@@ -83,11 +91,11 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False,
         raise SpecError(list(dict.fromkeys(analysis.problems)))
     run = doc.run
     if run is not None and run.run_dir is None:
-        stem = Path(file).stem if file and not file.startswith("<") else "schedule"
-        run = attrs.evolve(run, run_dir=f"runs/{stem}")
+        run = attrs.evolve(run, run_dir=default_run_dir(file))
+    config = from_checked(run) if run is not None else None
     named = {n: loc.trigger for n, loc in reader.done.items() if loc is not None}
     # A named trigger used in several places is warned about once.
-    spec = Spec(callbacks, named, doc.clock, run, doc.events, file,
+    spec = Spec(callbacks, named, doc.clock, config, doc.events, file,
                 tuple(dict.fromkeys(analysis.notes)), analysis, located)
     stops = check_early_stopping(spec)
     if stops:

@@ -7,21 +7,21 @@ from typing import Final
 
 from schedtrain.errors import did_you_mean
 from schedtrain.spec.problems import Problems
-from schedtrain.spec.run import EXPORT_FORMATS, RunConfig
+from schedtrain.spec.run_fields import EXPORT_FORMATS, RunFields
 from schedtrain.time import Time, Unit
 from schedtrain.urls import is_url, missing_package, redact, url_problem
 
 __all__ = ["EXPORT_FORMATS", "SINKS", "check_outputs", "sink_period_problem"]
 
 
-def check_outputs(run: RunConfig, problems: Problems, *, in_process: bool = False) -> None:
+def check_outputs(run: RunFields, problems: Problems, *, in_process: bool = False) -> None:
     """Add the problems of ``run``'s sinks, checkpoint storage and exports."""
     _check_sinks(run, problems)
     _check_storage(run, problems, in_process)
     _check_export(run, problems)
 
 
-def _check_storage(run: RunConfig, problems: Problems, in_process: bool) -> None:
+def _check_storage(run: RunFields, problems: Problems, in_process: bool) -> None:
     where = ("run", "checkpoint_dir")
     if run.checkpoint_dir is None:
         if run.storage_options:
@@ -56,7 +56,7 @@ def _check_storage(run: RunConfig, problems: Problems, in_process: bool) -> None
 SINKS: Final = ("jsonl", "console", "tensorboard")
 
 
-def _check_sinks(run: RunConfig, problems: Problems) -> None:
+def _check_sinks(run: RunFields, problems: Problems) -> None:
     seen: set[str] = set()
     for i, sink in enumerate(run.sinks):
         if sink not in SINKS:
@@ -83,7 +83,7 @@ def _check_sinks(run: RunConfig, problems: Problems) -> None:
                                                   "'100 steps'", found=period)
 
 
-def _check_export(run: RunConfig, problems: Problems) -> None:
+def _check_export(run: RunFields, problems: Problems) -> None:
     seen: set[str] = set()
     for i, fmt in enumerate(run.export):
         if fmt not in EXPORT_FORMATS:

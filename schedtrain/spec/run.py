@@ -1,49 +1,59 @@
 """``RunConfig``: a run's options, one record from ``[run]`` or ``Trainer(...)`` to the parts.
 
 Torch-free, in the spec layer, so ``check`` and ``plan`` read it without torch. The TOML
-keys of ``[run]`` are its fields; the few that only Python and the command line set
-(``PYTHON_ONLY``) are refused in a spec. One rule set checks it from either side
-(``spec.config``): a bad value is a ``SpecError`` with its key path from TOML and an
-``ArgumentError`` naming the keyword from Python, with the same words.
+keys of ``[run]`` are its fields (``spec.run_fields``); the few that only Python and the
+command line set (``PYTHON_ONLY``) are refused in a spec. It is valid by construction:
+building one (``RunConfig(...)``, ``attrs.evolve``) checks it by the one rule set of
+``spec.run_check``, so a bad value is an ``ArgumentError`` naming the keyword; the
+loaders check a ``[run]`` table first, with every problem at its key path
+(``SpecError``), and build the record from the checked fields without checking again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
-from schedtrain.spec.deadlines import DEFAULT_SIGNALS
+from schedtrain.spec.problems import Problems
+from schedtrain.spec.run_check import argument_error, check_run
+from schedtrain.spec.run_fields import (
+    BUSY_RULES,
+    DEFAULT_KEEP_FIRINGS,
+    EXPORT_FORMATS,
+    MODES,
+    PRECISIONS,
+    PYTHON_ONLY,
+    SCHEDULE_CHANGES,
+    STAGING,
+    RunFields,
+)
 
 __all__ = ["BUSY_RULES", "DEFAULT_KEEP_FIRINGS", "EXPORT_FORMATS", "MODES", "PRECISIONS",
-           "PYTHON_ONLY", "SCHEDULE_CHANGES", "STAGING", "RunConfig", "toml_fields"]
-
-# The vocabularies of the checkpoint options live here, not beside their torch-side
-# users (checkpoints.background, .staging, .export import them), so `check` reads them
-# without torch.
-#: ``checkpoint_mode`` values: a background write, or the loop writes.
-MODES: Final = ("async", "sync")
-#: ``checkpoint_busy`` values: a save asked for while one is in flight waits or is skipped.
-BUSY_RULES: Final = ("wait", "skip")
-#: ``checkpoint_staging`` values: an async save's host buffers kept for the next or fresh.
-STAGING: Final = ("reuse", "fresh")
-#: ``export`` formats.
-EXPORT_FORMATS: Final = ("safetensors",)
-#: ``precision`` values.
-PRECISIONS: Final = ("fp32", "bf16", "fp16")
-#: ``schedule_change`` values: what a resume with another schedule does.
-SCHEDULE_CHANGES: Final = ("refuse", "apply")
-#: Firings a trainer keeps in memory for ``trainer.firings`` (``None``: all).
-DEFAULT_KEEP_FIRINGS: Final = 100_000
-#: Options set from Python or the command line, never by a spec's ``[run]``.
-PYTHON_ONLY: Final = frozenset({"overwrite", "keep_firings", "handle_signals", "log_events",
-                                "schedule_change"})
+           "PYTHON_ONLY", "SCHEDULE_CHANGES", "STAGING", "CheckpointOptions", "RunConfig",
+           "from_checked", "toml_fields"]
 
 
-@attrs.frozen
-class RunConfig:
+@attrs.frozen(kw_only=True)
+class CheckpointOptions:
+    """The checkpoint owner's section of a run's options (``RunConfig.checkpoint_options``):
+    the flat ``[run]`` keys of the same names (``checkpoint_*``, ``storage_options``,
+    ``export``) and the run directory, checked with the rest of ``RunConfig``."""
+
+    run_dir: Path | None = None
+    checkpoint_dir: str | None = None
+    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    checkpoint_mode: str = "async"
+    checkpoint_busy: str = "wait"
+    checkpoint_staging: str = "reuse"
+    checkpoint_write_share: float | None = None
+    export: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig(RunFields):
     """A run's options: the ``[run]`` table, or ``Trainer``'s keywords of the same names.
 
     Args:
@@ -95,53 +105,47 @@ class RunConfig:
             saver's interval from (docs/checkpoints.md).
         failure_rate: instead of ``mtbf``, failures per hour.
         max_checkpoint_overhead: with ``every = "auto"``, the most of the time saves may
-            take (``"2%"``): the interval is raised to keep to it.
+            take (``"2%"``, or the share ``0.02``): the interval is raised to keep to it.
+
+    Raises:
+        ArgumentError: a value the rules refuse (``ValueError``), naming the keyword, what
+            was expected and what was found (the first problem; the others in its notes).
     """
 
-    task: str | None = None
-    max_epochs: int | None = None
-    max_steps: int | None = None
-    device: str = "auto"
-    precision: str = "fp32"
-    grad_accum: int = 1
-    grad_clip: float | None = None
-    seed: int = 0
-    run_dir: str | None = None
-    strategy: str = "auto"
-    shard_data: bool = True
-    reduce: Mapping[str, str] = attrs.field(factory=dict)
-    sinks: tuple[str, ...] = ("jsonl",)
-    sink_every: Mapping[str, str] = attrs.field(factory=dict)
-    sanity_eval_batches: int = 0
-    checkpoint_dir: str | None = None
-    storage_options: Mapping[str, Any] = attrs.field(factory=dict)
-    checkpoint_mode: str = "async"
-    checkpoint_busy: str = "wait"
-    checkpoint_staging: str = "reuse"
-    checkpoint_write_share: float | None = None
-    export: tuple[str, ...] = ()
-    deadline: str | None = None
-    preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
-    preempt_notice: str | None = None
-    overwrite: bool = False
-    keep_firings: int | None = DEFAULT_KEEP_FIRINGS
-    handle_signals: bool = True
-    log_events: bool = True
-    schedule_change: str = "refuse"
-    mtbf: str | None = None
-    failure_rate: float | None = None
-    max_checkpoint_overhead: str | None = None
+    def __attrs_post_init__(self) -> None:
+        problems = Problems()
+        check_run(self, problems, in_process=True)
+        if problems.items:
+            raise argument_error(problems)
 
     @property
     def run_path(self) -> Path | None:
         """``run_dir`` as a path (``None``: the run writes nothing)."""
         return Path(self.run_dir) if self.run_dir is not None else None
 
+    @property
+    def checkpoint_options(self) -> CheckpointOptions:
+        """The section ``Checkpoints`` reads (``checkpoints.manager``)."""
+        return CheckpointOptions(
+            run_dir=self.run_path, checkpoint_dir=self.checkpoint_dir,
+            storage_options=self.storage_options, checkpoint_mode=self.checkpoint_mode,
+            checkpoint_busy=self.checkpoint_busy, checkpoint_staging=self.checkpoint_staging,
+            checkpoint_write_share=self.checkpoint_write_share, export=self.export)
+
     def ended(self, step: int, epoch: int) -> bool:
         """Whether a clock at ``step``, ``epoch`` has reached ``max_epochs`` or ``max_steps``."""
         return ((self.max_epochs is not None and epoch >= self.max_epochs)
                 or (self.max_steps is not None and step >= self.max_steps))
 
+
+def from_checked(fields: RunFields) -> RunConfig:
+    """The ``RunConfig`` of ``fields`` that ``check_run`` found no problem in: the loaders'
+    constructor (they check with every problem at its key path, then build), which does
+    not check again."""
+    config = object.__new__(RunConfig)
+    for a in attrs.fields(RunFields):  # what attrs' frozen __init__ does, less the check
+        object.__setattr__(config, a.name, getattr(fields, a.name))
+    return config
 
 def toml_fields(config: RunConfig) -> dict[str, Any]:
     """The fields a ``[run]`` table writes (``PYTHON_ONLY`` ones left out)."""

@@ -14,40 +14,21 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from schedtrain.nesting import check_plain
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.simulation.simclock import RunShape
-from schedtrain.simulation.simulate import _SHAPE_DEFAULTS, Simulation, shape_of
+from schedtrain.simulation.simulate import SHAPE_DEFAULTS, Simulation, shape_of
 from schedtrain.time import Time
 from schedtrain.triggers.base import Trigger
 from schedtrain.triggers.protocol import Predicate
 
 __all__ = ["assert_resumes_exactly", "checkpoint_round_trip"]
 
-#: What a checkpoint holds of a state besides tensors (``torch.load(weights_only=True)``).
-_PLAIN = (type(None), bool, int, float, complex, str, bytes)
-
-
-def _check_plain(value: Any, where: str) -> None:
-    if isinstance(value, _PLAIN):
-        return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_plain(k, where)
-            _check_plain(v, f"{where}.{k}")
-        return
-    if isinstance(value, list | tuple | set):
-        for i, v in enumerate(value):
-            _check_plain(v, f"{where}[{i}]")
-        return
-    raise AssertionError(f"{where}: {type(value).__name__} {value!r:.60} is not plain data; "
-                         "a checkpoint holds numbers, strings, lists and dicts of them")
-
-
 def checkpoint_round_trip(state: Mapping[str, Any], where: str = "state") -> dict[str, Any]:
     """``state`` as a checkpoint gives it back: plain data checked (naming the key path of
     anything else), then a copy sharing nothing with the original."""
-    _check_plain(dict(state), where)
+    check_plain(dict(state), where, error=AssertionError)
     copy: dict[str, Any] = pickle.loads(pickle.dumps(dict(state)))  # our own plain data
     return copy
 
@@ -93,14 +74,14 @@ def assert_resumes_exactly(
     schedule = trigger if isinstance(trigger, Schedule) else Schedule({"trigger": trigger})
     if metrics is not None and not isinstance(metrics, Mapping):
         metrics = list(metrics)  # each fresh run reads the stream from its start
-    unknown = sorted(set(run_shape) - set(_SHAPE_DEFAULTS))
+    unknown = sorted(set(run_shape) - set(SHAPE_DEFAULTS))
     if unknown:
         raise TypeError(f"assert_resumes_exactly() got unexpected keywords {unknown}; the "
-                        f"run is shaped by {sorted(_SHAPE_DEFAULTS)} or shape=")
+                        f"run is shaped by {sorted(SHAPE_DEFAULTS)} or shape=")
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
         raise ValueError(f"assert_resumes_exactly(points={points!r}): expected a whole "
                          "number >= 1 of cut points")
-    run = shape_of(shape, {**_SHAPE_DEFAULTS, **run_shape})
+    run = shape_of(shape, {**SHAPE_DEFAULTS, **run_shape})
 
     def fresh() -> Simulation:
         return Simulation(schedule, run, metrics=metrics, predicates=predicates,

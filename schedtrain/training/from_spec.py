@@ -27,6 +27,7 @@ from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
 from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec, load_spec
+from schedtrain.spec.load import default_run_dir
 from schedtrain.spec.metrics import metric_problems
 from schedtrain.spec.readiness import train_problems
 from schedtrain.training.binding import Bound, bind, order_problems, produced_metrics
@@ -334,8 +335,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
 def run_dir_of(spec: Spec, run_dir: str | None) -> Path:
     """The run directory ``train`` uses: ``--run-dir``, else ``[run] run_dir``, else
     ``runs/<spec stem>``."""
-    stem = Path(spec.path).stem if spec.path else "run"
-    return Path(run_dir or (spec.run.run_dir if spec.run else None) or f"runs/{stem}")
+    return Path(run_dir or (spec.run.run_dir if spec.run else None)
+                or default_run_dir(spec.path))
 
 
 def interrupted_line(spec: Spec, run_dir: str | None) -> str:

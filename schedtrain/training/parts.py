@@ -26,7 +26,6 @@ from schedtrain.callbacks.base import (
 )
 from schedtrain.callbacks.saver import ModelSaver
 from schedtrain.checkpoints import Checkpoints
-from schedtrain.checkpoints.storage import open_storage
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
 from schedtrain.distributed.comm import Comm
@@ -55,9 +54,9 @@ from schedtrain.triggers.protocol import Predicate
 __all__ = ["Parts", "StepFn", "build_parts", "epoch_length", "make_agreement", "publish_loss"]
 
 
-@attrs.define(eq=False)
+@attrs.frozen(eq=False, kw_only=True)
 class Parts:
-    """Every part of one run."""
+    """Every part of one run (built by keyword: a reordered field is an error, not a swap)."""
 
     comm: Comm | None
     device: torch.device
@@ -165,10 +164,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
         epoch=epoch, events=events, change=change)
-    storage = (open_storage(config.checkpoint_dir, config.storage_options)
-               if config.checkpoint_dir is not None else None)
     checkpoints = Checkpoints(
-        run_state, config, device_type=device.type, comm=comm, storage=storage,
+        run_state, config.checkpoint_options, device_type=device.type, comm=comm,
         on_background_done=guard.wake,
         on_written=directory.checkpoint_written if directory is not None else None)
     run_state.see_saved_files_with(functools.partial(_present, checkpoints, by_name, run_dir))
@@ -194,10 +191,14 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         guard=guard, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
         steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
         publish_loss=publish, agreement=agreement, retimer=retimer)
-    return Parts(comm, device, ready.model, ready.train_model, ready.optimizer,
-                  ready.train_data, ready.val_data, scaler, clock, bound.schedule, cbs, table,
-                  known, directory, events, metrics, losses, position, guard, epoch, run_state,
-                  checkpoints, agreement, dispatch, loop, retimer)
+    return Parts(
+        comm=comm, device=device, model=ready.model, train_model=ready.train_model,
+        optimizer=ready.optimizer, train_data=ready.train_data, val_data=ready.val_data,
+        scaler=scaler, clock=clock, schedule=bound.schedule, callbacks=cbs, table=table,
+        predicates=known, directory=directory, events=events, metrics=metrics, losses=losses,
+        position=position, guard=guard, epoch=epoch, run_state=run_state,
+        checkpoints=checkpoints, agreement=agreement, dispatch=dispatch, loop=loop,
+        retimer=retimer)
 
 
 def _warn_sanity(batches: int, table: TriggerTable) -> None:

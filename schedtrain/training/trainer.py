@@ -21,7 +21,7 @@ from schedtrain.errors import ArgumentError
 from schedtrain.monitors.store import Sink
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.spec.config import check_config, run_config
+from schedtrain.spec.config import run_config
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS
 from schedtrain.spec.run import DEFAULT_KEEP_FIRINGS, RunConfig
 from schedtrain.training.batches import to_device
@@ -158,7 +158,7 @@ class Trainer:
         preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
         preempt_notice: str | None = None,
         schedule_change: str = "refuse", mtbf: str | None = None,
-        failure_rate: float | None = None, max_checkpoint_overhead: str | None = None,
+        failure_rate: float | None = None, max_checkpoint_overhead: str | float | None = None,
         config: RunConfig | None = None,
         prepared: Bound | None = None,
     ) -> None:
@@ -174,7 +174,6 @@ class Trainer:
             if changed:
                 raise TypeError(f"give the run's options in `config` or as keywords, not "
                                 f"both: {', '.join(changed)} given beside config=")
-            check_config(config)
         _check_python_rules(config)
         #: the run's options, checked (``[run]``'s keys, or the keywords of the same names)
         self.config: RunConfig = config

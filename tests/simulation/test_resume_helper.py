@@ -190,3 +190,33 @@ class TestFailures:
         """``points=0`` would check nothing: it is refused, naming the argument."""
         with pytest.raises(ValueError, match=r"points=0\): expected a whole number >= 1"):
             assert_resumes_exactly(every("2 steps"), points=0, epochs=1, steps_per_epoch=10)
+
+
+_PLAIN_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                max_size=3), max_leaves=8)
+
+
+@given(_PLAIN_VALUES, st.lists(st.sampled_from(["a", "b"]), max_size=3))
+def test_one_plain_data_walk_names_the_same_key_path(value: Any, path: list[str]) -> None:
+    """The checkpoint's check and ``checkpoint_round_trip`` are one walk (``nesting``):
+    an object that is not plain data is refused by both at the same key path, each
+    with its own error (``TypeError``; ``AssertionError`` in a user's test)."""
+    from schedtrain.checkpoints.format import check_plain
+    from schedtrain.testing.resume import checkpoint_round_trip
+
+    state: dict[str, Any] = {"x": value}
+    node = state
+    for key in path:
+        node[key] = {}
+        node = node[key]
+    node["bad"] = object()
+    where = ".".join(["state", *path, "bad"])
+    with pytest.raises(TypeError) as by_checkpoint:
+        check_plain(state, "state")
+    with pytest.raises(AssertionError) as by_test:
+        checkpoint_round_trip(state)
+    for err in (by_checkpoint, by_test):
+        assert str(err.value).startswith(f"{where}: object <object object at")
+    assert checkpoint_round_trip({"x": value}) == {"x": value}

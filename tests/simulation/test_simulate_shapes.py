@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,13 @@ from hypothesis import strategies as st
 from oracle import RunSpec, firings
 from test_agreement import METRICS, VALUES, _as_tuples, _checked, _stream, schedules
 
-from schedtrain import Schedule, simulate
+from schedtrain import Schedule, every, simulate
 from schedtrain.cli import main
 from schedtrain.errors import SpecError
 from schedtrain.schedule import FiringLog
 from schedtrain.simulation import RunShape
 from schedtrain.spec import loads_spec, schedule_to_toml, toml_value
+from schedtrain.testing import assert_resumes_exactly
 
 pytestmark = pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
 _SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -189,3 +191,19 @@ def test_plan_refuses_a_bad_clock_in_one_line(tmp_path: Path,
     err = capsys.readouterr().err
     assert "clock.batches_per_epoch" in err
     assert "Traceback" not in err
+
+
+def test_the_run_shape_keywords_are_declared_once() -> None:
+    """``simulate`` takes ``RunShape.build``'s keywords with the same defaults
+    (``SHAPE_DEFAULTS``, read from ``build``), and ``assert_resumes_exactly`` names the
+    same list: a keyword added to ``build`` and not to ``simulate`` is caught here."""
+    import inspect
+
+    from schedtrain.simulation.simulate import SHAPE_DEFAULTS
+
+    build = inspect.signature(RunShape.build).parameters
+    sim = inspect.signature(simulate).parameters
+    assert dict(SHAPE_DEFAULTS) == {n: p.default for n, p in build.items()}
+    assert {n: sim[n].default for n in SHAPE_DEFAULTS if n in sim} == dict(SHAPE_DEFAULTS)
+    with pytest.raises(TypeError, match=re.escape(str(sorted(SHAPE_DEFAULTS)))):
+        assert_resumes_exactly(every("1 step"), epochs_count=2)

@@ -74,6 +74,10 @@ def test_a_rate_is_asked_of_a_run_and_not_of_a_schedule_alone() -> None:
     ('mtbf = "1 h"\nmax_checkpoint_overhead = "0%"', "run.max_checkpoint_overhead"),
     ('mtbf = "1 h"\nmax_checkpoint_overhead = "101%"', "run.max_checkpoint_overhead"),
     ('mtbf = "1 h"\nmax_checkpoint_overhead = "lots"', "run.max_checkpoint_overhead"),
+    ('mtbf = "1 h"\nmax_checkpoint_overhead = 0', "run.max_checkpoint_overhead"),
+    ('mtbf = "1 h"\nmax_checkpoint_overhead = 1.5', "run.max_checkpoint_overhead"),
+    ('mtbf = "1 h"\nmax_checkpoint_overhead = nan', "run.max_checkpoint_overhead"),
+    ('mtbf = "1 h"\nmax_checkpoint_overhead = true', "run.max_checkpoint_overhead"),
 ])
 def test_bad_failure_keys_name_their_key_path(run: str, key: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -106,6 +110,20 @@ def test_failure_rate_and_overhead_convert(rate: float, percent: int) -> None:
     assert mtbf_seconds(config) == pytest.approx(3600 / rate)
     assert overhead_fraction(config) == pytest.approx(percent / 100)
     assert mtbf_seconds(run_config(mtbf="90 min")) == 5400
+
+
+@given(st.integers(1, 100))
+def test_overhead_as_a_number_is_that_share(percent: int) -> None:
+    """``max_checkpoint_overhead = 0.02`` reads as ``"2%"`` does, in TOML and in Python
+    (the number is the share itself, in (0, 1])."""
+    share, text = percent / 100, f'"{percent}%"'
+    by_number, by_text = (loads_spec(_spec(f'[run]\nmtbf = "1 h"\n'
+                                           f"max_checkpoint_overhead = {v}")).run
+                          for v in (share, text))
+    assert overhead_fraction(by_number) == pytest.approx(overhead_fraction(by_text))
+    assert overhead_fraction(run_config(max_checkpoint_overhead=share)) == pytest.approx(share)
+    assert loads_spec(dump_spec(loads_spec(_spec(
+        f'[run]\nmtbf = "1 h"\nmax_checkpoint_overhead = {share}')))).run == by_number
 
 
 def test_python_keywords_get_the_same_rules() -> None:

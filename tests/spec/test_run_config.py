@@ -12,10 +12,13 @@ import pytest
 import torch
 from config_helpers import python_problem as _python_problem
 from config_helpers import toml_problem as _toml_problem
+from hypothesis import given
+from hypothesis import strategies as st
 
-from schedtrain.errors import SpecError
+from schedtrain.checkpoints import Checkpoints
+from schedtrain.errors import ArgumentError, SpecError
 from schedtrain.spec import dump_spec, loads_spec
-from schedtrain.spec.run import PYTHON_ONLY, RunConfig
+from schedtrain.spec.run import PYTHON_ONLY, CheckpointOptions, RunConfig
 from schedtrain.training import Trainer
 
 #: ``Trainer`` arguments that are the user's runtime objects, not options (``sinks`` are
@@ -63,6 +66,47 @@ def test_a_bad_option_gets_the_same_words_from_toml_and_python(
     python = _python_problem(key, value)
     assert toml is not None
     assert python == toml
+
+
+#: ``BAD``'s values of the right type and out of range (a wrong type is the converter's to
+#: refuse: ``run_config`` and the spec reader).
+OUT_OF_RANGE = [(k, v) for k, _, v in BAD
+                if not (v is True or k == "shard_data" or (k, v) == ("checkpoint_write_share",
+                                                                    "half"))]
+
+
+@pytest.mark.parametrize(("key", "value"), OUT_OF_RANGE)
+def test_a_run_config_is_checked_when_built(key: str, value: Any) -> None:
+    """``RunConfig(...)`` and ``attrs.evolve`` refuse a bad value with ``Trainer``'s words:
+    a ``RunConfig`` that exists keeps the rules, so nothing checks it again."""
+    expected = _python_problem(key, value)
+    with pytest.raises(ArgumentError) as made:
+        RunConfig(**{"max_epochs": 1, key: value})
+    with pytest.raises(ArgumentError) as evolved:
+        attrs.evolve(RunConfig(max_epochs=1), **{key: value})
+    assert str(made.value) == str(evolved.value) == expected
+
+
+@given(st.fixed_dictionaries({
+    "checkpoint_mode": st.sampled_from(["async", "sync"]),
+    "checkpoint_busy": st.sampled_from(["wait", "skip"]),
+    "checkpoint_staging": st.sampled_from(["reuse", "fresh"]),
+    "checkpoint_write_share": st.none() | st.floats(0.01, 1.0),
+    "export": st.sampled_from([(), ("safetensors",)]),
+    "run_dir": st.none() | st.sampled_from(["r", "runs/x"]),
+    "checkpoint_dir": st.none() | st.sampled_from(["ckpts", "memory://bucket/c"])}))
+def test_the_checkpoint_section_is_the_flat_keys(options: dict[str, Any]) -> None:
+    """``Checkpoints`` takes its section, ``config.checkpoint_options``: each of its fields
+    is the flat ``[run]`` key of the same name (``run_dir`` as a path), so the TOML keys
+    stay flat and the owner reads nothing else of the run's options."""
+    config = RunConfig(**options)
+    section = config.checkpoint_options
+    fields = {a.name for a in attrs.fields(CheckpointOptions)}
+    assert {k: getattr(section, k) for k in fields - {"run_dir"}} == {
+        k: getattr(config, k) for k in fields - {"run_dir"}}
+    assert section.run_dir == config.run_path
+    params = list(inspect.signature(Checkpoints).parameters.values())
+    assert params[1].annotation in ("CheckpointOptions", CheckpointOptions)
 
 
 @pytest.mark.parametrize("key", sorted(PYTHON_ONLY))

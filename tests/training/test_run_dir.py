@@ -16,7 +16,9 @@ from training_helpers import Noop, UnevenData, tiny_model
 
 from schedtrain import Schedule, every, on
 from schedtrain.callbacks import ModelSaver
+from schedtrain.spec import loads_spec
 from schedtrain.training import RunDirError, Trainer
+from schedtrain.training.from_spec import run_dir_of
 from schedtrain.training.run_dir import RunDirectory
 
 mse = torch.nn.functional.mse_loss
@@ -200,3 +202,16 @@ class TestProgressInRunJson:
         (tmp_path / "run.json").write_text(json.dumps(status))
         with pytest.raises(RunDirError, match=r"killed or lost at step 6 \(its process"):
             _trainer(tmp_path, epochs=2).fit()
+
+
+@pytest.mark.parametrize("file", ["specs/lm.toml", "x.toml", "<string>", "deep/a.b.toml"])
+def test_one_default_run_directory(file: str) -> None:
+    """``train``'s run directory without ``--run-dir`` or ``[run] run_dir`` is the one the
+    spec's ``[run]`` gets, with a ``[run]`` table or without one."""
+    callbacks = '[callbacks.a]\ntrigger = { every = "1 step" }\n'
+    with_run = loads_spec('[run]\nmax_steps = 2\n' + callbacks, file)
+    without = loads_spec(callbacks, file)
+    assert with_run.run is not None and with_run.run.run_dir is not None
+    assert run_dir_of(with_run, None) == run_dir_of(without, None) == Path(
+        with_run.run.run_dir)
+    assert run_dir_of(without, "elsewhere") == Path("elsewhere")
