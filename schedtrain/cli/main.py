@@ -139,7 +139,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # a schedule's warnings as one line each, not Python's
         warnings.showwarning = _warning_printer(args.spec)
         plan = plan_spec(spec, metrics, epochs=args.epochs,
-                         steps_per_epoch=args.steps_per_epoch)
+                         steps_per_epoch=args.steps_per_epoch, host=args.host)
     if plan.truncated:
         print(f"warning: stopped after {len(plan.log):,} firings; plan a shorter run with "
               "--epochs/--steps-per-epoch", file=sys.stderr)
@@ -155,8 +155,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         return EXIT_OK
     text = (plan_render.render_json(plan, size) if args.format == "json"
-            else plan_render.render_table(plan, args.first, size, saves=bool(
-                plan.keep) or not preflight.hosted(spec, args.host)))
+            else plan_render.render_table(plan, args.first, size, saves=any(  # ours, not a host's
+                saver.kind in ("model", "best", "topk") for saver in plan.keep.values())))
     if args.costs:
         text = _with_costs(plan, args, text)
     if autos and args.format == "json":
