@@ -67,9 +67,15 @@ def _configure_logging(verbose: bool) -> None:
     level = 10 if verbose else 30  # DEBUG / WARNING
     import structlog  # only `train` logs: check and plan start without it
 
+    console = structlog.dev.ConsoleRenderer(colors=False)
+
+    def render(logger: Any, method: str, event: Any) -> Any:
+        # An event that carries its own sentence is said as the other CLI lines are.
+        line = event.get("line")
+        return line if isinstance(line, str) else console(logger, method, event)
+
     structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(
-            colors=False)],
+        processors=[structlog.processors.add_log_level, render],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         # Look sys.stderr up when a logger is made, not now: it may be replaced later.
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
