@@ -118,7 +118,10 @@ class CustomTrigger(Trigger):
         return hash((self.target, _freeze(self.args)))
 
     def __repr__(self) -> str:
-        if self.inner is not None:
+        if self.inner is not None and type(self.inner).__repr__ is not object.__repr__:
             return repr(self.inner)
-        args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
-        return f"custom({self.target!r}{', ' if args else ''}{args})"
+        # Without a repr of its own the instance's is an address, another at each run:
+        # the spec's own spelling names it instead.
+        from schedtrain.spec.write import toml_value
+
+        return toml_value({"custom": self.target, **({"args": self.args} if self.args else {})})
