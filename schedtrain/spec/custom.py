@@ -14,6 +14,7 @@ from typing import Any
 from schedtrain.events import EventSet
 from schedtrain.imports import IMPORT_PATH_RE, import_class
 from schedtrain.spec.problems import Problems, Rel
+from schedtrain.spec.toml_text import toml_value
 from schedtrain.time import Timestamp
 from schedtrain.triggers import Trigger
 from schedtrain.triggers.protocol import Due, Explanation, Node, Point
@@ -122,6 +123,4 @@ class CustomTrigger(Trigger):
             return repr(self.inner)
         # Without a repr of its own the instance's is an address, another at each run:
         # the spec's own spelling names it instead.
-        from schedtrain.spec.write import toml_value
-
         return toml_value({"custom": self.target, **({"args": self.args} if self.args else {})})
