@@ -16,8 +16,8 @@ import attrs
 
 __all__ = ["LINEAGE_HOOKS", "LineageHook", "markdown_rows", "porting_message", "uncalled"]
 
-TP, PA, PL = "tensorpack", "pytorch-accelerated", "Lightning"
-PA_PL = "pytorch-accelerated and Lightning"
+TP, PA, PL, KS = "tensorpack", "pytorch-accelerated", "Lightning", "Keras"
+PA_PL, KS_PL = "pytorch-accelerated and Lightning", "Keras and Lightning"
 
 
 @attrs.frozen
@@ -72,6 +72,9 @@ _SETUP = "`_setup(self)`: once, with `self.trainer` bound"
 _BEFORE_BATCH = _on("batch_start", "_before_batch(self, info)")
 _AFTER_BATCH = _on("batch_end", "_after_batch(self, info)")
 _SANITY = _on("sanity_eval") + " (the sanity evaluation before training)"
+# Keras calls its test hooks for fit's validation too; Lightning for its test loop.
+_KS_TEST_BATCH = f"for fit's validation (Keras) {_EVAL_STEP_END}; for a test: {_TEST}"
+_KS_TEST_END = f"for fit's validation (Keras) {_EVAL_END}; for a test: {_TEST}"
 
 _TABLE: Final[tuple[tuple[str, str, str], ...]] = (
     # tensorpack: the rest of its hooks (_before_train, _trigger_epoch...) are schedtrain's
@@ -107,13 +110,13 @@ _TABLE: Final[tuple[tuple[str, str, str], ...]] = (
     ("on_sanity_check_start", PL, _SANITY),
     ("on_sanity_check_end", PL, _SANITY),
     ("on_train_start", PL, _BEFORE_TRAIN),
-    ("on_train_end", PL, _AFTER_TRAIN),
+    ("on_train_end", KS_PL, _AFTER_TRAIN),
     ("on_epoch_start", PL, _BEFORE_EPOCH),
-    ("on_epoch_end", PL, _AFTER_EPOCH),
+    ("on_epoch_end", KS_PL, _AFTER_EPOCH),
     ("on_train_batch_start", PL, _BEFORE_BATCH),
     ("on_batch_start", PL, _BEFORE_BATCH),
-    ("on_train_batch_end", PL, _AFTER_BATCH),
-    ("on_batch_end", PL, _AFTER_BATCH),
+    ("on_train_batch_end", KS_PL, _AFTER_BATCH),
+    ("on_batch_end", KS_PL, _AFTER_BATCH),
     ("on_before_backward", PL, "`_before_backward(self, info)`"),
     ("on_after_backward", PL, "`_after_backward(self, step)`: the step's gradients, as "
                               "accumulated"),
@@ -128,11 +131,24 @@ _TABLE: Final[tuple[tuple[str, str, str], ...]] = (
     ("on_validation_epoch_end", PL, _EVAL_END),
     ("on_validation_end", PL, _EVAL_END),
     *((f"on_{loop}_{when}", PL, _TEST) for loop in ("test", "predict")
-      for when in ("start", "epoch_start", "batch_start", "batch_end", "epoch_end", "end")),
+      for when in ("start", "epoch_start", "batch_start", "epoch_end")),
+    ("on_test_batch_end", KS_PL, _KS_TEST_BATCH),
+    ("on_test_end", KS_PL, _KS_TEST_END),
+    ("on_predict_batch_end", KS_PL, _TEST),
+    ("on_predict_end", KS_PL, _TEST),
     ("on_keyboard_interrupt", PL, '`_on_exception(self, exc)`, or the trigger '
                                   '`on = "preempt"` with `_trigger`'),
     ("on_save_checkpoint", PL, "`state_dict(self)`, returning plain data"),
     ("on_load_checkpoint", PL, "`load_state_dict(self, state)`"),
+    # Keras (its other hooks are Lightning's names, above)
+    ("on_train_begin", KS, _BEFORE_TRAIN),
+    ("on_epoch_begin", KS, _BEFORE_EPOCH),
+    ("on_train_batch_begin", KS, _BEFORE_BATCH),
+    ("on_batch_begin", KS, _BEFORE_BATCH),
+    ("on_test_begin", KS, _EVAL_START + " (Keras calls it for fit's validation)"),
+    ("on_test_batch_begin", KS, _EVAL_STEP_START + " (Keras calls it for fit's validation)"),
+    ("on_predict_begin", KS, _TEST),
+    ("on_predict_batch_begin", KS, _TEST),
 )
 
 #: Names schedtrain calls with fewer arguments than Lightning: (name, arguments passed,

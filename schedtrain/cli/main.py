@@ -67,9 +67,15 @@ def _configure_logging(verbose: bool) -> None:
     level = 10 if verbose else 30  # DEBUG / WARNING
     import structlog  # only `train` logs: check and plan start without it
 
+    console = structlog.dev.ConsoleRenderer(colors=False)
+
+    def render(logger: Any, method: str, event: Any) -> Any:
+        # An event that carries its own sentence is said as the other CLI lines are.
+        line = event.get("line")
+        return line if isinstance(line, str) else console(logger, method, event)
+
     structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(
-            colors=False)],
+        processors=[structlog.processors.add_log_level, render],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         # Look sys.stderr up when a logger is made, not now: it may be replaced later.
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
@@ -139,7 +145,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # a schedule's warnings as one line each, not Python's
         warnings.showwarning = _warning_printer(args.spec)
         plan = plan_spec(spec, metrics, epochs=args.epochs,
-                         steps_per_epoch=args.steps_per_epoch)
+                         steps_per_epoch=args.steps_per_epoch, host=args.host)
     if plan.truncated:
         print(f"warning: stopped after {len(plan.log):,} firings; plan a shorter run with "
               "--epochs/--steps-per-epoch", file=sys.stderr)
@@ -155,8 +161,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         return EXIT_OK
     text = (plan_render.render_json(plan, size) if args.format == "json"
-            else plan_render.render_table(plan, args.first, size, saves=bool(
-                plan.keep) or not preflight.hosted(spec, args.host)))
+            else plan_render.render_table(plan, args.first, size, saves=any(  # ours, not a host's
+                saver.kind in ("model", "best", "topk") for saver in plan.keep.values())))
     if args.costs:
         text = _with_costs(plan, args, text)
     if autos and args.format == "json":

@@ -351,8 +351,10 @@ class ScheduleCallback(pl.Callback):
                 now = self.driver.now
                 folder = self.checkpoint_dir or Path(trainer.default_root_dir) / "checkpoints"
                 path = folder / f"{name}-epoch={now.epoch}-step={now.step}.ckpt"
+                # weights_only given: Lightning logs a line at each save that leaves it out
                 save_kept(self.keep.get(name), path, now, trainer.callback_metrics,
-                          trainer.save_checkpoint, delete=remove, prune=trainer.is_global_zero)
+                          lambda p: trainer.save_checkpoint(p, weights_only=False),
+                          delete=remove, prune=trainer.is_global_zero)
 
     def _read_metrics(self, trainer: pl.Trainer) -> None:
         if not self._watched:

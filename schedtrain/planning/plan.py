@@ -116,9 +116,11 @@ def plan_spec(
     steps_per_epoch: int | None = None,
     shape: RunShape | None = None,
     max_firings: int = MAX_FIRINGS,
+    host: str | None = None,
 ) -> Plan:
     """Simulate ``spec`` over its ``[clock]`` shape (``epochs``, ``steps_per_epoch`` or a
-    whole ``shape`` override it), with an optional metric stream.
+    whole ``shape`` override it), with an optional metric stream; ``host`` (``--host``)
+    names its host verbs' files as that host writes them.
 
     Raises:
         PlanError: no run length, a custom trigger class that was not imported, or a
@@ -140,7 +142,7 @@ def plan_spec(
     rules = stop_rules(spec)
     stopped: str | None = None
     firings: list[Firing] = []
-    keep = _policies(spec)
+    keep = _policies(spec, host)
     values: dict[int, dict[str, float]] = {}
     truncated = False
     for firing in sim.iter_firings():
@@ -165,16 +167,23 @@ def plan_spec(
                 ranked=sim.metrics is not None)
 
 
-def _policies(spec: Spec) -> dict[str, SaverFiles]:
+#: ``--host`` -> how its save verb names its files (``SaverFiles.kind``).
+_HOST_FILES: dict[str, Literal["lightning", "transformers", "host"]] = {
+    "lightning": "lightning", "transformers": "transformers"}
+
+
+def _policies(spec: Spec, host: str | None = None) -> dict[str, SaverFiles]:
     """Each saver's files and ``keep`` (a ``ModelSaver``'s default: the newest 3; a
-    callback without type that has ``keep``: a host verb's saves)."""
+    callback without type that has ``keep``: a host verb's saves, named as ``host``
+    names them)."""
     out = {}
+    verb = _HOST_FILES.get(host or "", "host")  # another host: by the verb's step
     for name, cb in spec.callbacks.items():
         args = cb.args
         if cb.type == "ModelSaver":
             out[name] = SaverFiles("model", parse_keep(args.get("keep", 3)))
         elif cb.type is None and "keep" in args:  # a host verb's saves (by its step)
-            out[name] = SaverFiles("host", parse_keep(args["keep"]))
+            out[name] = SaverFiles(verb, parse_keep(args["keep"]))
         elif cb.type in ("MinSaver", "MaxSaver"):
             mode: Literal["min", "max"] = "min" if cb.type == "MinSaver" else "max"
             monitor = args.get("monitor", "val/loss" if mode == "min" else "val/accuracy")

@@ -14,6 +14,7 @@ from typing import Any
 from schedtrain.events import EventSet
 from schedtrain.imports import IMPORT_PATH_RE, import_class
 from schedtrain.spec.problems import Problems, Rel
+from schedtrain.spec.toml_text import toml_value
 from schedtrain.time import Timestamp
 from schedtrain.triggers import Trigger
 from schedtrain.triggers.protocol import Due, Explanation, Node, Point
@@ -118,7 +119,8 @@ class CustomTrigger(Trigger):
         return hash((self.target, _freeze(self.args)))
 
     def __repr__(self) -> str:
-        if self.inner is not None:
+        if self.inner is not None and type(self.inner).__repr__ is not object.__repr__:
             return repr(self.inner)
-        args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
-        return f"custom({self.target!r}{', ' if args else ''}{args})"
+        # Without a repr of its own the instance's is an address, another at each run:
+        # the spec's own spelling names it instead.
+        return toml_value({"custom": self.target, **({"args": self.args} if self.args else {})})

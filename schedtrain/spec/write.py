@@ -7,70 +7,20 @@ term writes its own keys. Strings are escaped per TOML and keys quoted when not 
 from __future__ import annotations
 
 import itertools
-import math
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.spec.model import ClockSpec, Spec
 from schedtrain.spec.run import RunConfig, toml_fields
+from schedtrain.spec.toml_text import toml_key as _toml_key
+from schedtrain.spec.toml_text import toml_value
 from schedtrain.spec.vocabulary import TERMS, term_of
 from schedtrain.triggers import AllOf, AnyOf, Not, Trigger
 
 __all__ = ["dump_spec", "schedule_to_toml", "toml_value", "trigger_table", "trigger_to_toml"]
-
-
-_BARE_KEY_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _toml_str(text: str) -> str:
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY_RE.fullmatch(key) else _toml_str(key)
-
-
-def toml_value(value: object) -> str:
-    """A TOML value as inline text (strings, numbers, booleans, lists, inline tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        text = repr(value)
-        return text if any(c in text for c in ".eE") else text + ".0"
-    if isinstance(value, str):
-        return _toml_str(value)
-    if isinstance(value, Mapping):
-        inner = ", ".join(f"{_toml_key(str(k))} = {toml_value(v)}" for k, v in value.items())
-        return f"{{ {inner} }}" if inner else "{}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
 
 
 def trigger_table(trigger: Trigger) -> dict[str, Any]:

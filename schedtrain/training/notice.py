@@ -33,6 +33,7 @@ import structlog
 from schedtrain.distributed.comm import Comm
 from schedtrain.readback import parse_json, printable
 from schedtrain.spec.deadlines import notice_source
+from schedtrain.training.notice_lines import notice_line, reachable_line, unreachable_line
 from schedtrain.training.preempt import Guard
 from schedtrain.urls import redact, redact_text
 
@@ -202,17 +203,20 @@ class NoticeWatcher:
             # keeps polling, since the run must not lose its notices to one bad answer.
             except Exception as exc:
                 if not failing:
+                    error = printable(redact_text(f"{type(exc).__name__}: {exc}"))[:300]
                     _log.warning("preempt_notice_unreachable", server=redact(self.server),
-                                 error=printable(redact_text(
-                                     f"{type(exc).__name__}: {exc}"))[:300])
+                                 error=error, line=unreachable_line(
+                                     self.kind, redact(self.server), error))
                 failing = True
             else:
                 if failing:
-                    _log.info("preempt_notice_reachable", server=redact(self.server))
+                    _log.info("preempt_notice_reachable", server=redact(self.server),
+                              line=reachable_line(self.kind, redact(self.server)))
                 failing = False
                 if deadline is not None and not stop.is_set():
                     _log.warning("preempt_notice", source=self.source, deadline=dt.datetime
-                                 .fromtimestamp(deadline, dt.timezone.utc).isoformat())
+                                 .fromtimestamp(deadline, dt.timezone.utc).isoformat(),
+                                 line=notice_line(self.kind, deadline, time.time()))
                     guard.notice(self.source, deadline if share_deadline else None)
                     return
             stop.wait(interval)

@@ -31,6 +31,7 @@ from schedtrain.training.device import autocast, resolve_device
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.fit import Lifecycle
 from schedtrain.training.parts import StepFn, build_parts, epoch_length
+from schedtrain.training.renamed import RenamedNames
 from schedtrain.training.stage import Stopped
 from schedtrain.training.steps import Step
 from schedtrain.triggers.protocol import Predicate
@@ -38,7 +39,7 @@ from schedtrain.triggers.protocol import Predicate
 __all__ = ["Trainer"]
 
 
-class Trainer:
+class Trainer(RenamedNames):
     """Train ``model`` with callbacks whose *when* is a trigger.
 
     Args:
@@ -281,8 +282,7 @@ class Trainer:
 
     @property
     def firings(self) -> list[Firing]:
-        """The most recent firings (``keep_firings`` of them), oldest first; as
-        ``simulate()`` reports them: ``FiringLog(trainer.firings)``."""
+        """The recent firings (``keep_firings``), oldest first: ``FiringLog(trainer.firings)``."""
         return list(self.dispatch.firings)
 
     def fire(self, event: str, **payload: Any) -> tuple[str, ...]:

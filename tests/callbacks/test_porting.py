@@ -40,6 +40,33 @@ def _define(*hooks: str, body: Any = _lightning) -> list[warnings.WarningMessage
     return [w for w in seen if issubclass(w.category, PortingWarning)]
 
 
+#: ``keras.callbacks.Callback``'s hooks (Keras 3's documentation; ``set_model`` and
+#: ``set_params`` are setters a class of one's own may well define, so they do not warn).
+KERAS_HOOKS = [f"on_{loop}{what}_{when}" for loop, what in (
+    ("train", ""), ("train", "_batch"), ("test", ""), ("test", "_batch"), ("predict", ""),
+    ("predict", "_batch")) for when in ("begin", "end")] + [
+    f"on_{what}_{when}" for what in ("epoch", "batch") for when in ("begin", "end")]
+
+
+@pytest.mark.parametrize("hook", KERAS_HOOKS)
+def test_keras_hooks_warn_naming_keras(hook: str) -> None:
+    """E11: a Keras hook (``on_epoch_end(self, epoch, logs=None)``) warns naming Keras, and
+    Lightning too where the name is Lightning's as well; Keras's test hooks say what they
+    are in Keras (fit's validation)."""
+    def keras_style(self: Any, epoch: int, logs: Any = None) -> None:
+        """A hook with Keras's arguments."""
+
+    [warning] = _define(hook, body=keras_style)
+    text = str(warning.message)
+    lightning = hook in {"on_train_end", "on_epoch_end", "on_train_batch_end",
+                         "on_batch_end", "on_test_batch_end", "on_test_end",
+                         "on_predict_batch_end", "on_predict_end"}
+    library = "a Keras and Lightning hook" if lightning else "a Keras hook"
+    assert f"Ported defines {hook}, {library} that schedtrain never calls" in text
+    if hook.startswith("on_test"):
+        assert "validation" in text and "eval_" in text
+
+
 class TestWarning:
     """``PortingWarning`` when the class is defined."""
 
@@ -172,9 +199,9 @@ class TestCheckImport:
             f"warning: {spec}: callbacks.printer: Louder defines on_init_end, a "
             "pytorch-accelerated and Lightning hook that schedtrain never calls: write "
             "_setup(self): once, with self.trainer bound",
-            f"warning: {spec}: callbacks.printer: Louder defines on_train_end, a Lightning "
-            'hook that schedtrain never calls: write _after_train(self), or the trigger '
-            'on = "train_end" with _trigger']
+            f"warning: {spec}: callbacks.printer: Louder defines on_train_end, a Keras and "
+            'Lightning hook that schedtrain never calls: write _after_train(self), or the '
+            'trigger on = "train_end" with _trigger']
         assert not any("PortingWarning" in ln for ln in err)
         assert main(["check", str(spec)]) == 0  # without --import nothing is imported
         assert "never calls" not in capsys.readouterr().err

@@ -252,6 +252,7 @@ class TestPlan:
             epochs = 1
             steps_per_epoch = 10
             [callbacks.tick]
+            type = "ModelSaver"
             trigger = {{ every = "5 steps" }}
         """)
         assert main(["plan", path]) == 0

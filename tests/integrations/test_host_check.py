@@ -34,6 +34,18 @@ patience = 3
 trigger = { all = [{ every = "5 steps" }, { improved = "val/acc", mode = "max" }] }
 """
 
+#: A host verb's saves, kept by schedtrain's retention.
+HOST_SAVE = """
+[callbacks.ckpt]
+keep = 2
+trigger = { every = "5 steps" }
+"""
+MODEL_SAVER = """
+[callbacks.ckpt]
+type = "ModelSaver"
+trigger = { every = "5 steps" }
+"""
+
 
 def write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "spec.toml"
@@ -81,14 +93,36 @@ class TestHostMetrics:
 class TestHostPlan:
     """``plan`` of a host's schedule has no ``saves:`` line (the host writes its own)."""
 
-    @pytest.mark.parametrize(("head", "flags", "shown"), [
-        ("", [], False), (RUN, ["--host", "lightning"], False), (RUN, [], True)])
+    @pytest.mark.parametrize("saver", ["", HOST_SAVE, MODEL_SAVER])
+    @pytest.mark.parametrize(("head", "flags"), [
+        ("", []), (RUN, ["--host", "lightning"]), (RUN, ["--host", "transformers"]),
+        ("", ["--host", "ignite"]), (RUN, [])])
     def test_saves_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str], head: str,
-                        flags: list[str], shown: bool) -> None:
-        path = write(tmp_path, head + CLOCK + HOST_SCHEDULE)
+                        flags: list[str], saver: str) -> None:
+        """The line is there exactly when schedtrain's own saver writes the files: not
+        for a host verb's saves, nor for a schedule without a saver."""
+        path = write(tmp_path, head + CLOCK + HOST_SCHEDULE + saver)
         assert main(["plan", path, *flags]) == 0
         out = capsys.readouterr().out
+        shown = saver == MODEL_SAVER
         assert any(line.startswith("saves:") for line in out.splitlines()) == shown
+
+    @pytest.mark.parametrize(("flags", "first", "then"), [
+        (["--host", "lightning"], "ckpt-epoch=0-step=5.ckpt",
+         "ckpt-epoch=1-step=15.ckpt, ckpt-epoch=1-step=20.ckpt"),
+        (["--host", "transformers"], "checkpoint-5", "checkpoint-15, checkpoint-20"),
+        (["--host", "ignite"], "ckpt-step=5", "ckpt-step=15, ckpt-step=20"),
+        ([], "ckpt-step=5", "ckpt-step=15, ckpt-step=20")])
+    def test_host_file_names(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             flags: list[str], first: str, then: str) -> None:
+        """A host verb's files are listed under the names that host gives them (as
+        ``planned_files`` with ``SaverFiles(host)`` names them); a host that names none
+        of its own, or none given, by the verb's step."""
+        path = write(tmp_path, CLOCK + HOST_SCHEDULE + HOST_SAVE)
+        assert main(["plan", path, *flags]) == 0
+        out = capsys.readouterr().out
+        assert f"after ckpt at step 5: {first}\n" in out
+        assert f"after ckpt at step 20: {then}\n" in out
 
     def test_a_saver_keeps_it(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A spec without ``[run]`` that declares a schedtrain saver still says how it saves."""

@@ -154,3 +154,38 @@ def test_resumed_fit_keeps_what_the_unbroken_one_keeps(
     trainer().fit(Module(), data, ckpt_path=str(saved))
     assert sorted(p.name for p in (part / "checkpoints").iterdir()) == \
         sorted(p.name for p in (full / "checkpoints").iterdir())
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("keep", [None, {"latest": 1}])
+def test_saves_add_no_lightning_log_line(tmp_path: Path, keep: Any) -> None:
+    """The ``"checkpoint"`` verb's saves (with and without ``keep``) make Lightning log
+    nothing: a fit that saves at every step logs what one that never saves logs (it
+    used to add "`weights_only` was not set" per save)."""
+    logger = logging.getLogger("lightning.pytorch")
+    handler, level = _Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # what a user sees (the default is INFO)
+    try:
+        seen = []
+        for when in ("1 step", "100 epochs"):
+            handler.messages.clear()
+            cb = ScheduleCallback(Schedule({"ckpt": every(when)}), {"ckpt": "checkpoint"},
+                                  keep=None if keep is None else {"ckpt": keep})
+            fit(tmp_path / when, cb, batches=3, epochs=2)
+            seen.append(list(handler.messages))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert len(list((tmp_path / "1 step" / "checkpoints").iterdir())) == (6 if keep is None
+                                                                          else 1)
+    assert seen[0] == seen[1]
