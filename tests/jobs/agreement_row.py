@@ -23,8 +23,8 @@ from schedtrain import Schedule, every
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, PreemptRequested
 from schedtrain.distributed.comm import Comm, World
+from schedtrain.training.control.inbox import Inbox
 from schedtrain.training.losses import LossKeeper
-from schedtrain.training.preempt import Guard
 
 #: Each rank's clock reads this when it starts (its own axis; the chief's time is agreed).
 T0 = 1_000_000
@@ -54,11 +54,11 @@ class Recorded(Comm):
 def one(comm: Recorded, case: dict[str, Any]) -> dict[str, Any]:
     """One agreement at step 1 of ``case``, then the epoch's end; what this rank saw."""
     rank = comm.rank
-    clock, losses, guard = LoopClock(lambda: T0), LossKeeper(), Guard()
+    clock, losses, inbox = LoopClock(lambda: T0), LossKeeper(), Inbox()
     if case["loss"][rank] is not None:
         losses.numbers.append(case["loss"][rank])
-    guard.requested = case["signal"][rank]
-    agreement = Agreement(clock=clock, guard=guard, comm=comm,
+    inbox.requested = case["signal"][rank]
+    agreement = Agreement(clock=clock, inbox=inbox, comm=comm,
                           table=Schedule({"tick": every("1 step")}).compile(), losses=losses,
                           max_steps=None, alone={}, hooks_alone=False, reduce_ops={})
     agreement.exact = True  # every step agrees (as with a per-step hook)
