@@ -39,7 +39,7 @@ from notice_server import NoticeServer
 from schedtrain import Schedule
 from schedtrain.errors import Preempted
 from schedtrain.training import Trainer
-from schedtrain.training.notice import POLL_ENV
+from schedtrain.training.control.notice import POLL_ENV
 
 
 def _model(params: int) -> torch.nn.Module:

@@ -24,7 +24,7 @@ from jobs.fuzz import FIXTURE, NOTICE_FLAG
 from notice_server import NoticeServer
 from torchrun_helpers import torchrun
 
-from schedtrain.training.notice import POLL_ENV
+from schedtrain.training.control.notice import POLL_ENV
 
 #: The run: the crash job's model on 256 samples in batches of 2 (jobs.fuzz:make_task),
 #: two epochs of 64 steps a rank.

@@ -44,7 +44,7 @@ class _Clock(Protocol):
     def reading(self, elapsed: int) -> int: ...
 
 
-class _Guard(Protocol):
+class _Inbox(Protocol):
     requested: str | None
     deadline: float | None
 
@@ -96,11 +96,11 @@ class Alone:
     """One process: nothing to agree; a signal preempts at the next step end.
 
     Args:
-        clock, guard: the loop's clock and signal guard.
+        clock, inbox: the loop's clock and its inbox (a signal's or notice's request).
     """
 
-    def __init__(self, *, clock: _Clock, guard: _Guard) -> None:
-        self.clock, self.guard = clock, guard
+    def __init__(self, *, clock: _Clock, inbox: _Inbox) -> None:
+        self.clock, self.inbox = clock, inbox
         #: the loop's clock must be exact after every step (the loop sets it)
         self.exact = False
         #: live retime (``training.retime``): whether a request waits, asked on the chief
@@ -144,8 +144,8 @@ class Alone:
         none follows: the run finishes)."""
         # `requested` first: a notice sets its deadline before it, so a stop seen here
         # has its deadline seen below.
-        requested = self.guard.requested
-        return requested if self.guard.deadline is None else None
+        requested = self.inbox.requested
+        return requested if self.inbox.deadline is None else None
 
     # -- the dispatcher ------------------------------------------------------------------------
     def begin_event(self) -> None:
@@ -169,7 +169,7 @@ class Agreement(Alone):
     """Several processes agreeing through ``comm``.
 
     Args:
-        clock, guard: as for ``Alone``; where the loop's clock is exact after
+        clock, inbox: as for ``Alone``; where the loop's clock is exact after
             every step (``exact``), every step agrees.
         comm: the ranks' communicator.
         table: the compiled schedule (where a trigger may be due).
@@ -180,11 +180,11 @@ class Agreement(Alone):
         reduce_ops: metric name -> "mean", "sum", "max" or "min" (default "mean").
     """
 
-    def __init__(self, *, clock: _Clock, guard: _Guard, comm: Comm, table: _Table,
+    def __init__(self, *, clock: _Clock, inbox: _Inbox, comm: Comm, table: _Table,
                  losses: _Losses, max_steps: int | None, alone: Mapping[str, bool],
                  hooks_alone: bool,
                  reduce_ops: Mapping[str, str]) -> None:
-        super().__init__(clock=clock, guard=guard)
+        super().__init__(clock=clock, inbox=inbox)
         self.comm, self.table, self.losses = comm, table, losses
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.alone, self.hooks_alone = dict(alone), hooks_alone
@@ -246,7 +246,7 @@ class Agreement(Alone):
         rows = comm.agree((sample - prev_sample, token - prev_token,
                            elapsed >> 32, (elapsed & 0xFFFFFFFF) | waiting,
                            0.0 if loss is None else loss, float(loss is not None),
-                           float(posted or self.guard.requested is not None)))
+                           float(posted or self.inbox.requested is not None)))
         self._signalled = first_flagged(rows, 6) is not None
         self.retime_asked = int(rows[0][3]) >> 32 > 0
         ds = sum(int(r[0]) for r in rows)
@@ -272,8 +272,8 @@ class Agreement(Alone):
             return
         comm = self.comm
         if self._preempt_at is None:
-            if self.guard.requested is not None:
-                self._preempt_at = comm.post_preempt(step + 2, self.guard.requested)
+            if self.inbox.requested is not None:
+                self._preempt_at = comm.post_preempt(step + 2, self.inbox.requested)
             else:
                 self._preempt_at = comm.preempt_target()
         if self._preempt_at is not None and step >= self._preempt_at[0]:
@@ -288,7 +288,7 @@ class Agreement(Alone):
         if posted is None:
             # A rank that had no signal waits for the one that had: it posts at this epoch
             # end too, under its signal's own name (a notice's source, SIGINT...).
-            requested = self.guard.requested
+            requested = self.inbox.requested
             posted = (self.comm.post_preempt(self.clock.step, requested)
                       if requested is not None else self.comm.await_preempt())
         raise PreemptRequested(posted[1])

@@ -3,7 +3,7 @@
 
 ``[run] preempt_notice`` names a cloud metadata endpoint to poll for a preemption notice
 (``"aws"``, ``"gce"``, or ``"aws+http://host:port"``/``"gce+http://host:port"``: the same
-paths on another server); ``training.notice`` polls it.
+paths on another server); ``training.control.notice`` polls it.
 
 A deadline is a wall-clock time (seconds since the epoch). ``[run] deadline`` is an ISO
 time (``2026-11-26T09:00+00:00``; without an offset, the machine's local time) or a

@@ -35,9 +35,9 @@ from schedtrain.errors import (
 )
 from schedtrain.spec.deadlines import signals_of
 from schedtrain.spec.run import RunConfig
-from schedtrain.training.notice import watch_notices
+from schedtrain.training.control.inbox import deadline_on_clock, handle_signals
+from schedtrain.training.control.notice import watch_notices
 from schedtrain.training.parts import Parts
-from schedtrain.training.preempt import deadline_on_clock, handle_signals
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.stage import OWNS_DIRECTORY, Stage, Stopped
 
@@ -214,7 +214,7 @@ class Lifecycle:
                              .change.text, batch_events=list(parts.retimer.fires))
 
     def _deadline_ns(self) -> int | None:
-        """The run's deadline on the clock's time axis (``preempt.deadline_on_clock``)."""
+        """The run's deadline on the clock's time axis (``control.inbox.deadline_on_clock``)."""
         parts = self.parts
         return deadline_on_clock(parts.comm, parts.clock.time_ns, self.config.deadline)
 
@@ -225,7 +225,7 @@ class Lifecycle:
         resumed = self.checkpoint_phase is not None  # a checkpoint's run goes on
         self._open_directory()
         self._record("running")
-        self.outcome = parts.guard.requested = parts.guard.deadline = None
+        self.outcome = parts.inbox.requested = parts.inbox.deadline = None
         try:
             self._setup()
         except BaseException as exc:
@@ -243,11 +243,11 @@ class Lifecycle:
         phase, self.checkpoint_phase = self.checkpoint_phase, None
         ended = self._ended_at(phase)
         outcome = "stopped" if ended and parts.run_state.stopped is not None else "finished"
-        signals = (handle_signals(parts.guard, signals_of(self.config.preempt_signals))
+        signals = (handle_signals(parts.inbox, signals_of(self.config.preempt_signals))
                    if self.config.handle_signals
                    else contextlib.nullcontext())
         try:
-            with signals, watch_notices(parts.guard, self.config.preempt_notice, parts.comm):
+            with signals, watch_notices(parts.inbox, self.config.preempt_notice, parts.comm):
                 self.stage = Stage.FITTING
                 for cb in parts.callbacks:
                     try:

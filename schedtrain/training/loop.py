@@ -3,7 +3,7 @@
 What varies per step (plain, accumulation, AMP, a user's step function) is the step
 strategy (``training.steps``); the loop is the same for all. On a step where nothing
 can happen the loop does the step, keeps its loss on the device, counts it in local
-variables and compares the step once with ``guard.limit``: the next step at which a
+variables and compares the step once with ``inbox.limit``: the next step at which a
 trigger is due, the loss sum is folded, training ends or a signal asked to stop. Only
 then is the clock caught up and the slow path taken. When something must see every
 step (per-step or per-micro-batch hooks, ``batch_start``/``batch_end``, a user step
@@ -31,11 +31,11 @@ from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.batch_events import BatchEvents
+from schedtrain.training.control.inbox import Inbox
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.device import autocast
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
-from schedtrain.training.preempt import Guard
 from schedtrain.training.retime import Retimer
 from schedtrain.training.steps import PlainStep, Step, make_step
 
@@ -51,7 +51,8 @@ class Loop:
     Args:
         clock, table, dispatch, losses, position: the run's parts.
         step: the step strategy.
-        guard: the next due step, lowered to 0 by a signal.
+        inbox: the next due step, lowered to 0 by a signal, a notice or a background
+            save that ended (``control.inbox``).
         max_epochs, max_steps: when training ends (``None``: no limit).
         steps_in_epoch: optimizer steps per epoch, when the data has a length.
         exact: the clock must be exact after every step (per-step hooks, ``batch_end``,
@@ -68,7 +69,7 @@ class Loop:
         losses: LossKeeper,
         position: DataPosition,
         step: PlainStep | Step,
-        guard: Guard,
+        inbox: Inbox,
         epoch: EpochFlag,
         max_epochs: int | None,
         max_steps: int | None,
@@ -79,7 +80,7 @@ class Loop:
         retimer: Retimer | None = None,
     ) -> None:
         self.clock, self.table, self.dispatch = clock, table, dispatch
-        self.losses, self.position, self.step, self.guard = losses, position, step, guard
+        self.losses, self.position, self.step, self.inbox = losses, position, step, inbox
         self.max_epochs = max_epochs if max_epochs is not None else math.inf
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.steps_in_epoch, self.exact = steps_in_epoch, exact
@@ -209,7 +210,7 @@ class Loop:
     # -- steps ---------------------------------------------------------------------------------
     def _steps(self, it: Iterator[Any]) -> bool:
         """The steps of one epoch; ``False`` when ``max_steps`` ended it early."""
-        clock, guard, step_obj, keeper = self.clock, self.guard, self.step, self.losses
+        clock, inbox, step_obj, keeper = self.clock, self.inbox, self.step, self.losses
         # `run_step`: a bound method, looked up once
         run_step, max_steps, before = (step_obj.run, self.max_steps,
                                        self.dispatch.hooks["_before_step"])
@@ -236,7 +237,7 @@ class Loop:
         prev_time: int | None = None
         catch_up, now_ns = clock.catch_up, clock.time_source
         (agreement := self.agreement).begin_epoch(step)
-        guard.set_limit(self._limit(step, keeper.kept))
+        inbox.set_limit(self._limit(step, keeper.kept))
         try:
             for first in it:
                 if before:
@@ -269,14 +270,14 @@ class Loop:
                         sample, token, batches + n, sample + n_samples, token + n_tokens)
                 step += 1
                 prev_time, time = time, now_ns()
-                if step >= guard.limit:
+                if step >= inbox.limit:
                     sample, token, prev_sample, prev_token, prev_time, time = \
                         agreement.catch_up(step, batches, (sample, token, prev_sample,
                                                            prev_token, prev_time, time))
                     self._step_end(step, loss, outputs, first)
                     if step >= max_steps:
                         return self._exhausted(it)
-                    guard.set_limit(self._limit(step, keeper.kept))
+                    inbox.set_limit(self._limit(step, keeper.kept))
             sample, token, prev_sample, prev_token, prev_time, time = \
                 agreement.end_epoch_steps(step, (sample, token, prev_sample, prev_token,
                                                  prev_time, time))
@@ -295,12 +296,12 @@ class Loop:
         """The slow path once the clock has caught up: fold the kept losses, per-step
         hooks, ``step_end`` where a trigger is due, and a requested preemption."""
         dispatch, hooks = self.dispatch, self.dispatch.hooks
-        if self.guard.deadline is not None:  # a preemption notice: triggers see its deadline
-            deadline = self.guard.take_deadline(self.clock.time_ns)
+        if self.inbox.deadline is not None:  # a preemption notice: triggers see its deadline
+            deadline = self.inbox.take_deadline(self.clock.time_ns)
             if deadline is not None:
                 self.table.set_deadline(deadline)
-        if self.guard.woken:  # a background checkpoint write ended: commit or fail now
-            self.guard.woken = False
+        if self.inbox.woken:  # a background checkpoint write ended: commit or fail now
+            self.inbox.woken = False
             dispatch.saves.wait()
         folded = self.losses.kept >= FOLD
         if folded:

@@ -39,11 +39,11 @@ from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.binding import Bound
+from schedtrain.training.control.inbox import Inbox
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
-from schedtrain.training.preempt import Guard
 from schedtrain.training.retime import Retimer
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.run_state import RunState
@@ -78,7 +78,7 @@ class Parts:
     metrics: MetricStore
     losses: LossKeeper
     position: DataPosition
-    guard: Guard
+    inbox: Inbox
     epoch: EpochFlag
     run_state: RunState
     checkpoints: Checkpoints
@@ -147,7 +147,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     events = JsonlWriter(directory.events) if directory and config.log_events else None
     metrics = MetricStore(clock.now, [w for w in (events,) if w]
                           + (list(sinks) if chief else []))
-    losses, guard = LossKeeper(), Guard()
+    losses, inbox = LossKeeper(), Inbox()
     position = DataPosition(ready.train_data, comm.size if comm is not None else 1)
     epoch = EpochFlag()
     if comm is not None:
@@ -166,11 +166,11 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         epoch=epoch, events=events, change=change)
     checkpoints = Checkpoints(
         run_state, config.checkpoint_options, device_type=device.type, comm=comm,
-        on_background_done=guard.wake,
+        on_background_done=inbox.wake,
         on_written=directory.checkpoint_written if directory is not None else None)
     run_state.see_saved_files_with(functools.partial(_present, checkpoints, by_name, run_dir))
     agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
-                               guard=guard, table=table, losses=losses,
+                               inbox=inbox, table=table, losses=losses,
                                max_steps=config.max_steps)
     retimer = Retimer(
         table=table, change=run_state.change, callbacks=by_name, predicates=known,
@@ -188,7 +188,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         config=config, device=device, scaler=scaler,
         variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in cbs),
         clock=clock, table=table, dispatch=dispatch, losses=losses, position=position,
-        guard=guard, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
+        inbox=inbox, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
         steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
         publish_loss=publish, agreement=agreement, retimer=retimer)
     return Parts(
@@ -196,7 +196,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         optimizer=ready.optimizer, train_data=ready.train_data, val_data=ready.val_data,
         scaler=scaler, clock=clock, schedule=bound.schedule, callbacks=cbs, table=table,
         predicates=known, directory=directory, events=events, metrics=metrics, losses=losses,
-        position=position, guard=guard, epoch=epoch, run_state=run_state,
+        position=position, inbox=inbox, epoch=epoch, run_state=run_state,
         checkpoints=checkpoints, agreement=agreement, dispatch=dispatch, loop=loop,
         retimer=retimer)
 
@@ -217,19 +217,19 @@ def _warn_sanity(batches: int, table: TriggerTable) -> None:
 
 
 def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],
-                   reduce: Mapping[str, str], clock: LoopClock, guard: Guard,
+                   reduce: Mapping[str, str], clock: LoopClock, inbox: Inbox,
                    table: TriggerTable,
                    losses: LossKeeper, max_steps: int | None) -> Alone:
     """What the loop and the dispatcher settle with other ranks (``Alone`` without any)."""
     if comm is None:
-        return Alone(clock=clock, guard=guard)
+        return Alone(clock=clock, inbox=inbox)
     # A stop flag is agreed after an event only where a callback that may stop alone ran
     # (or could have asked outside its trigger): decided from the classes, the same on
     # every rank.
     alone = {n: stops_alone(cb) for n, cb in callbacks.items()}
     hooks_alone = any(alone[n] and any(overrides(cb, h) for h in STOP_PLACES_BEYOND_TRIGGER)
                       for n, cb in callbacks.items())
-    return Agreement(clock=clock, guard=guard, comm=comm, table=table,
+    return Agreement(clock=clock, inbox=inbox, comm=comm, table=table,
                      losses=losses, max_steps=max_steps, alone=alone, hooks_alone=hooks_alone,
                      reduce_ops=reduce)
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from jobs.ddp import collective_count
-from torchrun_helpers import torchrun
+from torchrun_helpers import ROOT, TESTS, torchrun
 
 from schedtrain.callbacks import Callback
 from schedtrain.callbacks.base import stops_alone
@@ -99,7 +102,25 @@ def agreement_bytes(floats: int) -> int:
     return 8 * floats * N
 
 
-DUE_STEP = ("all_reduce", agreement_bytes(7))  # counters, time (2), loss (2), signal
+#: An agreement's row: what each rank puts in each float64 column, and how every rank
+#: reads the matrix back. Every value is an integer or a loss, exact in a float64.
+AGREEMENT_ROW: tuple[tuple[str, str, str], ...] = (
+    ("samples", "its samples since the last agreement", "summed: the run's samples"),
+    ("tokens", "its tokens since the last agreement", "summed: the run's tokens"),
+    ("time_high", "the chief: its training time (ns) >> 32; another rank: 0",
+     "with time_low's TIME_LOW bits: every rank's clock takes the chief's time"),
+    ("time_low", "the chief: its time's TIME_LOW bits, and RETIME_WAITS when a live "
+     "retime waits; another rank: 0", "RETIME_WAITS: every rank takes the retime"),
+    ("loss", "its mean loss since train/loss was published (0 when it has none)",
+     "the mean over the ranks that have one: train/loss"),
+    ("has_loss", "1 when it has a loss", "which ranks the loss mean counts"),
+    ("preempt", "1 when a signal or notice waits on it (or it saw one posted)",
+     "on any rank: every rank preempts at the epoch's end"),
+)
+#: time_low's bits of the chief's time, and its flag above them (no float of its own).
+TIME_LOW, RETIME_WAITS = 0xFFFFFFFF, 1 << 32
+
+DUE_STEP = ("all_reduce", agreement_bytes(len(AGREEMENT_ROW)))
 STOP_FLAG = ("all_reduce", agreement_bytes(1))
 SAVE = '[callbacks.save]\ntype = "ModelSaver"\nkeep = 100\ntrigger = { every = "4 steps" }\n'
 
@@ -128,6 +149,45 @@ def test_every_agreement_is_one_all_reduce_of_7_floats_per_rank(
     """A due step's agreement carries 7 float64 per rank: 56 N bytes, on every rank."""
     assert calls(every_two[0]) == calls(every_two[1])
     assert set(calls(every_two[0])) == {DUE_STEP}
+
+
+def _row(case: dict[str, Any], rank: int) -> dict[str, float]:
+    """What ``AGREEMENT_ROW`` says rank ``rank`` puts in for ``case``."""
+    chief, loss = rank == 0, case["loss"][rank]
+    elapsed = case["elapsed"] if chief else 0
+    return {"samples": case["samples"][rank], "tokens": case["tokens"][rank],
+            "time_high": elapsed >> 32,
+            "time_low": (elapsed & TIME_LOW) | (RETIME_WAITS if chief and case["retime"]
+                                                else 0),
+            "loss": 0.0 if loss is None else loss, "has_loss": float(loss is not None),
+            "preempt": float(case["signal"][rank] is not None)}
+
+
+def test_an_agreement_row_has_the_layout_and_meaning_of_the_table(tmp_path: Path) -> None:
+    """Each rank packs its row as ``AGREEMENT_ROW`` says, and every rank reads the same
+    back: the summed counters, the chief's time (its low word without the flag above
+    it), whether a live retime waits, the ranks' mean loss, and a preemption of any rank."""
+    from jobs.agreement_row import CASES
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", "2", "-m", "jobs.agreement_row", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),
+           "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=180, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    names = [name for name, _, _ in AGREEMENT_ROW]
+    for i, case in enumerate(CASES):
+        assert [dict(zip(names, seen[r][i]["put"], strict=True)) for r in (0, 1)] == [
+            _row(case, 0), _row(case, 1)]
+        losses = [x for x in case["loss"] if x is not None]
+        signal = next((x for x in case["signal"] if x is not None), None)
+        read = {"sample": sum(case["samples"]), "token": sum(case["tokens"]),
+                "time_ns": case["elapsed"], "retime_asked": case["retime"],
+                "loss": [1, sum(losses) / len(losses)], "preempted": signal}
+        for rank in (0, 1):
+            assert {k: v for k, v in seen[rank][i].items() if k != "put"} == read, rank
 
 
 def test_a_producing_callback_adds_one_reduction_per_firing_which_carries_the_stop_flag(

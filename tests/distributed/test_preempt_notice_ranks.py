@@ -11,7 +11,7 @@ import torch
 from notice_server import NoticeServer, wait_for_file
 from test_distributed import rank_firings, torchrun, write_spec
 
-from schedtrain.training.notice import POLL_ENV
+from schedtrain.training.control.notice import POLL_ENV
 
 #: the poll interval for tests (the default is 5 s)
 FAST_POLL = "0.02"

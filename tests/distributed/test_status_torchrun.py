@@ -15,7 +15,7 @@ import torch
 from notice_server import NoticeServer, wait_for_file
 from test_distributed import ROOT, TESTS, torchrun, write_spec
 
-from schedtrain.training.notice import POLL_ENV
+from schedtrain.training.control.notice import POLL_ENV
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
                                 reason="torch.distributed is not available")

@@ -38,6 +38,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("distributed", ("schedtrain.distributed",)),
     ("checkpoints", ("schedtrain.checkpoints",)),
     ("callbacks", ("schedtrain.callbacks",)),
+    # Run control sits under the loop it serves: the loop, the lifecycle and the assembly
+    # read it, and it imports nothing else of training/.
+    ("run control", ("schedtrain.training.control",)),
     ("training", ("schedtrain.training",)),
     ("integrations", ("schedtrain.integrations",)),
     ("command line and public face", ("schedtrain.cli", "schedtrain.__main__", "schedtrain")),

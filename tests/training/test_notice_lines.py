@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import structlog
+from schedtrain.training.notice import POLL_ENV
 
 from schedtrain.cli import main
-from schedtrain.training.notice import POLL_ENV
-from schedtrain.training.notice_lines import notice_line, unreachable_line
+from schedtrain.training.control.notice_lines import notice_line, unreachable_line
 from tests.notice_server import NoticeServer
 
 FAST_POLL = "0.02"

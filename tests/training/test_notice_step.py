@@ -26,7 +26,7 @@ from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.clock import LoopClock
 from schedtrain.errors import Preempted
 from schedtrain.training import Trainer
-from schedtrain.training.notice import POLL_ENV
+from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import before_deadline
 
 STEPS, EPOCHS = 6, 3  # 6 steps an epoch: the run's last step is 18
@@ -126,7 +126,7 @@ def served(server: NoticeServer) -> Callable[[Trainer], None]:
     def deliver(t: Trainer) -> None:
         server.serve_notice(45)
         end = time.monotonic() + 30
-        while t._parts.guard.requested is None:
+        while t._parts.inbox.requested is None:
             assert time.monotonic() < end, "the poller never saw the notice"
             time.sleep(0.002)
     return deliver

@@ -29,7 +29,7 @@ from schedtrain import Schedule
 from schedtrain.errors import Preempted
 from schedtrain.spec.deadlines import check_notice, notice_source
 from schedtrain.training import Trainer
-from schedtrain.training.notice import POLL_ENV, TIMEOUT, NoticeWatcher
+from schedtrain.training.control.notice import POLL_ENV, TIMEOUT, NoticeWatcher
 from schedtrain.triggers import before_deadline
 
 FAST_POLL = "0.02"
@@ -96,7 +96,7 @@ def test_bad_values_are_refused_by_toml_and_python(value: Any) -> None:
 # -- the documented shapes -----------------------------------------------------------------
 @given(when=st.datetimes(min_value=dt.datetime(2000, 1, 1), max_value=dt.datetime(2100, 1, 1)))
 def test_an_aws_notice_time_is_its_deadline(when: dt.datetime) -> None:
-    from schedtrain.training.notice import _when
+    from schedtrain.training.control.notice import _when
     when = when.replace(microsecond=0, tzinfo=dt.timezone.utc)
     assert _when(when.strftime("%Y-%m-%dT%H:%M:%SZ")) == when.timestamp()
 

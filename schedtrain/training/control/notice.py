@@ -8,7 +8,7 @@ GCE: ``GET /computeMetadata/v1/instance/preempted`` (``Metadata-Flavor: Google``
 ``FALSE``, then ``TRUE``; the deadline is 30 s after it was first seen. ``aws+URL`` and
 ``gce+URL`` ask another server the same paths (a proxy, a test's server).
 
-The loop reads only what the thread sets (``Guard.notice``: the next step takes the slow
+The loop reads only what the thread sets (``Inbox.notice``: the next step takes the slow
 path), so quiet steps cost nothing; each poll has a short timeout for all of it (a
 watchdog cuts the connection when it is over, so a server that trickles its answer a byte
 at a time costs what one that hangs does), and a server that is down, refuses, hangs or
@@ -33,8 +33,8 @@ import structlog
 from schedtrain.distributed.comm import Comm
 from schedtrain.readback import parse_json, printable
 from schedtrain.spec.deadlines import notice_source
-from schedtrain.training.notice_lines import notice_line, reachable_line, unreachable_line
-from schedtrain.training.preempt import Guard
+from schedtrain.training.control.inbox import Inbox
+from schedtrain.training.control.notice_lines import notice_line, reachable_line, unreachable_line
 from schedtrain.urls import redact, redact_text
 
 __all__ = ["DEFAULT_POLL", "GCE_NOTICE", "POLL_ENV", "NoticeWatcher", "watch_notices"]
@@ -96,7 +96,7 @@ class NoticeWatcher:
     def __init__(self, value: str, *, timeout: float = TIMEOUT) -> None:
         self.kind, self.server = notice_source(value)
         self.timeout = timeout
-        #: what ``Guard.requested`` and ``Preempted`` name
+        #: what ``Inbox.requested`` and ``Preempted`` name
         self.source = f"the {self.kind.upper()} preemption notice"
         self._token: str | None = None
         self._seen: float | None = None  # when GCE's flag was first seen TRUE
@@ -191,9 +191,9 @@ class NoticeWatcher:
             self._seen = time.time()
         return self._seen + GCE_NOTICE
 
-    def run(self, guard: Guard, stop: threading.Event, interval: float,
+    def run(self, inbox: Inbox, stop: threading.Event, interval: float,
             share_deadline: bool) -> None:
-        """Poll every ``interval`` s until ``stop`` or a notice, which goes to ``guard``
+        """Poll every ``interval`` s until ``stop`` or a notice, which goes to ``inbox``
         (its deadline only when ``share_deadline``)."""
         failing = False
         while not stop.is_set():
@@ -217,13 +217,13 @@ class NoticeWatcher:
                     _log.warning("preempt_notice", source=self.source, deadline=dt.datetime
                                  .fromtimestamp(deadline, dt.timezone.utc).isoformat(),
                                  line=notice_line(self.kind, deadline, time.time()))
-                    guard.notice(self.source, deadline if share_deadline else None)
+                    inbox.notice(self.source, deadline if share_deadline else None)
                     return
             stop.wait(interval)
 
 
 @contextlib.contextmanager
-def watch_notices(guard: Guard, value: str | None, comm: Comm | None) -> Iterator[None]:
+def watch_notices(inbox: Inbox, value: str | None, comm: Comm | None) -> Iterator[None]:
     """Poll ``value``'s server (``[run] preempt_notice``; ``None``: nothing) while the
     block runs, on one process per machine (``LOCAL_RANK`` 0).
 
@@ -236,7 +236,7 @@ def watch_notices(guard: Guard, value: str | None, comm: Comm | None) -> Iterato
     stop = threading.Event()
     share = comm is None or comm.size <= 1
     thread = threading.Thread(target=NoticeWatcher(value).run, name="schedtrain-notice",
-                              args=(guard, stop, poll_interval(), share), daemon=True)
+                              args=(inbox, stop, poll_interval(), share), daemon=True)
     thread.start()
     try:
         yield

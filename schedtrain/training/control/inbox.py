@@ -1,14 +1,15 @@
-"""Preemption: SIGTERM or SIGINT (``[run] preempt_signals``) end the current step,
-checkpoint, and stop.
+"""The inbox: what reaches the loop from other threads and processes while it trains.
+
+A signal (SIGTERM or SIGINT, ``[run] preempt_signals``), a cloud's preemption notice with
+its deadline (``control.notice``'s polling thread), and a background checkpoint write
+that ended each leave a note here and lower the loop's next due step (``limit``) to zero:
+the step in progress finishes, the loop's one comparison leads it to the slow path, and
+the slow path reads the note. There a preemption fires ``preempt``, writes a checkpoint
+and raises ``Preempted``; a second SIGINT aborts at once (``KeyboardInterrupt``).
 
 Schedulers (SLURM, Kubernetes, spot instances) send SIGTERM before they kill a job;
-Ctrl-C sends SIGINT. While training runs, either only sets a flag and lowers the
-loop's next due step to zero, so the step in progress finishes and the loop, at its
-one comparison, takes the slow path: it fires ``preempt``, writes a checkpoint and
-raises ``Preempted``. A second SIGINT aborts at once (``KeyboardInterrupt``).
-Handlers are installed only in the main thread, and only while ``fit`` runs. A cloud's
-preemption notice (``training.notice``) sets the same flag from its polling thread, with
-the notice's deadline for the trigger table.
+Ctrl-C sends SIGINT. The handlers are installed only in the main thread, and only while
+``fit`` runs.
 """
 
 from __future__ import annotations
@@ -23,19 +24,19 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from schedtrain.distributed.agreement import PREEMPT_CHECK
 from schedtrain.distributed.comm import Comm
 from schedtrain.spec.deadlines import SLURM_END, deadline_ns, resolve_deadline
 
-__all__ = ["PREEMPT_CHECK", "Guard", "deadline_on_clock", "handle_signals"]
+__all__ = ["Inbox", "deadline_on_clock", "handle_signals"]
 
-class Guard:
-    """The loop's next due step, and whether a signal asked to stop.
+class Inbox:
+    """The loop's next due step, and the requests that arrived for it from elsewhere.
 
-    The loop compares its step with ``limit`` after every step; a signal sets
-    ``limit = 0`` so that comparison leads to the slow path, where ``requested`` is read.
-    A background checkpoint write that ended does the same through ``wake``, so the loop
-    collects it (or its failure) at the next step.
+    The loop compares its step with ``limit`` after every step. A signal or a notice
+    (``requested``, with a notice's ``deadline``) sets ``limit = 0``, so that comparison
+    leads to the slow path, where the request is read; a background checkpoint write that
+    ended does the same through ``wake`` (``woken``), so the loop collects it (or its
+    failure) at the next step.
     """
 
     __slots__ = ("deadline", "limit", "requested", "woken")
@@ -45,7 +46,7 @@ class Guard:
         self.requested: str | None = None
         self.woken = False
         #: a preemption notice's deadline (seconds since the epoch), until the loop's
-        #: slow path gives it to the trigger table (``training.notice``)
+        #: slow path gives it to the trigger table (``control.notice``)
         self.deadline: float | None = None
 
     def set_limit(self, limit: float) -> None:
@@ -75,10 +76,10 @@ class Guard:
 
 
 @contextlib.contextmanager
-def handle_signals(guard: Guard,
+def handle_signals(inbox: Inbox,
                    signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
                    ) -> Iterator[None]:
-    """Route ``signals`` (``[run] preempt_signals``) to ``guard`` while the block runs
+    """Route ``signals`` (``[run] preempt_signals``) to ``inbox`` while the block runs
     (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -86,10 +87,10 @@ def handle_signals(guard: Guard,
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if guard.requested is not None and signum == signal.SIGINT:
+        if inbox.requested is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # the second Ctrl-C: stop now, no checkpoint
-        guard.requested = guard.requested or name
-        guard.limit = 0
+        inbox.requested = inbox.requested or name
+        inbox.limit = 0
 
     previous: dict[signal.Signals, Any] = {}
     for sig in signals:
