@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from schedtrain.training.notice import POLL_ENV
+from schedtrain.training.control.notice import POLL_ENV
 
 from schedtrain.cli import main
 from schedtrain.training.control.notice_lines import notice_line, unreachable_line
@@ -90,14 +90,14 @@ def test_an_unreachable_server_is_one_plain_line_once(
 def test_the_events_keep_their_names_and_fields(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program's own structlog sees `preempt_notice_unreachable` with its server and
     error, and the line beside them."""
-    from schedtrain.training.notice import NoticeWatcher
-    from schedtrain.training.preempt import Guard
+    from schedtrain.training.control.notice import NoticeWatcher
+    from schedtrain.training.control.inbox import Inbox
 
     monkeypatch.setenv(POLL_ENV, FAST_POLL)
     server = f"http://127.0.0.1:{_closed_port()}"
     watcher, stop = NoticeWatcher(f"gce+{server}"), threading.Event()
     with structlog.testing.capture_logs() as logs:
-        thread = threading.Thread(target=watcher.run, args=(Guard(), stop, 0.01, True))
+        thread = threading.Thread(target=watcher.run, args=(Inbox(), stop, 0.01, True))
         thread.start()
         stop.wait(0.3)
         stop.set()
