@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import structlog
-from schedtrain.training.control.notice import POLL_ENV
 
 from schedtrain.cli import main
+from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.training.control.notice_lines import notice_line, unreachable_line
 from tests.notice_server import NoticeServer
 
@@ -90,8 +90,8 @@ def test_an_unreachable_server_is_one_plain_line_once(
 def test_the_events_keep_their_names_and_fields(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program's own structlog sees `preempt_notice_unreachable` with its server and
     error, and the line beside them."""
-    from schedtrain.training.control.notice import NoticeWatcher
     from schedtrain.training.control.inbox import Inbox
+    from schedtrain.training.control.notice import NoticeWatcher
 
     monkeypatch.setenv(POLL_ENV, FAST_POLL)
     server = f"http://127.0.0.1:{_closed_port()}"
