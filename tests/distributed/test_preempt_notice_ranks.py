@@ -46,7 +46,7 @@ trigger = { on = "preempt" }
                                                   server.serve_notice()), daemon=True)
         served.start()
         result = torchrun(spec, run_dir, timeout=300)
-    assert "source='the GCE preemption notice'" in result.stderr  # the chief's thread
+    assert "notice: GCE instance/preempted, deadline" in result.stderr  # the chief's thread
     # One line, from the chief, naming the notice: a rank without it waits for the rank
     # that has it to post (distributed.agreement), as for any signal on one rank.
     assert result.stderr.count("preempted by ") == 1, result.stderr[-3000:]
