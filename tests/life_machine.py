@@ -139,8 +139,6 @@ class RunLife(Checks, RuleBasedStateMachine):
                 phase = runfiles.phases(self.place).get(f"step-{newest or 0:08d}.pt")
                 if phase == "preempt":  # a preemption's own file, all the same
                     self.preempt = newest
-                else:
-                    self.unpruned = newest
             return
         else:
             self.fail(f"exit {got.code}", f"{fault}: {got.stderr[-600:]}")
@@ -206,6 +204,7 @@ class RunLife(Checks, RuleBasedStateMachine):
         self.schedule, self.keep = schedule, keep
         self.history: list[tuple[oracle.Point, Schedule]] = [((0, 0), schedule)]
         self.policies: list[tuple[int, Keep]] = [(0, keep)]
+        self.resumes: list[tuple[int, Keep]] = []
         self.spec = self.write_spec(schedule, keep)
         self.log.append(f"spec {self.run} {schedule} {keep}")
 
@@ -247,7 +246,7 @@ class RunLife(Checks, RuleBasedStateMachine):
         got = self.train(spec, "--schedule-change", "apply", fault=fault)
         at = self.resumed_at(got, phases)
         if at is None and got.code != 2:  # no checkpoint yet: it started over
-            self.history, self.policies = [((0, 0), to)], [(0, keep)]
+            self.history, self.policies, self.resumes = [((0, 0), to)], [(0, keep)], []
             self.schedule, self.keep, self.spec = to, keep, spec
         elif at is not None and got.code != 2:
             self.schedule, self.keep, self.spec = to, keep, spec
@@ -260,6 +259,8 @@ class RunLife(Checks, RuleBasedStateMachine):
                 self.history.append((at, to))
             if keep != self.policies[-1][1]:
                 self.policies.append((at[0], keep))
+            # It pruned by the new keep as it started training: done, whatever follows.
+            self.resumes.append((at[0], keep))
         self.settle(got, fault)
         newest = runfiles.newest_step(self.place)
         if (self.status == "killed" and at is not None and to != was[2]
@@ -293,7 +294,7 @@ class RunLife(Checks, RuleBasedStateMachine):
             if "starting_over" not in got.stderr and (self.run_dir / "run.json").exists():
                 self.fail("starting over", f"exit {got.code}: no starting_over line")
             self.history, self.schedule, self.spec = [((0, 0), to)], to, spec
-            self.policies = [(0, self.keep)]
+            self.policies, self.resumes = [(0, self.keep)], []
             self.settle(got, NO_FAULT)
             return
         if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):
