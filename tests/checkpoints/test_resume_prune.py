@@ -106,3 +106,23 @@ def test_a_best_saver_prunes_its_history_by_the_new_keep_at_the_resume(
     assert sorted(p.name for p in best.glob("min-val-loss-step-*.pt")) == history[-1:]
     assert (best / "min-val-loss.pt").exists()
     assert Place(tmp_path / "run").names() == checkpoints
+
+
+def test_a_topk_saver_prunes_by_the_new_keep_at_the_resume(tmp_path: Path) -> None:
+    """``TopKSaver`` keeping the best and the 3 newest, resumed keeping the best and the
+    newest, killed before its next firing: at most those two files are left."""
+    def spec(latest: int) -> str:
+        return render(RUN, SAVES, Keep(latest=4)) + (
+            '\n[callbacks.top]\ntype = "TopKSaver"\nmonitor = "val/loss"\n'
+            f'keep = {{ any = [{{ best = 1 }}, {{ latest = {latest} }}] }}\n'
+            'save_last = false\ntrigger = { every = "1 epoch" }\n')
+    (tmp_path / "s1.toml").write_text(spec(3))
+    (tmp_path / "s2.toml").write_text(spec(1))
+    assert _train(tmp_path, "s1.toml", fault=Fault("term", 24)).code == 75  # after 25
+    best = tmp_path / "run" / "best"
+    before = sorted(p.name for p in best.glob("val-loss-step-*.pt"))
+    assert len(before) == 3
+    got = _train(tmp_path, "s2.toml", "--resume", "auto", fault=Fault("kill", 26))
+    assert got.code == -9, got.stderr[-600:]
+    after = sorted(p.name for p in best.glob("val-loss-step-*.pt"))
+    assert before[-1] in after and set(after) < set(before) and len(after) <= 2
