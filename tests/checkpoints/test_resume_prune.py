@@ -91,7 +91,8 @@ def test_a_best_saver_prunes_its_history_by_the_new_keep_at_the_resume(
     with a smaller ``keep`` and killed in epoch 4, before its next firing: the history
     was pruned to the new keep at the resume; its best file and the ModelSaver's stay."""
     def spec(keep: int) -> str:
-        return render(RUN, SAVES, Keep(latest=4)) + (
+        head: str = render(RUN, SAVES, Keep(latest=4))
+        return head + (
             '\n[callbacks.best]\ntype = "MinSaver"\nmonitor = "val/loss"\n'
             f'keep = {keep}\ntrigger = {{ every = "1 epoch" }}\n')
     (tmp_path / "s1.toml").write_text(spec(4))
@@ -112,7 +113,8 @@ def test_a_topk_saver_prunes_by_the_new_keep_at_the_resume(tmp_path: Path) -> No
     """``TopKSaver`` keeping the best and the 3 newest, resumed keeping the best and the
     newest, killed before its next firing: at most those two files are left."""
     def spec(latest: int) -> str:
-        return render(RUN, SAVES, Keep(latest=4)) + (
+        head: str = render(RUN, SAVES, Keep(latest=4))
+        return head + (
             '\n[callbacks.top]\ntype = "TopKSaver"\nmonitor = "val/loss"\n'
             f'keep = {{ any = [{{ best = 1 }}, {{ latest = {latest} }}] }}\n'
             'save_last = false\ntrigger = { every = "1 epoch" }\n')
