@@ -40,6 +40,8 @@ class Checks:
     policies: list[tuple[int, Keep]]
     #: each resume with another keep, which prunes by it at once: (step, keep)
     resumes: list[tuple[int, Keep]]
+    #: the steps of saves killed right after their commit: their pruning never ran
+    cut_short: list[int]
 
     def setup(self, counts: collections.Counter[str], tolerated: set[str]) -> None:
         self.counts, self.tolerated = counts, tolerated
@@ -121,7 +123,8 @@ class Checks:
         saves = [p for p, cb in zip(points, callbacks, strict=True) if cb == "ckpt"]
         validated = [p for p, cb in zip(points, callbacks, strict=True) if cb == "validate"]
         values = oracle.val_losses(rows)
-        want = oracle.kept_files(saves, self.policies, validated, values, self.resumes)
+        want = oracle.kept_files(saves, self.policies, validated, values, self.resumes,
+                                 cut_short=self.cut_short)
         last = set()
         if self.preempt is not None and not any(s > self.preempt for s, _ in saves):
             last = {f"step-{self.preempt:08d}.pt"}

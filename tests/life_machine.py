@@ -139,6 +139,8 @@ class RunLife(Checks, RuleBasedStateMachine):
                 phase = runfiles.phases(self.place).get(f"step-{newest or 0:08d}.pt")
                 if phase == "preempt":  # a preemption's own file, all the same
                     self.preempt = newest
+                elif newest is not None:  # its pruning never ran: the resume's does it
+                    self.cut_short.append(newest)
             return
         else:
             self.fail(f"exit {got.code}", f"{fault}: {got.stderr[-600:]}")
@@ -205,6 +207,7 @@ class RunLife(Checks, RuleBasedStateMachine):
         self.history: list[tuple[oracle.Point, Schedule]] = [((0, 0), schedule)]
         self.policies: list[tuple[int, Keep]] = [(0, keep)]
         self.resumes: list[tuple[int, Keep]] = []
+        self.cut_short: list[int] = []
         self.spec = self.write_spec(schedule, keep)
         self.log.append(f"spec {self.run} {schedule} {keep}")
 
@@ -225,7 +228,11 @@ class RunLife(Checks, RuleBasedStateMachine):
                 to = attrs.evolve(to, best=self.schedule.best)
             fault = Fault(fault.kind, fault.at, self.write_spec(to, self.keep), by_command)
         before = runfiles.answer_text(self.run_dir)
+        phases = runfiles.phases(self.place)
         got = self.train(self.spec, fault=fault)
+        at = self.resumed_at(got, phases)
+        if at is not None:  # it pruned by its keep as it started training
+            self.resumes.append((at[0], self.keep))
         if fault.kind in RETIMES and got.code is not None:
             self.take_retime(fault, to, before)
         self.settle(got, fault)
@@ -247,6 +254,7 @@ class RunLife(Checks, RuleBasedStateMachine):
         at = self.resumed_at(got, phases)
         if at is None and got.code != 2:  # no checkpoint yet: it started over
             self.history, self.policies, self.resumes = [((0, 0), to)], [(0, keep)], []
+            self.cut_short = []
             self.schedule, self.keep, self.spec = to, keep, spec
         elif at is not None and got.code != 2:
             self.schedule, self.keep, self.spec = to, keep, spec
@@ -294,7 +302,7 @@ class RunLife(Checks, RuleBasedStateMachine):
             if "starting_over" not in got.stderr and (self.run_dir / "run.json").exists():
                 self.fail("starting over", f"exit {got.code}: no starting_over line")
             self.history, self.schedule, self.spec = [((0, 0), to)], to, spec
-            self.policies, self.resumes = [(0, self.keep)], []
+            self.policies, self.resumes, self.cut_short = [(0, self.keep)], [], []
             self.settle(got, NO_FAULT)
             return
         if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):
