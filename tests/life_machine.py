@@ -271,8 +271,11 @@ class RunLife(Checks, RuleBasedStateMachine):
             self.resumes.append((at[0], keep))
         self.settle(got, fault)
         newest = runfiles.newest_step(self.place)
+        # A checkpoint at the resume's step but after a later event (its epoch_end, the
+        # new schedule's save there) is the new spec's: a point, not a step, is compared.
+        phase = runfiles.phases(self.place).get(f"step-{newest or 0:08d}.pt", "step_end")
         if (self.status == "killed" and at is not None and to != was[2]
-                and (newest is None or newest <= at[0])):
+                and (newest is None or (newest, oracle.PHASES.get(phase, 0)) <= at)):
             # The killed run's log (checked next) is the new spec's; its resume is the
             # old spec's again, from the same checkpoint (taken back by the next rule).
             self.pending = was
