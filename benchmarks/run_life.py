@@ -40,10 +40,8 @@ def main() -> None:
     p.add_argument("--shrink-seconds", type=int, default=90,
                    help="shrink a failure this long at most (hypothesis' own cap is 300 s)")
     p.add_argument("--strict", action="store_true",
-                   help="tolerate no known defect (life_checks.KNOWN_UNPRUNED off)")
+                   help="tolerate no known defect (none is known: kept for scripts)")
     args = p.parse_args()
-    if args.strict:
-        checks.KNOWN_UNPRUNED = False
     # Each shrink step reruns real runs: capped, the partly shrunk sequence is printed.
     engine.MAX_SHRINKING_SECONDS = args.shrink_seconds
     warm_up()
@@ -79,7 +77,6 @@ def main() -> None:
         print(f"\n=== failure [{kind}] (minimal sequence) ===\n{text}")
     for kind, text in sorted(checks.SEEN.items()):
         print(f"\n=== seen [{kind}] (its shortest lifecycle) ===\n{text}")
-    print(f"\nknown tolerated: KNOWN_UNPRUNED={checks.KNOWN_UNPRUNED}")
     print("reproduce: each failure's sequence above (hypothesis' falsifying example)")
 
 

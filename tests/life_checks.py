@@ -17,11 +17,6 @@ from jobs.lifecycle import DIGEST_FILE
 from life_faults import run_cli
 from life_specs import Keep, RunOptions, Schedule, render
 
-#: A save killed after its commit and before its pruning (``on_saved``) leaves the files
-#: that pruning would have deleted, when the resumed run saves no more: the resume does not
-#: finish the interrupted pruning (the next save's would). True: that exact outcome is
-#: counted, not failed (found by this machine; see the branch's report).
-KNOWN_UNPRUNED = True
 #: Each failure kind met, with its shortest lifecycle: a failure met while hypothesis
 #: shrinks another one is never raised to the driver, so it is kept here.
 SEEN: dict[str, str] = {}
@@ -43,6 +38,10 @@ class Checks:
     spec: str
     history: list[tuple[oracle.Point, Schedule]]
     policies: list[tuple[int, Keep]]
+    #: each resume with another keep, which prunes by it at once: (step, keep)
+    resumes: list[tuple[int, Keep]]
+    #: the steps of saves killed right after their commit: their pruning never ran
+    cut_short: list[int]
 
     def setup(self, counts: collections.Counter[str], tolerated: set[str]) -> None:
         self.counts, self.tolerated = counts, tolerated
@@ -56,8 +55,6 @@ class Checks:
         self.log: list[str] = []
         #: The step of the last preemption's own checkpoint (None: never preempted).
         self.preempt: int | None = None
-        #: The step of a save killed right after its commit, before its pruning.
-        self.unpruned: int | None = None
         counts["lifecycles"] += 1
 
     def teardown(self) -> None:
@@ -126,19 +123,13 @@ class Checks:
         saves = [p for p, cb in zip(points, callbacks, strict=True) if cb == "ckpt"]
         validated = [p for p, cb in zip(points, callbacks, strict=True) if cb == "validate"]
         values = oracle.val_losses(rows)
-        want = oracle.kept_files(saves, self.policies, validated, values)
+        want = oracle.kept_files(saves, self.policies, validated, values, self.resumes,
+                                 cut_short=self.cut_short)
         last = set()
         if self.preempt is not None and not any(s > self.preempt for s, _ in saves):
             last = {f"step-{self.preempt:08d}.pt"}
         got = self.place.names()
         want |= last
-        if (KNOWN_UNPRUNED and got != want and saves and saves[-1][0] == self.unpruned
-                and got == oracle.kept_files(saves[:-1], self.policies, validated, values)
-                | last | {f"step-{saves[-1][0]:08d}.pt"}):
-            # The last save's pruning never ran (killed after its commit), and no save
-            # after the resume pruned for it: see KNOWN_UNPRUNED.
-            self.counts["known: unpruned after a kill between commit and pruning"] += 1
-            return
         if want - got:
             self.fail("files lost", f"kept {sorted(got)}, expected {sorted(want)}")
         elif got - want:

@@ -139,8 +139,8 @@ class RunLife(Checks, RuleBasedStateMachine):
                 phase = runfiles.phases(self.place).get(f"step-{newest or 0:08d}.pt")
                 if phase == "preempt":  # a preemption's own file, all the same
                     self.preempt = newest
-                else:
-                    self.unpruned = newest
+                elif newest is not None:  # its pruning never ran: the resume's does it
+                    self.cut_short.append(newest)
             return
         else:
             self.fail(f"exit {got.code}", f"{fault}: {got.stderr[-600:]}")
@@ -206,6 +206,8 @@ class RunLife(Checks, RuleBasedStateMachine):
         self.schedule, self.keep = schedule, keep
         self.history: list[tuple[oracle.Point, Schedule]] = [((0, 0), schedule)]
         self.policies: list[tuple[int, Keep]] = [(0, keep)]
+        self.resumes: list[tuple[int, Keep]] = []
+        self.cut_short: list[int] = []
         self.spec = self.write_spec(schedule, keep)
         self.log.append(f"spec {self.run} {schedule} {keep}")
 
@@ -226,7 +228,11 @@ class RunLife(Checks, RuleBasedStateMachine):
                 to = attrs.evolve(to, best=self.schedule.best)
             fault = Fault(fault.kind, fault.at, self.write_spec(to, self.keep), by_command)
         before = runfiles.answer_text(self.run_dir)
+        phases = runfiles.phases(self.place)
         got = self.train(self.spec, fault=fault)
+        at = self.resumed_at(got, phases)
+        if at is not None:  # it pruned by its keep as it started training
+            self.resumes.append((at[0], self.keep))
         if fault.kind in RETIMES and got.code is not None:
             self.take_retime(fault, to, before)
         self.settle(got, fault)
@@ -247,7 +253,8 @@ class RunLife(Checks, RuleBasedStateMachine):
         got = self.train(spec, "--schedule-change", "apply", fault=fault)
         at = self.resumed_at(got, phases)
         if at is None and got.code != 2:  # no checkpoint yet: it started over
-            self.history, self.policies = [((0, 0), to)], [(0, keep)]
+            self.history, self.policies, self.resumes = [((0, 0), to)], [(0, keep)], []
+            self.cut_short = []
             self.schedule, self.keep, self.spec = to, keep, spec
         elif at is not None and got.code != 2:
             self.schedule, self.keep, self.spec = to, keep, spec
@@ -260,10 +267,15 @@ class RunLife(Checks, RuleBasedStateMachine):
                 self.history.append((at, to))
             if keep != self.policies[-1][1]:
                 self.policies.append((at[0], keep))
+            # It pruned by the new keep as it started training: done, whatever follows.
+            self.resumes.append((at[0], keep))
         self.settle(got, fault)
         newest = runfiles.newest_step(self.place)
+        # A checkpoint at the resume's step but after a later event (its epoch_end, the
+        # new schedule's save there) is the new spec's: a point, not a step, is compared.
+        phase = runfiles.phases(self.place).get(f"step-{newest or 0:08d}.pt", "step_end")
         if (self.status == "killed" and at is not None and to != was[2]
-                and (newest is None or newest <= at[0])):
+                and (newest is None or (newest, oracle.PHASES.get(phase, 0)) <= at)):
             # The killed run's log (checked next) is the new spec's; its resume is the
             # old spec's again, from the same checkpoint (taken back by the next rule).
             self.pending = was
@@ -293,7 +305,7 @@ class RunLife(Checks, RuleBasedStateMachine):
             if "starting_over" not in got.stderr and (self.run_dir / "run.json").exists():
                 self.fail("starting over", f"exit {got.code}: no starting_over line")
             self.history, self.schedule, self.spec = [((0, 0), to)], to, spec
-            self.policies = [(0, self.keep)]
+            self.policies, self.resumes, self.cut_short = [(0, self.keep)], [], []
             self.settle(got, NO_FAULT)
             return
         if got.code != 2 or not any(x.startswith("error:") for x in got.lines()):

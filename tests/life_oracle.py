@@ -150,16 +150,34 @@ def _diff(got: list[Firing], want: list[Firing]) -> str:
 
 
 def kept_files(saves: Sequence[Point], policies: Sequence[tuple[int, Keep]],
-               validated: Sequence[Point], val_loss: dict[int, float]) -> set[str]:
+               validated: Sequence[Point], val_loss: dict[int, float],
+               resumes: Sequence[tuple[int, Keep]] = (), *,
+               cut_short: Sequence[int] = ()) -> set[str]:
     """The checkpoint files ``saves`` (the saver's save points, in order) leave, each
-    save pruning by the policy in force at its step (``policies``: (from step, keep)).
-    A save's record holds val/loss only where its policy then judged by it and the
-    value was put at its own step before it (``validated``: validate's points; it fires
-    before the saver at one point): a save without one is never among the best."""
+    save pruning by the policy in force at its step (``policies``: (from step, keep)),
+    and each resume pruning by its keep at its step (``resumes``: (step, keep), in the
+    order they ran: a resume killed before its first save pruned all the
+    same, and a plain resume by the same keep, a no-op unless a kill cut the last
+    save's pruning short: a save killed right after its commit, its step in
+    ``cut_short``, never pruned). A save's record holds val/loss only where its policy
+    then judged by it and the value was put at its own step before it (``validated``:
+    validate's points; it fires before the saver at one point): a save without one is
+    never among the best."""
     records: list[int] = []
     present: set[int] = set()
     values: dict[int, float] = {}
-    for s, rank in saves:
+    pending = list(resumes)
+
+    def resumed_before(step: float) -> None:
+        nonlocal present
+        while pending and pending[0][0] < step:
+            keep = pending.pop(0)[1]
+            if records:
+                present = {f for f in present if f in _kept(keep, records, values)}
+
+    last = {s: i for i, (s, _) in enumerate(saves)}
+    for i, (s, rank) in enumerate(saves):
+        resumed_before(s)
         if s in records:
             records.remove(s)  # the same file written again (a periodic and a train_end save)
         records.append(s)
@@ -168,7 +186,10 @@ def kept_files(saves: Sequence[Point], policies: Sequence[tuple[int, Keep]],
         values.pop(s, None)
         if keep.best and any(v == s and r <= rank for v, r in validated) and s in val_loss:
             values[s] = val_loss[s]
+        if s in cut_short and last[s] == i:
+            continue
         present = {f for f in present if f in _kept(keep, records, values)}
+    resumed_before(float("inf"))
     return {f"step-{s:08d}.pt" for s in present}
 
 

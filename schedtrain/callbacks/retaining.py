@@ -2,9 +2,9 @@
 
 A saver records each checkpoint it asks for (``Saved``: name, clock, monitored values)
 before the write, so the checkpoint holds its own record and a resumed run prunes as
-the unbroken one would. Pruning (on the chief, once a write has landed) deletes the
-saver's own landed files that ``retention.retained`` does not keep: never another's,
-never the newest finite one.
+the unbroken one would. Pruning (on the chief, once a write has landed, and once
+more when a resumed run starts training) deletes the saver's own landed files that
+``retention.retained`` does not keep: never another's, never the newest finite one.
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ class Records:
     def __init__(self) -> None:
         #: file name -> when it was saved and the monitored values then
         self.by_name: dict[str, Saved] = {}
+        #: read back from a checkpoint and not pruned since: a resumed saver prunes once
+        #: before training goes on (the pruning of the save it resumed from may have
+        #: been cut short by a kill after its commit, and ``keep`` may have changed)
+        self.restored = False
 
     def add(self, saved: Saved) -> None:
         """Record a save (one at the same name again replaces it, as its file)."""
@@ -73,6 +77,7 @@ class Records:
               delete: Callable[[str], object]) -> None:
         """Delete (``delete(name)``) those of ``existing`` (oldest first) ``policy`` does
         not keep, sparing the newest finite one, and forget them."""
+        self.restored = False
         if policy is None:
             return
         saved = list(existing)
@@ -95,7 +100,7 @@ class Records:
 
     def load(self, rows: Iterable[Any], check: Callable[[str], str] = str) -> None:
         """Restore ``state()``'s rows (``check`` vets each name read from a checkpoint)."""
-        self.by_name = {}
+        self.by_name, self.restored = {}, True
         for i, row in enumerate(rows):
             try:
                 saved = saved_row(row)

@@ -76,6 +76,8 @@ class ModelSaver(Callback):
                 self._put(decision)
 
     def _before_train(self) -> None:
+        if self._records.restored:  # resumed: the pruning a kill cut short, by today's keep
+            self._prune_files()
         if self._pacing is not None:
             self._pacing.started(self.now.step)
 
@@ -105,10 +107,14 @@ class ModelSaver(Callback):
         self.metrics.put(f"{name}/step_time", decision["step_s"])
 
     def _prune(self, written: Path) -> None:
+        self._records.landed(written)
+        self._prune_files()
+
+    def _prune_files(self) -> None:
         """Delete this run's checkpoints ``keep`` does not keep, sparing the newest finite
         one (on the chief)."""
-        self._records.landed(written)
         if self.keep is None or not self.is_chief:
+            self._records.restored = False
             return
         folder = self._dir().resolve()
         mine = []
@@ -198,10 +204,18 @@ class _BestSaver(Ranking):
             self._records.add(Saved(path.name, save_time(self), True, {self.monitor: got.value}))
             self.trainer.save_checkpoint(path, on_saved=self._prune)
 
+    def _before_train(self) -> None:
+        if self._records.restored:  # resumed: the pruning a kill cut short, by today's keep
+            self._prune_files()
+
     def _prune(self, written: Path) -> None:
-        """Delete the history files ``keep`` does not keep (on the chief)."""
         self._records.landed(written)
+        self._prune_files()
+
+    def _prune_files(self) -> None:
+        """Delete the history files ``keep`` does not keep (on the chief)."""
         if not self.is_chief:
+            self._records.restored = False
             return
         folder = self._path().parent
         mine = self._records.mine(folder, self.trainer.written_checkpoints())

@@ -101,7 +101,16 @@ class TopKSaver(Ranking):
         self._records.landed(written)
         if written.stem.endswith("-nonfinite"):
             self._records.by_name.pop(written.name, None)
+        self._prune_files()
+
+    def _before_train(self) -> None:
+        if self._records.restored:  # resumed: the pruning a kill cut short, by today's keep
+            self._prune_files()
+
+    def _prune_files(self) -> None:
+        """Delete this saver's files no rule keeps (on the chief)."""
         if not self.is_chief:
+            self._records.restored = False
             return
         folder = self._dir()
         mine = self._records.mine(folder, self.trainer.written_checkpoints())
@@ -133,6 +142,7 @@ class TopKSaver(Ranking):
             self._records.load(state["records"], check)
             return
         self._records = Records()  # an older checkpoint: the ranked files alone
+        self._records.restored = True
         for v, s, n in sorted(state["best"], key=lambda b: int(b[1])):
             self._records.add(Saved(check(n), Timestamp(step=int(s)), True,
                                     {self.monitor: float(v)}))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -29,12 +30,24 @@ __all__ = [
     "remove",
     "remove_leftovers",
     "replace_dir",
+    "run_folders",
     "write_atomic",
 ]
 
 #: A checkpoint's name: one file (``.pt``) or a sharded one's directory (``.dcp``).
 NAME_RE: Final = re.compile(r"step-(\d+)(-nonfinite)?\.(?:pt|dcp)")
 _OLD: Final = ".old.tmp"
+
+
+def run_folders(keys: Iterable[str], run_dir: Path | None) -> set[Path]:
+    """The folders inside ``run_dir`` (below it, never it) that the run's ``written``
+    keys lie in: a resumed process, which holds the run directory, prunes there before
+    its first write. A key outside it (absolute, or leading out) names none."""
+    if run_dir is None:
+        return set()
+    root = run_dir.resolve()
+    folders = {(root / key).resolve().parent for key in keys if not Path(key).is_absolute()}
+    return {f for f in folders if root in f.parents}
 
 
 def plain_name(name: object, what: str) -> str:

@@ -19,7 +19,7 @@ import structlog
 from schedtrain.checkpoints.background import Writer, checked, nonfinite
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
-from schedtrain.checkpoints.files import checkpoint_name
+from schedtrain.checkpoints.files import checkpoint_name, run_folders
 from schedtrain.checkpoints.format import CheckpointError, is_finite
 from schedtrain.checkpoints.mount import Mount
 from schedtrain.checkpoints.owned import Owned
@@ -100,7 +100,7 @@ class Checkpoints:
         self.pending: list[Save] = []
         #: log each checkpoint written (an application configured structlog)
         self.log = False
-        #: folders this process wrote checkpoints into: the only ones it deletes from
+        #: folders this process wrote into or resumed its run's files in: it deletes there
         self._folders: set[Path] = set()
         self.on_written = on_written
         #: formats the model's weights are also exported in (``export.EXPORT_FORMATS``)
@@ -145,8 +145,8 @@ class Checkpoints:
         alone. Returns whether it was one of this run's.
 
         ``written`` is read back from checkpoints on resume, so it is not trusted alone:
-        the file must also sit in a folder this process has written a checkpoint into,
-        and be as the run wrote it (its size and digest, ``owned``)."""
+        the file must also sit in a folder this process wrote into (or resumed in: see
+        ``read``), and be as the run wrote it (its size and digest, ``owned``)."""
         key = self.key(path)
         if (key not in self.written or path.parent.resolve() not in self._folders
                 or (self.mount.chief and not self.owned.trusted(key, path, recheck=True))):
@@ -377,8 +377,10 @@ class Checkpoints:
         self.written = list(run["written"])
         self.owned.load(run.get("owned"))  # absent from earlier ones: nothing earlier pruned
         self.preempted.load(run, self.key(path), state["phase"], self.owned.records)
+        self._folders |= run_folders(self.written, self.run_dir)  # pruned before a write
         if self.mount.chief and self.key(path) in self.written:  # it cannot hold its own
             self.owned.wrote(self.key(path), path, None)
+            self._folders.add(path.parent.resolve())
         return state
 
     def validate(self, state: dict[str, Any], shown: Path | str) -> None:

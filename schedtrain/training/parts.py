@@ -28,9 +28,9 @@ from schedtrain.callbacks.saver import ModelSaver
 from schedtrain.checkpoints import Checkpoints
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, Alone
-from schedtrain.distributed.comm import Comm
+from schedtrain.distributed.comm import Comm, reraise_on_all
 from schedtrain.distributed.setup import prepare
-from schedtrain.errors import ScheduleWarning
+from schedtrain.errors import RunDirError, ScheduleWarning
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore, Sink
 from schedtrain.planning.changes import canonical
@@ -159,7 +159,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     change = ScheduleChange(
         canonical(bound.schedule), config.schedule_change,
         functools.partial(_shape, config, ready.train_data),
-        lambda: {n: cb.keep for n, cb in by_name.items() if isinstance(cb, ModelSaver)})
+        lambda: {n: cb.keep for n, cb in by_name.items() if isinstance(cb, ModelSaver)},
+        ended=functools.partial(_refuse_ended, directory, comm, config))
     run_state = RunState(
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
@@ -244,3 +245,15 @@ def _present(checkpoints: Checkpoints, callbacks: Mapping[str, Callback],
     if where is None:
         return set(names)
     return {p.name for p in checkpoints.mount.exists([where / n for n in names])}
+
+
+def _refuse_ended(directory: RunDirectory | None, comm: Comm | None, config: RunConfig,
+                  step: int) -> None:
+    """Raise ``RunEnded`` on every rank when the run resumed at ``step`` had ended, its
+    end unchanged (the chief reads ``run.json``; every rank takes its answer)."""
+    failed: RunDirError | None = (directory.refusal(config.max_epochs, config.max_steps,
+                                                    step) if directory is not None else None)
+    if comm is not None:
+        failed = reraise_on_all(comm, failed)
+    if failed is not None:
+        raise failed

@@ -72,8 +72,19 @@ class RunDirectory:
               resumed_step: int | None = None) -> bool:
         """Whether the run here ended with nothing left to resume for these limits, from
         a checkpoint at ``resumed_step`` (a resume would be refused with ``RunEnded``)."""
+        return self.refusal(max_epochs, max_steps, resumed_step) is not None
+
+    def refusal(self, max_epochs: int | None, max_steps: int | None,
+                resumed_step: int | None = None) -> RunEnded | None:
+        """The ``RunEnded`` a resume from a checkpoint at ``resumed_step`` gets when the
+        run here ended for these limits (``ended``); ``None`` when it has more to do."""
         status = self.status()
-        return status is not None and _ended(status, max_epochs, max_steps, resumed_step)
+        if status is None or not _ended(status, max_epochs, max_steps, resumed_step):
+            return None
+        return RunEnded(f"the run in {str(self.path)!r} {status['status']} at step "
+                        f"{status.get('step')}; there is nothing left to resume (start "
+                        "over with --overwrite, or use another --run-dir)",
+                        status=status["status"], step=int(status.get("step", 0)))
 
     def holds_a_run(self) -> bool:
         """Whether a run has used this directory (``run.json``, a log or checkpoints)."""
@@ -172,14 +183,11 @@ class RunDirectory:
                 raise RunDirError(f"the run in {str(self.path)!r} {_described(status)} and "
                                   "left no checkpoint to continue from; start over with "
                                   "--overwrite, or use another --run-dir")
-            if ends_at is not None and status is not None and _ended(status, *ends_at,
-                                                                     resumed_step):
+            ended = None if ends_at is None else self.refusal(*ends_at, resumed_step)
+            if ended is not None:
                 if on_ended is not None:
                     on_ended()
-                raise RunEnded(f"the run in {str(self.path)!r} {status['status']} at step "
-                               f"{status.get('step')}; there is nothing left to resume "
-                               "(start over with --overwrite, or use another --run-dir)",
-                               status=status["status"], step=int(status.get("step", 0)))
+                raise ended
         except RunDirError:
             self.release()
             raise

@@ -81,6 +81,10 @@ class ScheduleChange:
     savers: Callable[[], Mapping[str, Policy | None]] = dict
     #: which of a saver's files are there now (``None``: as its ``keep`` left them)
     present: Present | None = None
+    #: raises ``RunEnded`` when the run resumed at a step (the checkpoint's) had ended
+    #: with its end unchanged: a requeue of an ended run has nothing to do, whatever
+    #: schedule its checkpoint holds, so it is asked before the schedules are compared
+    ended: Callable[[int], None] | None = None
     #: the rules applied at the last resume (``None``: the schedule did not change)
     carried: Carry | None = None
     #: the ``schedule_change`` line for ``events.jsonl``, until it is written
@@ -104,10 +108,12 @@ class ScheduleChange:
             return
         if saved == self.text:
             return
+        step = int(run["clock"]["now"]["step"])
+        if self.ended is not None:
+            self.ended(step)
         why = _unreadable(saved)
         if why is not None:
             raise StoredScheduleError(shown, why)
-        step = int(run["clock"]["now"]["step"])
         # Taken inside an epoch: after a step_end; otherwise after the epoch's end.
         phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
         diff = self._diff(saved, step, phase, run.get("callbacks"))
