@@ -76,15 +76,16 @@ class Records:
     def prune(self, policy: Policy | None, existing: Iterable[Saved],
               delete: Callable[[str], object]) -> None:
         """Delete (``delete(name)``) those of ``existing`` (oldest first) ``policy`` does
-        not keep, sparing the newest finite one, and forget them."""
+        not keep, sparing the newest finite one, and forget those deleted."""
         self.restored = False
         if policy is None:
             return
         saved = list(existing)
         keep = retained(policy, saved)
         for i, s in enumerate(saved):
-            if i not in keep:
-                delete(s.name)
+            # One the trainer refused (``False``: in no folder this process may delete
+            # in yet) stays recorded, for a later pruning there.
+            if i not in keep and delete(s.name) is not False:
                 self.by_name.pop(s.name, None)
 
     def mine(self, folder: Path, written: Iterable[Path]) -> list[Saved]:
