@@ -83,6 +83,11 @@ def _running(run_dir: Path, until: float | None) -> RunStatus:
                 raise UsageError(f"{run_dir}: no job runs there (its run.json says "
                                  f"{status.status!r}); {restart}")
             raise UsageError(f"{run_dir}: its job (process {status.pid}) is gone; {restart}")
+        if status is not None and status.status != "running" and status.pid is not None \
+                and status.pid != os.getpid() and _alive(status.pid):
+            # The process that recorded how the run ended still holds the lock: it is ending.
+            raise UsageError(f"{run_dir}: its job (process {status.pid}) is ending (its "
+                             f"run.json says {status.status!r}): nothing handed; {restart}")
         if until is None or time.monotonic() > until:
             said = ("has no run.json yet" if status is None else
                     f"still says {status.status!r}")

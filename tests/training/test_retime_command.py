@@ -301,6 +301,36 @@ HOLDER = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.parametrize("ended", ["finished", "stopped", "preempted", "failed"])
+def test_a_job_ending_is_said_to_be_ending(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], ended: str) -> None:
+    """The process that recorded how the run ended still holds the lock (it is exiting):
+    exit 2 saying it is ending, with the way on, nothing handed; not "starting"."""
+    from schedtrain.cli.main import main
+
+    old = '[callbacks.a]\ntrigger = { every = "3 steps" }\n'
+    run_dir = _running_dir(tmp_path, old)
+    schedule = json.loads((run_dir / "run.json").read_text())["schedule"]
+    new = tmp_path / "new.toml"
+    new.write_text(old.replace("3 steps", "4 steps"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), schedule],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        (run_dir / "run.json").write_text(json.dumps(
+            {"status": ended, "pid": holder.pid, "step": 4, "schedule": schedule}))
+        assert main(["retime", str(run_dir), str(new), "--wait", "1"]) == 2
+        err = capsys.readouterr().err
+        assert f"process {holder.pid}) is ending" in err and "starting" not in err
+        assert "--resume auto --schedule-change apply" in err
+        assert not (run_dir / "retime.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize("before", [None, "preempted", "finished", "running-gone"])
 def test_a_job_starting_up_is_said_to_be_starting_and_waited_for(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], before: str | None) -> None:
