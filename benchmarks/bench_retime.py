@@ -33,7 +33,7 @@ import torch
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import read_answer, write_request
+from schedtrain.planning.requests import read_answer, write_request
 from schedtrain.training import Trainer
 
 BATCH, FEATURES = 32, 16

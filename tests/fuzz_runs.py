@@ -24,7 +24,7 @@ from fuzz_mutations import Mutation, apply
 from jobs.fuzz import FIXTURE
 
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import Applied, History, write_history
+from schedtrain.planning.requests import Applied, History, write_history
 from schedtrain.spec import load_spec
 
 #: The run: the crash job (Adam, dropout, shuffled data), two epochs of 64 steps.

@@ -125,7 +125,7 @@ def _plant(fault: Fault, run_dir: Path) -> None:
             where["paced"] = True
         elif fault.kind in ("retime", "kill_retime"):
             from schedtrain.planning.changes import canonical
-            from schedtrain.planning.retime import write_request
+            from schedtrain.planning.requests import write_request
             from schedtrain.spec import load_spec
 
             text = canonical(load_spec(run_dir.parent / fault.retime).schedule())
@@ -136,7 +136,7 @@ def _plant(fault: Fault, run_dir: Path) -> None:
 
     task.HOOK = hook
     if fault.kind == "kill_retime":
-        from schedtrain.training.retime import Retimer
+        from schedtrain.training.control.retime import Retimer
 
         remember = Retimer._remember
 

@@ -228,7 +228,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, imports=True)  # custom trigger classes run in training
     try:
         from schedtrain.training import train_from_spec
-        from schedtrain.training.schedule_change import ScheduleChanged
+        from schedtrain.training.control.schedule_change import ScheduleChanged
         from schedtrain.training.threads import limit_cpu_threads
     except ImportError as exc:
         print("error: schedtrain train needs schedtrain.training (and torch), which cannot "

@@ -31,7 +31,7 @@ from schedtrain.cli.diff import NOT_COMPARED, Side, _shape, read_side
 from schedtrain.cli.preflight import UsageError, checked, print_warnings
 from schedtrain.errors import RunDirError, one_line, with_head
 from schedtrain.planning.changes import diff_texts
-from schedtrain.planning.retime import (
+from schedtrain.planning.requests import (
     ANSWER_FILE,
     LOOK_STEPS,
     REQUEST_FILE,

@@ -44,6 +44,9 @@ MOVED: Final[dict[str, str]] = {
     "schedtrain.training.sharded": "schedtrain.checkpoints.sharded",
     "schedtrain.training.state": "schedtrain.training.data_position",
     "schedtrain.training.main": "schedtrain.training.from_spec",
+    "schedtrain.training.retime": "schedtrain.training.control.retime",
+    "schedtrain.training.schedule_change": "schedtrain.training.control.schedule_change",
+    "schedtrain.planning.retime": "schedtrain.planning.requests",
 }
 
 

@@ -32,11 +32,11 @@ from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.batch_events import BatchEvents
 from schedtrain.training.control.inbox import Inbox
+from schedtrain.training.control.retime import Retimer
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.device import autocast
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.losses import FOLD, LossKeeper
-from schedtrain.training.retime import Retimer
 from schedtrain.training.steps import PlainStep, Step, make_step
 
 __all__ = ["Loop"]

@@ -40,14 +40,14 @@ from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.binding import Bound
 from schedtrain.training.control.inbox import Inbox
+from schedtrain.training.control.retime import Retimer
+from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.dispatch import Dispatcher
 from schedtrain.training.loop import Loop
 from schedtrain.training.losses import LossKeeper
-from schedtrain.training.retime import Retimer
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.run_state import RunState
-from schedtrain.training.schedule_change import ScheduleChange
 from schedtrain.training.steps import StepFn
 from schedtrain.triggers.protocol import Predicate
 

@@ -39,11 +39,11 @@ from schedtrain.monitors.store import MetricStore
 from schedtrain.planning.deletions import Present
 from schedtrain.readback import DamagedFile
 from schedtrain.schedule.table import TriggerTable
+from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.log_offset import check_offset
 from schedtrain.training.losses import LossKeeper
 from schedtrain.training.run_records import check_run
-from schedtrain.training.schedule_change import ScheduleChange
 from schedtrain.training.trial import missing_key, refusals, run_trials, try_states
 from schedtrain.urls import is_url
 

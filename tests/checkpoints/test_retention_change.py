@@ -83,7 +83,7 @@ def test_the_refusal_lists_the_files_the_change_deletes(tmp_path: Path, keep: An
     """The changed-schedule refusal lists, of the saver's files there now, those the
     new schedule deletes by the end of the run; applied, the run deletes exactly those
     (and `diff CHECKPOINT NEW` lists them alike)."""
-    from schedtrain.training.schedule_change import ScheduleChanged
+    from schedtrain.training.control.schedule_change import ScheduleChanged
 
     _trainer(tmp_path, 1, 12, keep).fit()
     there = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())

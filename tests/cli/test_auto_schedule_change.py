@@ -193,7 +193,7 @@ def test_a_live_change_of_an_auto_trigger_is_refused(tmp_path: Path, old: str,
     import os
 
     from schedtrain.planning.changes import canonical
-    from schedtrain.planning.retime import live_refusal
+    from schedtrain.planning.requests import live_refusal
     from schedtrain.spec import loads_spec
 
     def text(trigger: str) -> str:

@@ -186,7 +186,7 @@ CHECKPOINT_IO = ("torch.save", "torch.load", "shutil.rmtree", "os.remove", "os.u
 #: the run directory's log, status and traceback, and InjectShell's trigger file.
 #: (``schedtrain.files`` removes the temporary file of a write that failed.)
 OWN_FILE_DELETERS = ("schedtrain.training.run_dir", "schedtrain.callbacks.shell",
-                     "schedtrain.files", "schedtrain.planning.retime")
+                     "schedtrain.files", "schedtrain.planning.requests")
 
 
 def _dotted(node: ast.expr) -> str:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from schedtrain.callbacks import Callback
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import write_request
+from schedtrain.planning.requests import write_request
 from schedtrain.spec import load_spec
 from schedtrain.training import Task
 

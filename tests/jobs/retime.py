@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schedtrain.callbacks import Callback
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import write_request
+from schedtrain.planning.requests import write_request
 from schedtrain.spec import load_spec
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 from training_helpers import UnevenData, tiny_model
 
-import schedtrain.training.retime as live
+import schedtrain.training.control.retime as live
 from schedtrain import Schedule, every
 from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import write_request
+from schedtrain.planning.requests import write_request
 from schedtrain.training import Trainer
 
 OLD: Schedule = Schedule({"ask": every("1 step"), "save": every("7 steps")})

@@ -25,7 +25,7 @@ from training_helpers import Noop
 from schedtrain import Schedule, at, every
 from schedtrain.callbacks import Callback
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import LOOK_STEPS, write_request
+from schedtrain.planning.requests import LOOK_STEPS, write_request
 
 EPOCHS, PER_EPOCH = 6, 100  # past two looks at the request file
 ASK = "1 epochs"  # the request is handed at the first epoch's end, and waits
@@ -103,7 +103,7 @@ def _unchanged() -> str:
 def test_a_waiting_retime_leaves_the_loops_next_steps_as_without_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_file: bool,
         new: Callable[[], str], status: str | None) -> None:
-    import schedtrain.training.retime as live
+    import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 10**18)  # the file: looked for at the folds only
     quiet = _run(tmp_path / "quiet", Noop())

@@ -20,7 +20,7 @@ from schedtrain import Schedule, at, every, on, plateau, simulate
 from schedtrain.callbacks import Callback
 from schedtrain.errors import ScheduleError, ScheduleWarning
 from schedtrain.planning.changes import canonical, continue_with
-from schedtrain.planning.retime import ScheduleChangeRefused, live_refusal, write_request
+from schedtrain.planning.requests import ScheduleChangeRefused, live_refusal, write_request
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.triggers import Trigger
 
@@ -160,7 +160,7 @@ def test_a_run_retimed_at_a_step_fires_as_continue_with(
     """A real run asked at step k (in Python, or by the request file) fires the old
     schedule up to k and the new one on, as ``simulate(old).continue_with(new, at=k)``
     says; the log has one ``schedule_change`` line at k, and ``retimes.json`` keeps it."""
-    import schedtrain.training.retime as live
+    import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 0)  # the file is looked for at k itself
     old, new, step = edit
@@ -234,7 +234,7 @@ def test_a_change_a_running_job_cannot_make_is_refused_and_the_run_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new callback (by the file: one line, the run goes on unchanged; in Python: the
     refusal raised at once), and the rules' reasons."""
-    import schedtrain.training.retime as live
+    import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 0)
     a = Schedule({"ask": at("4 steps"), "a": every("3 steps")})
@@ -293,7 +293,7 @@ def test_retime_command_prints_the_diff_and_hands_the_request(
     """Exit 0: the diff of the next firings from the job's step, and retime.json holds
     the new schedule; the same schedule: nothing handed."""
     from schedtrain.cli.main import main
-    from schedtrain.planning.retime import Request, read_request
+    from schedtrain.planning.requests import Request, read_request
     from schedtrain.spec import load_spec
 
     run_dir = _running_dir(tmp_path)
@@ -348,7 +348,7 @@ def test_an_unreadable_request_is_refused_once_and_removed(
     at each look), the run unchanged."""
     import warnings
 
-    import schedtrain.training.retime as live
+    import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 0)
     class Garbage(Callback):

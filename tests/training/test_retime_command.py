@@ -26,7 +26,7 @@ from schedtrain import Schedule, at, every, on
 from schedtrain.callbacks import Callback
 from schedtrain.cli.diff import NOT_COMPARED
 from schedtrain.planning.changes import canonical, diff_texts
-from schedtrain.planning.retime import LOOK_STEPS, read_answers, write_request
+from schedtrain.planning.requests import LOOK_STEPS, read_answers, write_request
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.triggers import Trigger
 
@@ -93,7 +93,7 @@ def test_the_command_refuses_exactly_what_the_job_refuses(
     """Whatever the running and the new triggers (per-batch events newly named or not):
     the command exits 2 with one line naming the callback exactly when the job, handed
     the same request, refuses it; where it exits 0 the job applies it."""
-    import schedtrain.training.retime as live
+    import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 0)
     new = {n: data.draw(TRIGGERS, label=f"new {n}") for n in old}
@@ -137,7 +137,7 @@ def test_a_request_waits_at_most_look_steps_however_fast_the_steps(
     again (``POLL_NS`` huge: steps as fast as one likes): the job still takes the request
     within ``LOOK_STEPS`` steps of it, wherever it lands between the loop's folds, and
     with epochs too short for a fold (an epoch's end folds the losses)."""
-    import schedtrain.training.retime as live
+    import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 10**18)
     a = Schedule({"ask": at(f"{asked} steps"), "a": at("1 step")})
@@ -282,7 +282,7 @@ def test_the_command_warns_as_check_does(tmp_path: Path, capsys: pytest.CaptureF
 HOLDER = textwrap.dedent("""\
     import sys, time
     from pathlib import Path
-    from schedtrain.planning.retime import Answer, read_request, write_answer
+    from schedtrain.planning.requests import Answer, read_request, write_answer
     from schedtrain.training.run_dir import RunDirectory
     run_dir = Path(sys.argv[1])
     d = RunDirectory(run_dir)

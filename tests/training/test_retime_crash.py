@@ -15,7 +15,7 @@ import pytest
 from jobs.trials import compare, env, train, write_spec
 
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import Applied, History, write_history
+from schedtrain.planning.requests import Applied, History, write_history
 from schedtrain.spec import load_spec
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from jobs.retime_kill import NEW, OLD
 from jobs.trials import compare, env
 
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import (
+from schedtrain.planning.requests import (
     ANSWER_FILE,
     REQUEST_FILE,
     Applied,

@@ -23,7 +23,7 @@ from training_helpers import Noop
 from schedtrain import Schedule, at, every, simulate
 from schedtrain.callbacks import Callback
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.retime import (
+from schedtrain.planning.requests import (
     Answer,
     RequestWaiting,
     read_answer,
@@ -123,7 +123,7 @@ def test_whatever_sits_at_retime_json_is_refused_once_and_the_run_goes_on(
     custom trigger the job cannot import, a schedule that is not TOML: one "refused" line
     naming the file, the answer file says so where the request has an id, the run fires
     exactly as it would have."""
-    import schedtrain.training.retime as live
+    import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 0)
     schedule = Schedule({"ask": at("2 steps"), "a": every("3 steps"), "b": every("1 epoch")})

@@ -19,7 +19,7 @@ from schedtrain.errors import ScheduleWarning
 from schedtrain.planning.changes import canonical
 from schedtrain.spec import loads_spec
 from schedtrain.training import Trainer
-from schedtrain.training.schedule_change import ScheduleChanged
+from schedtrain.training.control.schedule_change import ScheduleChanged
 
 
 def _trainer(run_dir: Path, schedule: Schedule, *, epochs: int = 3, keep: object = None,

@@ -40,7 +40,7 @@ from schedtrain.distributed.comm import Comm
 from schedtrain.errors import RunDirError, ScheduleWarning, one_line
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_texts
-from schedtrain.planning.retime import (
+from schedtrain.planning.requests import (
     ANSWER_FILE,
     HISTORY_FILE,
     LOOK_STEPS,
@@ -62,8 +62,8 @@ from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import load_spec, loads_spec
+from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.training.run_dir import RunDirectory
-from schedtrain.training.schedule_change import ScheduleChange
 from schedtrain.triggers.auto import auto_parts
 
 __all__ = ["POLL_NS", "Retimer", "adopt"]
