@@ -66,8 +66,10 @@ class RunParts(Protocol):
         """Refuse a ``run`` whose fields are of the wrong type or out of bounds
         (``readback.DamagedFile``, by key path), before anything is restored."""
 
-    def check(self, path: Path | str, run: dict[str, Any]) -> None:
-        """Refuse a checkpoint this run cannot continue (``ValueError``)."""
+    def check(self, path: Path | str, run: dict[str, Any],
+              exists: Callable[[list[Path]], list[Path]] | None = None) -> None:
+        """Refuse a checkpoint this run cannot continue (``ValueError``); ``exists``:
+        which of the given files the checkpoint storage holds now."""
 
     def restore(self, run: dict[str, Any], rng: Any, data: Any) -> None:
         """Put the run's state back, with this rank's generators and data position."""

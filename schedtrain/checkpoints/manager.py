@@ -368,7 +368,7 @@ class Checkpoints:
         shown = self.mount.shown(path)  # its URL in object storage, not the stand-in path
         self.validate(state, shown)
         run = state["run"]
-        parts.check(shown, run)
+        parts.check(shown, run, self.mount.exists)
         rng, data = own_part(self.comm, shown, run)
         load_model(parts, path, state, self.mount.remote(path))
         if parts.scaler is not None and state["scaler"] is not None:

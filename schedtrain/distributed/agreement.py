@@ -17,12 +17,16 @@ from typing import Any, Final, Protocol
 from schedtrain.distributed.comm import Comm, first_flagged, reduce_column
 from schedtrain.errors import Error, StopTraining
 
-__all__ = ["PREEMPT_CHECK", "Agreement", "Alone", "Counts", "PreemptRequested"]
+__all__ = ["MAX_BITS", "PREEMPT_CHECK", "Agreement", "Alone", "Counts", "PreemptRequested"]
 
 #: On several processes, ranks look for an agreed preemption every this many steps (a
 #: read of the process group's store, no collective): a signal stops every rank within
 #: about twice this many steps.
 PREEMPT_CHECK: Final = 16
+
+#: The bits the chief carries in an agreement (``Agreement(bits=...)``), above its low
+#: time word: 32 + 20 bits stay exact in a float64's 53.
+MAX_BITS: Final = 20
 
 #: The loop's counters at a step end: samples, tokens, the samples and tokens before the
 #: step, and the time readings of the previous and this step.
@@ -75,8 +79,12 @@ class _Dispatch(Protocol):
     def request_stop(self, reason: str) -> None: ...
 
 
-def _never() -> bool:
-    return False
+def _no_bits() -> int:
+    return 0
+
+
+def _ignore(bits: int) -> None:
+    """Nobody reads the agreed bits."""
 
 
 class PreemptRequested(Error):
@@ -103,10 +111,6 @@ class Alone:
         self.clock, self.inbox = clock, inbox
         #: the loop's clock must be exact after every step (the loop sets it)
         self.exact = False
-        #: live retime (``training.retime``): whether a request waits, asked on the chief
-        #: where ranks agree, and whether the last agreement found one
-        self.retime_waiting: Callable[[], bool] = _never
-        self.retime_asked = False
 
     # -- the loop --------------------------------------------------------------------------
     def begin_epoch(self, step: int) -> None:
@@ -178,14 +182,21 @@ class Agreement(Alone):
         alone: callback name -> whether it may ask to stop from what only its rank saw.
         hooks_alone: such a callback may ask outside its trigger (in a hook).
         reduce_ops: metric name -> "mean", "sum", "max" or "min" (default "mean").
+        bits: what the chief carries to every rank in each agreement (at most
+            ``MAX_BITS`` bits; run control's ``waiting_bits``: the agreement does not
+            know what they mean).
+        on_agreed: given the chief's bits after each agreement, on every rank (run
+            control's ``take``).
     """
 
     def __init__(self, *, clock: _Clock, inbox: _Inbox, comm: Comm, table: _Table,
                  losses: _Losses, max_steps: int | None, alone: Mapping[str, bool],
-                 hooks_alone: bool,
-                 reduce_ops: Mapping[str, str]) -> None:
+                 hooks_alone: bool, reduce_ops: Mapping[str, str],
+                 bits: Callable[[], int] = _no_bits,
+                 on_agreed: Callable[[int], None] = _ignore) -> None:
         super().__init__(clock=clock, inbox=inbox)
         self.comm, self.table, self.losses = comm, table, losses
+        self.bits, self.on_agreed = bits, on_agreed
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.alone, self.hooks_alone = dict(alone), hooks_alone
         self.reduce_ops = dict(reduce_ops)
@@ -240,15 +251,17 @@ class Agreement(Alone):
         prev_sample, prev_token = clock.sample, clock.token
         elapsed = clock.elapsed(time) if comm.is_chief else 0
         loss = losses.host_mean(step)
-        # Bit 32 of the chief's low time word: a live retime waits (no float of its own:
-        # an agreement stays 7 floats a rank, each exact in a float64).
-        waiting = int(comm.is_chief and self.retime_waiting()) << 32
+        # The chief's bits ride above its low time word, from bit 32 (no float of their
+        # own: an agreement stays 7 floats a rank, each exact in a float64).
+        bits = self.bits() if comm.is_chief else 0
+        if not 0 <= bits < 1 << MAX_BITS:
+            raise ValueError(f"an agreement carries {MAX_BITS} bits, got {bits!r}")
         rows = comm.agree((sample - prev_sample, token - prev_token,
-                           elapsed >> 32, (elapsed & 0xFFFFFFFF) | waiting,
+                           elapsed >> 32, (elapsed & 0xFFFFFFFF) | bits << 32,
                            0.0 if loss is None else loss, float(loss is not None),
                            float(posted or self.inbox.requested is not None)))
         self._signalled = first_flagged(rows, 6) is not None
-        self.retime_asked = int(rows[0][3]) >> 32 > 0
+        self.on_agreed(int(rows[0][3]) >> 32)
         ds = sum(int(r[0]) for r in rows)
         dt = sum(int(r[1]) for r in rows)
         mean = reduce_column(rows, 4, 5, "mean")

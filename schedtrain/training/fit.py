@@ -21,7 +21,6 @@ from typing import Any
 
 import structlog
 
-from schedtrain.callbacks.autosave import read_decisions
 from schedtrain.checkpoints.rng import preserved_rng
 from schedtrain.distributed.agreement import PreemptRequested
 from schedtrain.distributed.comm import reraise_on_all
@@ -33,10 +32,7 @@ from schedtrain.errors import (
     failure_place,
     locate_failure,
 )
-from schedtrain.spec.deadlines import signals_of
 from schedtrain.spec.run import RunConfig
-from schedtrain.training.control.inbox import deadline_on_clock, handle_signals
-from schedtrain.training.control.notice import watch_notices
 from schedtrain.training.parts import Parts
 from schedtrain.training.run_dir import RunDirectory
 from schedtrain.training.stage import OWNS_DIRECTORY, Stage, Stopped
@@ -118,9 +114,8 @@ class Lifecycle:
     def start_over(self) -> None:
         """Fit from the start in a run directory that holds a run with nothing valid to
         resume: its files stay, its ``events.jsonl`` starts anew."""
-        if self.stage is Stage.NEW:
+        if self.stage is Stage.NEW:  # run control replays its retimes from the start
             self.stage = Stage.STARTING_OVER
-            self.parts.retimer.start_over()
 
     def save(self, path: Path, on_saved: Callable[[Path], None] | None) -> None:
         """During ``fit``, once the current event is over; otherwise now."""
@@ -171,8 +166,6 @@ class Lifecycle:
                     starting_over=self.stage is Stage.STARTING_OVER)
                 self._open_storage(directory)
                 self._cut_events(resumed)
-            if self.stage is Stage.NEW:  # no retime of an earlier run here is replayed
-                self.parts.retimer.forget()
             self.stage = Stage.OPENED
         elif directory is not None:  # a second fit() of this trainer continues its run
             directory.acquire()
@@ -189,8 +182,7 @@ class Lifecycle:
             events.truncate(0)
             return
         offset = self.parts.run_state.events_offset
-        if offset is not None:
-            read_decisions(self.parts.callbacks, self.parts.schedule, events.path)
+        if offset is not None:  # read by the resume's journal (``control.journal``) first
             events.truncate(int(offset))
         change = self.parts.run_state.change
         if change.record is not None:  # the rules applied, for the log's reader
@@ -211,27 +203,28 @@ class Lifecycle:
         if directory is not None and self.stage in OWNS_DIRECTORY:
             ts, parts = self.parts.clock.now(), self.parts
             directory.record(status, step=ts.step, epoch=ts.epoch, schedule=parts.run_state
-                             .change.text, batch_events=list(parts.retimer.fires))
-
-    def _deadline_ns(self) -> int | None:
-        """The run's deadline on the clock's time axis (``control.inbox.deadline_on_clock``)."""
-        parts = self.parts
-        return deadline_on_clock(parts.comm, parts.clock.time_ns, self.config.deadline)
+                             .change.text, batch_events=list(parts.control.retimer.fires))
 
     # -- fit -----------------------------------------------------------------------------------
     def fit(self) -> None:
         """Train until ``max_epochs``/``max_steps``, a stop, a signal or an exception."""
-        parts = self.parts
         resumed = self.checkpoint_phase is not None  # a checkpoint's run goes on
+        fresh, over = self.stage is Stage.NEW, self.stage is Stage.STARTING_OVER
         self._open_directory()
+        # Run control (signals, notices, retimes, the deadline) from the directory's
+        # opening, before run.json says "running" (a retime request may come then).
+        with self.parts.control.open(fresh=fresh, resumed=not (fresh or over)):
+            self._fit(resumed)
+
+    def _fit(self, resumed: bool) -> None:
+        parts = self.parts
         self._record("running")
-        self.outcome = parts.inbox.requested = parts.inbox.deadline = None
+        self.outcome = None
         try:
             self._setup()
         except BaseException as exc:
             self._failed(exc)
             raise
-        parts.table.deadline_ns = self._deadline_ns()
         parts.table.attach(parts.clock, parts.metrics, parts.predicates)
         parts.model.train()
         # Unconfigured structlog prints every debug line: log firings only when an
@@ -243,26 +236,22 @@ class Lifecycle:
         phase, self.checkpoint_phase = self.checkpoint_phase, None
         ended = self._ended_at(phase)
         outcome = "stopped" if ended and parts.run_state.stopped is not None else "finished"
-        signals = (handle_signals(parts.inbox, signals_of(self.config.preempt_signals))
-                   if self.config.handle_signals
-                   else contextlib.nullcontext())
         try:
-            with signals, watch_notices(parts.inbox, self.config.preempt_notice, parts.comm):
-                self.stage = Stage.FITTING
-                for cb in parts.callbacks:
-                    try:
-                        cb.before_train()
-                    except Exception as exc:
-                        locate_failure(exc, f"callback {cb.name!r} in its before_train hook")
-                        raise
-                self._start_train(resumed)
-                if phase == "stopped":
-                    raise StopTraining("the run had stopped when its checkpoint was taken")
-                if not ended:
-                    try:
-                        parts.loop.run()
-                    except PreemptRequested as request:
-                        self._preempt(request.signal)
+            self.stage = Stage.FITTING
+            for cb in parts.callbacks:
+                try:
+                    cb.before_train()
+                except Exception as exc:
+                    locate_failure(exc, f"callback {cb.name!r} in its before_train hook")
+                    raise
+            self._start_train(resumed)
+            if phase == "stopped":
+                raise StopTraining("the run had stopped when its checkpoint was taken")
+            if not ended:
+                try:
+                    parts.loop.run()
+                except PreemptRequested as request:
+                    self._preempt(request.signal)
         except StopTraining as exc:
             outcome = self._stopped(exc)
         except Preempted:

@@ -31,8 +31,7 @@ from schedtrain.distributed.agreement import Alone
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.batch_events import BatchEvents
-from schedtrain.training.control.inbox import Inbox
-from schedtrain.training.control.retime import Retimer
+from schedtrain.training.control import RunControl
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.device import autocast
 from schedtrain.training.dispatch import Dispatcher
@@ -51,8 +50,8 @@ class Loop:
     Args:
         clock, table, dispatch, losses, position: the run's parts.
         step: the step strategy.
-        inbox: the next due step, lowered to 0 by a signal, a notice or a background
-            save that ended (``control.inbox``).
+        control: run control (``training.control``): its inbox holds the next due step,
+            lowered to 0 by a signal, a notice or a background save that ended.
         max_epochs, max_steps: when training ends (``None``: no limit).
         steps_in_epoch: optimizer steps per epoch, when the data has a length.
         exact: the clock must be exact after every step (per-step hooks, ``batch_end``,
@@ -69,7 +68,7 @@ class Loop:
         losses: LossKeeper,
         position: DataPosition,
         step: PlainStep | Step,
-        inbox: Inbox,
+        control: RunControl,
         epoch: EpochFlag,
         max_epochs: int | None,
         max_steps: int | None,
@@ -77,16 +76,15 @@ class Loop:
         exact: bool,
         publish_loss: Callable[[], None],
         agreement: Alone,
-        retimer: Retimer | None = None,
     ) -> None:
         self.clock, self.table, self.dispatch = clock, table, dispatch
-        self.losses, self.position, self.step, self.inbox = losses, position, step, inbox
+        self.losses, self.position, self.step = losses, position, step
+        #: run control; its inbox's ``limit`` is the quiet step's one comparison
+        self.control, self.inbox = control, control.inbox
         self.max_epochs = max_epochs if max_epochs is not None else math.inf
         self.max_steps = max_steps if max_steps is not None else math.inf
         self.steps_in_epoch, self.exact = steps_in_epoch, exact
         self._publish_loss, self.agreement = publish_loss, agreement
-        #: live retime, looked for on the slow path only (``training.retime``)
-        self.retimer = retimer
         agreement.exact = exact
         #: whether an epoch is open (shared with the run's state, which checkpoints it)
         self.epoch = epoch
@@ -143,8 +141,6 @@ class Loop:
     def run(self) -> None:
         """Epochs until ``max_epochs``/``max_steps`` (exceptions end it early)."""
         clock, dispatch, flag = self.clock, self.dispatch, self.epoch
-        if self.retimer is not None:  # resumed where a retime was applied: again, now
-            self.retimer.poll(clock.step, due=False, replay_only=True)
         # A run resumed inside an epoch finishes it, even at max_steps: the checkpoint
         # may be of the epoch's last step, taken before its epoch_end.
         while flag.resume_inside or (clock.epoch < self.max_epochs
@@ -293,16 +289,12 @@ class Loop:
             self.step.fetches = fetches
 
     def _step_end(self, step: int, loss: Any, outputs: Any, batch: Any) -> None:
-        """The slow path once the clock has caught up: fold the kept losses, per-step
-        hooks, ``step_end`` where a trigger is due, and a requested preemption."""
-        dispatch, hooks = self.dispatch, self.dispatch.hooks
-        if self.inbox.deadline is not None:  # a preemption notice: triggers see its deadline
-            deadline = self.inbox.take_deadline(self.clock.time_ns)
-            if deadline is not None:
-                self.table.set_deadline(deadline)
-        if self.inbox.woken:  # a background checkpoint write ended: commit or fail now
-            self.inbox.woken = False
-            dispatch.saves.wait()
+        """The slow path once the clock has caught up: what run control collected for
+        this step end's triggers (a notice's deadline, a landed save), fold the kept
+        losses, per-step hooks, ``step_end`` where a trigger is due, run control's drain
+        (retimes) and a requested preemption (where the ranks agree)."""
+        dispatch, hooks, control = self.dispatch, self.dispatch.hooks, self.control
+        control.collect()
         folded = self.losses.kept >= FOLD
         if folded:
             self.losses.fold(step)
@@ -320,17 +312,15 @@ class Loop:
             dispatch.fire("step_end")
         elif dispatch.saves.pending:  # saves asked for by a hook
             dispatch.saves.flush("step_end")
-        if self.retimer is not None:
-            self.retimer.poll(step, due, look=folded)
+        control.drain(step, due, look=folded)
         self.agreement.after_step_end(step)
 
     def _limit(self, step: int, kept: int) -> float:
         """The next step at which the slow path runs: a trigger is due, training ends or
-        the kept losses are folded; on several processes also the next multiple of
-        ``PREEMPT_CHECK``, where ranks look for an agreed preemption."""
+        the kept losses are folded or run control needs it (``next_step``); on several
+        processes also the next multiple of ``PREEMPT_CHECK``, where ranks look for an
+        agreed preemption."""
         if self.exact:
             return 0
-        retime = (min(self.retimer.next_step, self.retimer.look_step)
-                  if self.retimer is not None else math.inf)
         return self.agreement.limit(min(self.table.step_due, self.max_steps,
-                                        step + FOLD - kept, retime), step)
+                                        step + FOLD - kept, self.control.next_step), step)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -39,8 +38,7 @@ from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.binding import Bound
-from schedtrain.training.control.inbox import Inbox
-from schedtrain.training.control.retime import Retimer
+from schedtrain.training.control import RunControl
 from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.training.data_position import DataPosition, EpochFlag
 from schedtrain.training.dispatch import Dispatcher
@@ -78,15 +76,14 @@ class Parts:
     metrics: MetricStore
     losses: LossKeeper
     position: DataPosition
-    inbox: Inbox
     epoch: EpochFlag
     run_state: RunState
     checkpoints: Checkpoints
     agreement: Alone
     dispatch: Dispatcher
     loop: Loop
-    #: live retime (``trainer.retimer``)
-    retimer: Retimer
+    #: run control: signals, notices, live retime (``trainer.retimer``), the resume journal
+    control: RunControl
 
 
 def publish_loss(losses: LossKeeper, metrics: MetricStore, clock: LoopClock) -> None:
@@ -147,7 +144,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
     events = JsonlWriter(directory.events) if directory and config.log_events else None
     metrics = MetricStore(clock.now, [w for w in (events,) if w]
                           + (list(sinks) if chief else []))
-    losses, inbox = LossKeeper(), Inbox()
+    losses = LossKeeper()
     position = DataPosition(ready.train_data, comm.size if comm is not None else 1)
     epoch = EpochFlag()
     if comm is not None:
@@ -161,24 +158,31 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         functools.partial(_shape, config, ready.train_data),
         lambda: {n: cb.keep for n, cb in by_name.items() if isinstance(cb, ModelSaver)},
         ended=functools.partial(_refuse_ended, directory, comm, config))
+    # Run control first: the run state and the agreement take what they need of it.
+
+    def collect_save() -> None:  # the checkpoint owner is built below, on the run state
+        checkpoints.wait()
+
+    control = RunControl.build(
+        table=table, callbacks=by_name, position=lambda: (clock.step, clock.epoch),
+        time_ns=lambda: clock.time_ns, schedule=bound.schedule, change=change,
+        predicates=known, produced=bound.produced,
+        shape=functools.partial(_shape, config, ready.train_data), run_dir=run_dir,
+        directory=directory, events=events, comm=comm,
+        collect_save=collect_save,
+        handle_signals=config.handle_signals, signals=config.preempt_signals,
+        notice=config.preempt_notice, deadline=config.deadline)
     run_state = RunState(
         model=ready.model, optimizer=ready.optimizer, scaler=scaler, clock=clock, table=table,
         callbacks=by_name, metrics=metrics, losses=losses, data=position,
-        epoch=epoch, events=events, change=change)
+        epoch=epoch, events=events, change=change, replay=control.replay, run_dir=run_dir)
     checkpoints = Checkpoints(
         run_state, config.checkpoint_options, device_type=device.type, comm=comm,
-        on_background_done=inbox.wake,
+        on_background_done=control.inbox.wake,
         on_written=directory.checkpoint_written if directory is not None else None)
-    run_state.see_saved_files_with(functools.partial(_present, checkpoints, by_name, run_dir))
     agreement = make_agreement(comm, callbacks=by_name, reduce=config.reduce, clock=clock,
-                               inbox=inbox, table=table, losses=losses,
+                               control=control, table=table, losses=losses,
                                max_steps=config.max_steps)
-    retimer = Retimer(
-        table=table, change=run_state.change, callbacks=by_name, predicates=known,
-        produced=bound.produced, shape=functools.partial(_shape, config, ready.train_data),
-        run_dir=run_dir, directory=directory, events=events, comm=comm, agreement=agreement,
-        position=run_state.position)
-    run_state.replay_on_resume(retimer.resume)
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
         gates={e.default_name(): e.gate for e in bound.schedule.entries}, metrics=metrics,
@@ -189,17 +193,17 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         config=config, device=device, scaler=scaler,
         variable_accum=any(getattr(cb, "sets_grad_accum", False) for cb in cbs),
         clock=clock, table=table, dispatch=dispatch, losses=losses, position=position,
-        inbox=inbox, epoch=epoch, max_epochs=config.max_epochs, max_steps=config.max_steps,
+        control=control, epoch=epoch, max_epochs=config.max_epochs,
+        max_steps=config.max_steps,
         steps_in_epoch=epoch_length(ready.train_data, config.grad_accum),
-        publish_loss=publish, agreement=agreement, retimer=retimer)
+        publish_loss=publish, agreement=agreement)
     return Parts(
         comm=comm, device=device, model=ready.model, train_model=ready.train_model,
         optimizer=ready.optimizer, train_data=ready.train_data, val_data=ready.val_data,
         scaler=scaler, clock=clock, schedule=bound.schedule, callbacks=cbs, table=table,
         predicates=known, directory=directory, events=events, metrics=metrics, losses=losses,
-        position=position, inbox=inbox, epoch=epoch, run_state=run_state,
-        checkpoints=checkpoints, agreement=agreement, dispatch=dispatch, loop=loop,
-        retimer=retimer)
+        position=position, epoch=epoch, run_state=run_state, checkpoints=checkpoints,
+        agreement=agreement, dispatch=dispatch, loop=loop, control=control)
 
 
 def _warn_sanity(batches: int, table: TriggerTable) -> None:
@@ -218,10 +222,12 @@ def _warn_sanity(batches: int, table: TriggerTable) -> None:
 
 
 def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],
-                   reduce: Mapping[str, str], clock: LoopClock, inbox: Inbox,
+                   reduce: Mapping[str, str], clock: LoopClock, control: RunControl,
                    table: TriggerTable,
                    losses: LossKeeper, max_steps: int | None) -> Alone:
-    """What the loop and the dispatcher settle with other ranks (``Alone`` without any)."""
+    """What the loop and the dispatcher settle with other ranks (``Alone`` without any):
+    a preemption in run control's inbox, and the bits it carries between ranks."""
+    inbox = control.inbox
     if comm is None:
         return Alone(clock=clock, inbox=inbox)
     # A stop flag is agreed after an event only where a callback that may stop alone ran
@@ -232,19 +238,7 @@ def make_agreement(comm: Comm | None, *, callbacks: Mapping[str, Callback],
                       for n, cb in callbacks.items())
     return Agreement(clock=clock, inbox=inbox, comm=comm, table=table,
                      losses=losses, max_steps=max_steps, alone=alone, hooks_alone=hooks_alone,
-                     reduce_ops=reduce)
-
-
-def _present(checkpoints: Checkpoints, callbacks: Mapping[str, Callback],
-             run_dir: Path | None, name: str, names: list[str]) -> set[str]:
-    """Which of saver ``name``'s files are there now (in its folder, wherever that is)."""
-    cb = callbacks[name]
-    folder = getattr(cb, "folder", None)
-    where = Path(folder) if folder is not None else (
-        run_dir / "checkpoints" if run_dir is not None else None)
-    if where is None:
-        return set(names)
-    return {p.name for p in checkpoints.mount.exists([where / n for n in names])}
+                     reduce_ops=reduce, bits=control.waiting_bits, on_agreed=control.take)
 
 
 def _refuse_ended(directory: RunDirectory | None, comm: Comm | None, config: RunConfig,

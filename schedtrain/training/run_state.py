@@ -24,6 +24,7 @@ holds no file.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,6 @@ from schedtrain.checkpoints.rng import rng_state, set_rng_state
 from schedtrain.clock import LoopClock
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.monitors.store import MetricStore
-from schedtrain.planning.deletions import Present
 from schedtrain.readback import DamagedFile
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.training.control.schedule_change import ScheduleChange
@@ -57,6 +57,17 @@ def _names(names: set[str]) -> str:
     return f"{shown[:6]}{more}"
 
 
+def _present(exists: Callable[[list[Path]], list[Path]], callbacks: Mapping[str, Callback],
+             run_dir: Path | None, name: str, names: list[str]) -> set[str]:
+    """Which of saver ``name``'s files are there now (in its folder, wherever that is)."""
+    folder = getattr(callbacks[name], "folder", None)
+    where = Path(folder) if folder is not None else (
+        run_dir / "checkpoints" if run_dir is not None else None)
+    if where is None:
+        return set(names)
+    return {p.name for p in exists([where / n for n in names])}
+
+
 class RunState:
     """The run's parts a checkpoint captures, held by reference (a ``RunParts``).
 
@@ -67,13 +78,19 @@ class RunState:
         events: the ``events.jsonl`` writer, or ``None`` without a run directory.
         change: the run's schedule and the rule for a resume with another one (default:
             no stored schedule).
+        replay: what a resume replays besides the checkpoint, given its ``run`` before
+            it is checked (run control's ``replay``: retimes, then interval decisions).
+        run_dir: the run directory, where a saver without a folder of its own keeps its
+            files (``None``: none).
     """
 
     def __init__(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scaler: Any, clock: LoopClock, table: TriggerTable,
                  callbacks: Mapping[str, Callback], metrics: MetricStore, losses: LossKeeper,
                  data: DataPosition, epoch: EpochFlag,
-                 events: JsonlWriter | None, change: ScheduleChange | None = None) -> None:
+                 events: JsonlWriter | None, change: ScheduleChange | None = None,
+                 replay: Callable[[Mapping[str, Any]], None] | None = None,
+                 run_dir: Path | None = None) -> None:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.clock, self.table, self.callbacks = clock, table, callbacks
         self.metrics, self.losses, self.data = metrics, losses, data
@@ -88,19 +105,7 @@ class RunState:
         #: the run's schedule (canonical TOML, stored in every checkpoint) and what a
         #: resume does when the checkpoint's differs
         self.change = change if change is not None else ScheduleChange(None)
-        self._on_resume: Callable[[Mapping[str, Any]], None] | None = None
-
-    def replay_on_resume(self, replay: Callable[[Mapping[str, Any]], None]) -> None:
-        """What a resume calls with the checkpoint's ``run`` before checking it (live
-        retime's replay of the retimes applied after it). Given once the retimer, which
-        needs the agreement built after this state, exists."""
-        self._on_resume = replay
-
-    def see_saved_files_with(self, present: Present) -> None:
-        """How a resume with another schedule learns which of a saver's files are there
-        now (for its diff of what ``keep`` would delete): ``present(name, files)``. Given
-        once the checkpoint owner, which reads the storage, is built after this state."""
-        self.change.present = present
+        self.replay, self.run_dir = replay, run_dir
 
     def position(self) -> tuple[int, int]:
         """The clock's ``(step, epoch)`` now."""
@@ -130,12 +135,17 @@ class RunState:
             "schedule": self.change.text,
         }
 
-    def check(self, path: Path | str, run: dict[str, Any]) -> None:
+    def check(self, path: Path | str, run: dict[str, Any],
+              exists: Callable[[list[Path]], list[Path]] | None = None) -> None:
         """Refuse a checkpoint saved with another schedule (``ScheduleChanged``) unless
-        told to apply it, or, its schedule unknown, with other callbacks (``ValueError``)."""
-        if self._on_resume is not None:
-            self._on_resume(run)
-        self.change.check(path, run)
+        told to apply it, or, its schedule unknown, with other callbacks (``ValueError``).
+        ``exists``: which of these files the checkpoint storage holds (a changed
+        schedule's diff says what ``keep`` would delete of them)."""
+        if self.replay is not None:
+            self.replay(run)
+        present = (functools.partial(_present, exists, self.callbacks, self.run_dir)
+                   if exists is not None else None)
+        self.change.check(path, run, present)
         for name in self.change.kept(run["callbacks"]):
             why = self._untrusted.get(f"run.callbacks.{name}")
             if why is not None:

@@ -204,7 +204,7 @@ class Trainer(RenamedNames):
         #: the run's checkpoints: written, read, queued during events, pruned
         self.checkpoints: Checkpoints = parts.checkpoints
         self.steps_in_epoch: int | None = parts.loop.steps_in_epoch
-        self.retimer = parts.retimer  # .retime(schedule): live retime (training.retime)
+        self.retimer = parts.control.retimer  # .retime(schedule): live retime
 
     # -- options (the rest: ``trainer.config``) ------------------------------------------------
     @property

@@ -109,15 +109,17 @@ AGREEMENT_ROW: tuple[tuple[str, str, str], ...] = (
     ("tokens", "its tokens since the last agreement", "summed: the run's tokens"),
     ("time_high", "the chief: its training time (ns) >> 32; another rank: 0",
      "with time_low's TIME_LOW bits: every rank's clock takes the chief's time"),
-    ("time_low", "the chief: its time's TIME_LOW bits, and RETIME_WAITS when a live "
-     "retime waits; another rank: 0", "RETIME_WAITS: every rank takes the retime"),
+    ("time_low", "the chief: its time's TIME_LOW bits, and run control's bits above "
+     "them (RETIME_WAITS when a live retime waits); another rank: 0",
+     "run control's bits (RETIME_WAITS: every rank takes the retime)"),
     ("loss", "its mean loss since train/loss was published (0 when it has none)",
      "the mean over the ranks that have one: train/loss"),
     ("has_loss", "1 when it has a loss", "which ranks the loss mean counts"),
     ("preempt", "1 when a signal or notice waits on it (or it saw one posted)",
      "on any rank: every rank preempts at the epoch's end"),
 )
-#: time_low's bits of the chief's time, and its flag above them (no float of its own).
+#: time_low's bits of the chief's time, and run control's bits above them (no float of
+#: their own): ``RETIME`` is bit 32.
 TIME_LOW, RETIME_WAITS = 0xFFFFFFFF, 1 << 32
 
 DUE_STEP = ("all_reduce", agreement_bytes(len(AGREEMENT_ROW)))
@@ -169,6 +171,11 @@ def test_an_agreement_row_has_the_layout_and_meaning_of_the_table(tmp_path: Path
     it), whether a live retime waits, the ranks' mean loss, and a preemption of any rank."""
     from jobs.agreement_row import CASES
 
+    from schedtrain.distributed.agreement import MAX_BITS
+    from schedtrain.training.control.run_control import RETIME
+
+    # Run control's word rides where the table says, and the bits stay exact in a float64.
+    assert RETIME << 32 == RETIME_WAITS and 32 + MAX_BITS <= 53
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", "2", "-m", "jobs.agreement_row", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),

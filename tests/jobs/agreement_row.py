@@ -24,6 +24,7 @@ from schedtrain.clock import LoopClock
 from schedtrain.distributed.agreement import Agreement, PreemptRequested
 from schedtrain.distributed.comm import Comm, World
 from schedtrain.training.control.inbox import Inbox
+from schedtrain.training.control.run_control import RETIME
 from schedtrain.training.losses import LossKeeper
 
 #: Each rank's clock reads this when it starts (its own axis; the chief's time is agreed).
@@ -58,11 +59,13 @@ def one(comm: Recorded, case: dict[str, Any]) -> dict[str, Any]:
     if case["loss"][rank] is not None:
         losses.numbers.append(case["loss"][rank])
     inbox.requested = case["signal"][rank]
+    agreed: list[int] = []
     agreement = Agreement(clock=clock, inbox=inbox, comm=comm,
                           table=Schedule({"tick": every("1 step")}).compile(), losses=losses,
-                          max_steps=None, alone={}, hooks_alone=False, reduce_ops={})
+                          max_steps=None, alone={}, hooks_alone=False, reduce_ops={},
+                          bits=lambda: RETIME if case["retime"] else 0,  # run control's
+                          on_agreed=agreed.append)
     agreement.exact = True  # every step agrees (as with a per-step hook)
-    agreement.retime_waiting = lambda: bool(case["retime"])  # the chief's live retime
     # The chief's reading is its training time from T0; another rank's own is ignored.
     time = T0 + (case["elapsed"] if comm.is_chief else 77)
     agreement.catch_up(1, 1, (case["samples"][rank], case["tokens"][rank], 0, 0, None, time))
@@ -73,7 +76,7 @@ def one(comm: Recorded, case: dict[str, Any]) -> dict[str, Any]:
     except PreemptRequested as exc:
         preempted = exc.signal
     return {"put": put, "sample": clock.sample, "token": clock.token,
-            "time_ns": clock.time_ns, "retime_asked": agreement.retime_asked,
+            "time_ns": clock.time_ns, "retime_asked": agreed == [RETIME],
             "loss": losses.agreed, "preempted": preempted}
 
 

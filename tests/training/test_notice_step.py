@@ -126,7 +126,7 @@ def served(server: NoticeServer) -> Callable[[Trainer], None]:
     def deliver(t: Trainer) -> None:
         server.serve_notice(45)
         end = time.monotonic() + 30
-        while t._parts.inbox.requested is None:
+        while t._parts.control.inbox.requested is None:
             assert time.monotonic() < end, "the poller never saw the notice"
             time.sleep(0.002)
     return deliver

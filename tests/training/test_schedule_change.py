@@ -226,9 +226,10 @@ def test_apply_keeps_metric_state_of_unchanged_triggers(tmp_path: Path) -> None:
 
 
 class TestNoPokes:
-    """``build_parts`` hands the run's state its schedule change when it builds it, and
-    tells it how to see a saver's files through a method, instead of setting attributes
-    inside it after construction (issue 36: a moved poke changed behaviour silently)."""
+    """``build_parts`` hands the run's state its schedule change and run control's replay
+    when it builds it, and the checkpoint owner hands it its view of the files with the
+    checkpoint to check, instead of setting attributes inside it after construction
+    (issue 36: a moved poke changed behaviour silently)."""
 
     def test_build_parts_sets_no_attribute_of_a_part_inside_another(self) -> None:
         """No ``a.b = ...`` on the run state and no ``a.b.c = ...`` at all in
@@ -251,14 +252,12 @@ class TestNoPokes:
                         pokes.append(f"line {t.lineno}: {ast.unparse(t)}")
         assert pokes == []
 
-    def test_run_state_takes_its_change_and_how_to_see_files(self, tmp_path: Path) -> None:
-        """A resume with another schedule asks the function given to
-        ``see_saved_files_with`` which of a saver's files are there."""
+    def test_run_state_takes_its_change_and_how_to_see_files(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A resume with another schedule asks the checkpoint storage, which the
+        checkpoint owner hands the run state with the checkpoint to check, which of a
+        saver's files are there (in the saver's folder)."""
         asked: list[tuple[str, list[str]]] = []
-
-        def present(name: str, names: list[str]) -> set[str]:
-            asked.append((name, names))
-            return set(names)
 
         first = _trainer(tmp_path / "run", _schedule(a=every("2 steps")), epochs=1, keep=2)
         first.fit()
@@ -267,8 +266,15 @@ class TestNoPokes:
         state = again._parts.run_state
         assert state.change.text == canonical(_schedule(a=every("3 steps")))
         assert state.change.rule == "apply"
-        state.see_saved_files_with(present)
+        mount = again._parts.checkpoints.mount
+        exists = mount.exists
+
+        def seen(paths: list[Path]) -> list[Path]:
+            asked.extend((p.parent.name, [p.name]) for p in paths)
+            return exists(paths)
+
+        monkeypatch.setattr(mount, "exists", seen)
         with pytest.warns(ScheduleWarning):
             again.resume("auto")
-        assert [name for name, _ in asked] == ["save"]
-        assert asked[0][1]  # the saver's recorded files, asked about by name
+        assert {folder for folder, _ in asked} == {"checkpoints"}
+        assert asked and all(name.startswith("step-") for _, [name] in asked), asked

@@ -17,7 +17,8 @@ The change is applied by the rules of ``--schedule-change apply``
 (``planning.changes.carry``; what a running job cannot do is refused,
 ``planning.retime.live_refusal``), written to ``events.jsonl`` as a ``schedule_change``
 line (``"rule": "retime"``), kept in every later checkpoint (``run.schedule``) and in
-``RUN_DIR/retimes.json``, from which a resumed run applies each retime again at its step.
+``RUN_DIR/retimes.json``, from which a resumed run applies each retime again at its step
+(``control.journal``).
 """
 
 from __future__ import annotations
@@ -30,19 +31,16 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.distributed.agreement import Alone
 from schedtrain.distributed.comm import Comm
 from schedtrain.errors import RunDirError, ScheduleWarning, one_line
 from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_texts
 from schedtrain.planning.requests import (
-    ANSWER_FILE,
-    HISTORY_FILE,
     LOOK_STEPS,
     REQUEST_FILE,
     Answer,
@@ -52,24 +50,32 @@ from schedtrain.planning.requests import (
     Request,
     ScheduleChangeRefused,
     live_refusal,
-    read_history,
     read_request,
     write_answer,
     write_history,
 )
-from schedtrain.readback import DamagedFile
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import load_spec, loads_spec
 from schedtrain.training.control.schedule_change import ScheduleChange
-from schedtrain.training.run_dir import RunDirectory
 from schedtrain.triggers.auto import auto_parts
 
-__all__ = ["POLL_NS", "Retimer", "adopt"]
+__all__ = ["POLL_NS", "Retimer", "RunFolder", "adopt"]
 
 #: The run looks for a request at most this often (on slow-path steps only).
 POLL_NS: Final = 500_000_000
+
+
+class RunFolder(Protocol):
+    """What run control asks of the chief's run directory (``training.run_dir``, a layer
+    above: run control is handed it)."""
+
+    def record(self, status: str, **fields: Any) -> None:
+        """Write ``run.json`` with ``status`` and ``fields``."""
+
+    def remove_file(self, name: str) -> None:
+        """Remove the run's own file ``name`` (refused, one line, for a directory)."""
 
 
 def adopt(table: TriggerTable, new: TriggerTable, kept: tuple[str, ...]) -> None:
@@ -95,20 +101,19 @@ class Retimer:
         directory: the chief's run directory (``None``: not the chief, or none).
         events: ``events.jsonl`` (``None``: not written here).
         comm: the ranks' communicator (``None``: one process).
-        agreement: what the ranks agree on (carries the chief's "a request waits").
         position: the clock's ``(step, epoch)`` now.
     """
 
     def __init__(self, *, table: TriggerTable, change: ScheduleChange,
                  callbacks: Mapping[str, Callback], predicates: Mapping[str, Any],
                  produced: frozenset[str], shape: Callable[[], RunShape | None],
-                 run_dir: Path | None, directory: RunDirectory | None,
-                 events: JsonlWriter | None, comm: Comm | None, agreement: Alone,
+                 run_dir: Path | None, directory: RunFolder | None,
+                 events: JsonlWriter | None, comm: Comm | None,
                  position: Callable[[], tuple[int, int]]) -> None:
         self.table, self.change, self.callbacks = table, change, callbacks
         self.predicates, self.produced, self.shape = predicates, produced, shape
         self.run_dir, self.directory, self.events = run_dir, directory, events
-        self.comm, self.agreement, self.position = comm, agreement, position
+        self.comm, self.position = comm, position
         self.chief = comm is None or comm.is_chief
         #: the per-batch events the loop fires, fixed when it is built (``run.json``'s
         #: ``batch_events``: the command refuses what the job would, by the same rule)
@@ -135,8 +140,6 @@ class Retimer:
                 self._initial[name] = copy.deepcopy(cb.state_dict())
             except Exception:  # such a callback keeps its state (documented)
                 continue
-        if self.chief:
-            agreement.retime_waiting = self.waiting
 
     # -- asking --------------------------------------------------------------------------------
     def retime(self, schedule: Schedule | str | Path) -> ScheduleDiff:
@@ -185,11 +188,12 @@ class Retimer:
         """The next step at which a resumed run applies a retime again."""
         return self.replay[0].step if self.replay else float("inf")
 
-    def poll(self, step: int, due: bool, *, replay_only: bool = False,
+    def poll(self, step: int, due: bool, *, asked: bool = False, replay_only: bool = False,
              look: bool = False) -> None:
         """After a slow-path ``step_end`` (``due``: a trigger was due, where ranks agree):
-        apply a retime replayed at this step, or a request that waits. ``look``: the
-        kept losses were folded here: one process looks whatever ``POLL_NS`` says (as at
+        apply a retime replayed at this step, or a request that waits (several processes:
+        ``asked``, the chief's word in this step's agreement). ``look``: the kept losses
+        were folded here: one process looks whatever ``POLL_NS`` says (as at
         ``look_step``), so a request waits at most ``LOOK_STEPS`` steps."""
         while self.replay and self.replay[0].step <= step:
             self._apply(self.replay.pop(0).schedule, None, replayed=True)
@@ -202,8 +206,7 @@ class Retimer:
                 self.look_step = (step // LOOK_STEPS + 1) * LOOK_STEPS
             if self.waiting(look):
                 self._take()
-        elif due and self.agreement.retime_asked:
-            self.agreement.retime_asked = False
+        elif due and asked:
             self._take()
 
     def _take(self) -> None:
@@ -324,57 +327,6 @@ class Retimer:
                 with contextlib.suppress(OSError):
                     st = os.lstat(self.run_dir / REQUEST_FILE)
                     self._stuck = (st.st_dev, st.st_ino, st.st_mtime_ns)
-
-    # -- resuming ------------------------------------------------------------------------------
-    def resume(self, run: Mapping[str, Any]) -> None:
-        """Before a checkpoint's ``run`` is checked and restored: when this run's history
-        starts from this trainer's schedule, the table takes the schedule the checkpoint
-        was taken with, and the retimes after it are replayed at their steps."""
-        history = self._read_history()
-        saved, step = run.get("schedule"), int(run["clock"]["now"]["step"])
-        if history is None:
-            return
-        texts = history.texts()
-        at = [i for i, t in enumerate(texts) if t == saved
-              and (i == 0 or history.applied[i - 1].step <= step)]
-        if not at:
-            return
-        i = at[-1]
-        if i:
-            try:
-                new = self._compile(texts[i], HISTORY_FILE)
-            except Exception as exc:  # the journal's text, not this run's: refused
-                where = self.run_dir / HISTORY_FILE if self.run_dir is not None else HISTORY_FILE
-                raise DamagedFile(where, f"applied[{i - 1}].schedule",
-                                  f"expected a schedule this run can take: {exc}") from None
-            adopt(self.table, new, tuple(self.table.names))
-            self.change.text = texts[i]
-        self.replay = list(history.applied[i:])
-
-    def start_over(self) -> None:
-        """A run that starts over in its directory replays its retimes from the start."""
-        history = self._read_history()
-        self.replay = list(history.applied) if history is not None else []
-
-    def forget(self) -> None:
-        """A fresh run: no retimes of an earlier run in its directory."""
-        self.history, self.replay = None, []
-        if self.directory is not None:
-            for name in (HISTORY_FILE, REQUEST_FILE, ANSWER_FILE):
-                self.directory.remove_file(name)  # a directory there: refused, one line
-
-    def _read_history(self) -> History | None:
-        """``retimes.json`` when it starts from this run's schedule.
-
-        Raises:
-            DamagedFile: it is damaged: the retimes a resume would replay are unknown.
-        """
-        history = read_history(self.run_dir) if self.run_dir is not None else None
-        if history is None or history.base != self.change.text:
-            self.history = None
-            return None
-        self.history = history
-        return history
 
 
 def _text_of(schedule: Schedule | str | Path) -> str:

@@ -79,8 +79,6 @@ class ScheduleChange:
     shape: Callable[[], RunShape | None] = lambda: None
     #: this run's savers whose files a diff follows: name -> its ``keep``
     savers: Callable[[], Mapping[str, Policy | None]] = dict
-    #: which of a saver's files are there now (``None``: as its ``keep`` left them)
-    present: Present | None = None
     #: raises ``RunEnded`` when the run resumed at a step (the checkpoint's) had ended
     #: with its end unchanged: a requeue of an ended run has nothing to do, whatever
     #: schedule its checkpoint holds, so it is asked before the schedules are compared
@@ -92,9 +90,11 @@ class ScheduleChange:
     #: lines to show once (the chief shows them)
     notes: list[str] = attrs.field(factory=list)
 
-    def check(self, path: Path | str, run: Mapping[str, Any]) -> None:
+    def check(self, path: Path | str, run: Mapping[str, Any],
+              present: Present | None = None) -> None:
         """Compare the checkpoint's schedule with this run's; raise ``ScheduleChanged``
-        when it differs and the rule is ``"refuse"``."""
+        when it differs and the rule is ``"refuse"``. ``present``: which of a saver's
+        files are there now (``None``: as its ``keep`` left them)."""
         self.carried, self.record = None, None
         saved = run.get("schedule")
         shown = str(path)
@@ -116,7 +116,7 @@ class ScheduleChange:
             raise StoredScheduleError(shown, why)
         # Taken inside an epoch: after a step_end; otherwise after the epoch's end.
         phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
-        diff = self._diff(saved, step, phase, run.get("callbacks"))
+        diff = self._diff(saved, step, phase, run.get("callbacks"), present)
         rules = carry(saved, self.text)
         if self.rule != "apply":
             raise ScheduleChanged(_refusal(shown, step, diff, rules), diff)
@@ -128,7 +128,8 @@ class ScheduleChange:
                           "(schedule_change = \"apply\")")
         self.notes += summarized(self.carried.lines(), more="more callbacks")
 
-    def _diff(self, saved: str, step: int, phase: str, states: object) -> ScheduleDiff:
+    def _diff(self, saved: str, step: int, phase: str, states: object,
+              present: Present | None) -> ScheduleDiff:
         assert self.text is not None
         try:
             shape = self.shape()
@@ -138,7 +139,7 @@ class ScheduleChange:
         return diff_texts(saved, self.text, shape=shape, from_step=step, phase=phase,
                           files=("checkpoint's schedule", "this run's schedule"),
                           keep=keep, saved=saved_records(states, keep),
-                          present=self.present)
+                          present=present)
 
     def kept(self, states: Mapping[str, Any]) -> dict[str, Any]:
         """Of saved per-callback ``states``, those the resume keeps (all, when the
