@@ -324,3 +324,132 @@ def test_public_names_are_exported() -> None:
     missing = [n for n in schedtrain.__all__ if not hasattr(schedtrain, n)]
     assert missing == []
     assert set(schedtrain.__all__) <= set(dir(schedtrain))
+
+
+#: Run control's parts, by the names a module holds them under, and the modules that may
+#: set their attributes: the part's own module, or run control for its own parts. No other
+#: module pokes them (no late setter, no flag set across modules): they take what they
+#: need when built, and say what they hold through calls.
+OWNED_PARTS: dict[str, tuple[str, ...]] = {
+    "agreement": ("schedtrain.distributed.agreement",),
+    "run_state": ("schedtrain.training.run_state",),
+    "retimer": ("schedtrain.training.control",),
+    "inbox": ("schedtrain.training.control",),
+    "control": ("schedtrain.training.control",),
+}
+#: Attributes set from outside that are not run control's, each with why.
+SET_FROM_OUTSIDE = {
+    # how the loop runs its steps (an exact clock after each), which the agreement follows
+    ("schedtrain.training.loop", "agreement.exact"),
+    # the stop the lifecycle records: checkpoints taken from then on hold it
+    ("schedtrain.training.fit", "run_state.stopped"),
+    # Hugging Face's TrainerControl, which its callbacks answer through: not run control
+    ("schedtrain.integrations.transformers", "control.*"),
+}
+#: What the loop, the lifecycle and the agreement may import of run control.
+RUN_CONTROL_FACE = ("schedtrain.training.control", ("RunControl",))
+
+
+def _holder(node: ast.expr) -> str | None:
+    """The name the object whose attribute ``node`` is was reached by (``a.b.c``: ``b``)."""
+    value = node.value if isinstance(node, ast.Attribute) else None
+    if isinstance(value, ast.Attribute):
+        return value.attr
+    return value.id if isinstance(value, ast.Name) else None
+
+
+def _set_attributes(tree: ast.AST) -> list[ast.Attribute]:
+    """Every attribute ``tree`` assigns (``x.a = ``, ``x.a += ``, ``setattr(x, "a", ...)``)."""
+    found: list[ast.Attribute] = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = (
+            list(node.targets) if isinstance(node, ast.Assign)
+            else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "setattr" and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)):
+            targets.append(ast.Attribute(value=node.args[0], attr=str(node.args[1].value),
+                                         lineno=node.lineno))
+        for target in targets:
+            for t in target.elts if isinstance(target, ast.Tuple | ast.List) else [target]:
+                if isinstance(t, ast.Attribute):
+                    found.append(t)
+    return found
+
+
+def run_control_pokes(sources: dict[str, str]) -> list[str]:
+    """Attributes of run control's parts set outside the modules that own them."""
+    found = []
+    for name, text in sources.items():
+        for t in _set_attributes(ast.parse(text)):
+            holder = _holder(t)
+            owners = OWNED_PARTS.get(holder or "")
+            if owners is None or any(name == o or name.startswith(o + ".") for o in owners):
+                continue
+            if not {(name, f"{holder}.{t.attr}"), (name, f"{holder}.*")} & SET_FROM_OUTSIDE:
+                found.append(f"{name}:{t.lineno} sets {holder}.{t.attr}")
+    return found
+
+
+def late_setters(text: str) -> list[str]:
+    """Methods of the run state, the agreement or run control that the assembly calls for
+    their effect once they are built (a statement that is only the call)."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                and isinstance(func := node.value.func, ast.Attribute)
+                and _holder(func) in OWNED_PARTS):
+            found.append(f"line {node.lineno}: {ast.unparse(node.value)}")
+    return found
+
+
+def run_control_imports(text: str) -> list[str]:
+    """What a module imports of run control beyond ``RUN_CONTROL_FACE``."""
+    face, names = RUN_CONTROL_FACE
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith(face)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(face):
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if node.module != face or a.name not in names]
+    return found
+
+
+class TestRunControlOwner:
+    """Run control has one owner (``RunControl``): the parts it talks to take what they
+    need when built, and the loop, the lifecycle and the agreement see only the owner."""
+
+    def test_no_module_sets_attributes_of_run_controls_parts_from_outside(self) -> None:
+        sources = {n: p.read_text() for n, p in _modules(core_only=False).items()}
+        assert run_control_pokes(sources) == []
+
+    def test_the_assembly_calls_no_late_setter(self) -> None:
+        assert late_setters((PACKAGE / "training" / "parts.py").read_text()) == []
+
+    @pytest.mark.parametrize("module", ["training/loop.py", "training/fit.py",
+                                        "distributed/agreement.py"])
+    def test_loop_lifecycle_and_agreement_import_only_the_owner(self, module: str) -> None:
+        assert run_control_imports((PACKAGE / module).read_text()) == []
+
+    def test_each_rule_finds_what_it_forbids(self) -> None:
+        """The pokes, setters and imports the rules were written against are found."""
+        poke = "def f(self):\n    self.agreement.retime_asked = False\n"
+        assert run_control_pokes({"schedtrain.training.control.retime": poke}) == [
+            "schedtrain.training.control.retime:2 sets agreement.retime_asked"]
+        assert run_control_pokes({"schedtrain.training.fit": (
+            "parts.inbox.requested = parts.inbox.deadline = None\n"
+            "setattr(run_state, 'change', None)\n")}) == [
+            "schedtrain.training.fit:1 sets inbox.requested",
+            "schedtrain.training.fit:1 sets inbox.deadline",
+            "schedtrain.training.fit:2 sets run_state.change"]
+        assert late_setters("run_state.replay_on_resume(retimer.resume)\n"
+                            "x = run_state.position()\n") == [
+            "line 1: run_state.replay_on_resume(retimer.resume)"]
+        assert run_control_imports(
+            "from schedtrain.training.control.inbox import Inbox\n"
+            "from schedtrain.training.control import RunControl, RunJournal\n"
+            "import schedtrain.training.control.retime\n") == [
+            "schedtrain.training.control.inbox.Inbox",
+            "schedtrain.training.control.RunJournal",
+            "schedtrain.training.control.retime"]
