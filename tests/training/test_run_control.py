@@ -98,12 +98,20 @@ def test_a_notice_is_returned_once_a_step_end_has_seen_its_deadline(tmp_path: Pa
 
 def test_a_notice_collected_before_the_step_end_is_returned_at_its_drain() -> None:
     """The own loop collects before firing ``step_end`` (its triggers see the deadline),
-    so that step's drain may act on the request."""
+    so that step's drain may act on the request; a notice that lands after the collect
+    (during the step end's firings) is left to the next step end."""
     control = _control(None, Position(), handle_signals=False)
     with control.open(fresh=True, resumed=False):
         control.inbox.notice("GCE preemption", time.time() + 30)
         assert control.collect() is True
         assert control.drain(3, due=True) == "GCE preemption"
+        # One that comes during a step end's firings waits for the next step end.
+        control.inbox.notice("GCE maintenance", time.time() + 20)
+        assert control.collect() is True
+        control.inbox.notice("GCE maintenance", time.time() + 10)  # while step_end fires
+        assert control.drain(4, due=True) is None
+        assert control.collect() is True
+        assert control.drain(5, due=True) == "GCE preemption"  # the first source's name
 
 
 def test_next_step_names_a_replayed_retime_which_drain_applies_there(tmp_path: Path) -> None:

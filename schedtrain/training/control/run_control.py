@@ -74,6 +74,9 @@ class RunControl:
         self.notice, self.deadline = notice, deadline
         #: the last agreement carried the chief's word that a retime request waits
         self._asked = False
+        #: ``collect`` ran at this slow path (before ``step_end``): ``drain`` leaves what
+        #: arrived since then to the next step end, whose triggers will see it
+        self._collected = False
 
     @classmethod
     def build(cls, *, table: TriggerTable, callbacks: Mapping[str, Callback],
@@ -157,6 +160,7 @@ class RunControl:
         """What arrived since the last slow path and this step end's triggers must see:
         a notice's deadline to the table (``before_deadline``), a background save that
         landed committed (or its failure raised). Returns whether a deadline was given."""
+        self._collected = True
         inbox, given = self.inbox, False
         if inbox.deadline is not None:
             deadline = inbox.take_deadline(self.time_ns())
@@ -171,11 +175,13 @@ class RunControl:
     def drain(self, step: int, due: bool, *, look: bool = False) -> str | None:
         """The slow path's call after ``step_end`` (``due``: a trigger was due, where ranks
         agree; ``look``: the loop folded its losses here, so one process looks for a
-        request now): what ``collect`` does if not yet done, retimes replayed at this
-        step, a waiting request applied. Returns the name of a requested preemption
-        that may be acted on now (its deadline already seen by a step end), else
-        ``None``."""
-        given = self.collect()
+        request now): what ``collect`` does, unless it ran before this ``step_end`` (a
+        notice that came during it waits for the next step end), retimes replayed at
+        this step, a waiting request applied. Returns the name of a requested
+        preemption that may be acted on now (its deadline already seen by a step end),
+        else ``None``."""
+        given = False if self._collected else self.collect()
+        self._collected = False
         asked, self._asked = due and self._asked, self._asked and not due
         self.retimer.poll(step, due, asked=asked, look=look)
         inbox = self.inbox
