@@ -175,9 +175,8 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
                                max_steps=config.max_steps)
     retimer = Retimer(
         table=table, change=run_state.change, callbacks=by_name, predicates=known,
-        produced=bound.produced, shape=functools.partial(_shape, config, ready.train_data),
-        run_dir=run_dir, directory=directory, events=events, comm=comm, agreement=agreement,
-        position=run_state.position)
+        produced=bound.produced, run_dir=run_dir, directory=directory, events=events,
+        comm=comm, agreement=agreement, position=run_state.position)
     run_state.replay_on_resume(retimer.resume)
     dispatch = Dispatcher(
         table, callbacks=by_name, agreement=agreement, saves=checkpoints,
