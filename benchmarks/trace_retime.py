@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import io
 import json
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -135,6 +136,24 @@ def _command_profiler(hops: Hops) -> Callable[[FrameType, str, Any], None]:
     return profile
 
 
+def _report(package: Path, code: int, said: dict[str, Any], answer: dict[str, Any], *,
+            job: Hops, command: Hops, args: argparse.Namespace) -> None:
+    print(f"schedtrain from {package}")
+    print(f"train exit {code}; retime exit {said.get('code')}; the job's answer: "
+          f"{answer['status']} at step {answer['step']} ({answer['reason']})")
+    if answer["status"] != "applied" or said.get("code") != 0:
+        print(textwrap.indent(said.get("out", "") + said.get("err", ""), "  "))
+        raise SystemExit("the retime was not applied: no window to count")
+    print(f"job: {job.total:,} calls between modules in {len(job.modules)} modules "
+          f"(from read_request to the answer written and the request removed)")
+    for module, k in job.busiest(args.show):
+        print(f"  {k:6,}  {module}")
+    print(f"command: {command.total:,} calls between modules in {len(command.modules)} "
+          "modules (main(['retime', ...]) whole)")
+    print("reproduce: PYTHONPATH=<checkout> python benchmarks/trace_retime.py "
+          f"--step-ms {args.step_ms:g}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--step-ms", type=float, default=10.0,
@@ -178,22 +197,12 @@ def main() -> None:
     finally:
         sys.setprofile(None)
     thread.join(timeout=60)
-    answer = json.loads((run_dir / "retime.answer.json").read_text())
-    print(f"schedtrain from {Path(schedtrain.__file__).parent}")
-    print(f"train exit {code}; retime exit {said.get('code')}; the job's answer: "
-          f"{answer['status']} at step {answer['step']} ({answer['reason']})")
-    if answer["status"] != "applied" or said.get("code") != 0:
-        print(textwrap.indent(said.get("out", "") + said.get("err", ""), "  "))
-        raise SystemExit("the retime was not applied: no window to count")
-    print(f"job: {job.total:,} calls between modules in {len(job.modules)} modules "
-          f"(from read_request to the answer written and the request removed)")
-    for module, k in job.busiest(args.show):
-        print(f"  {k:6,}  {module}")
-    print(f"command: {command.total:,} calls between modules in {len(command.modules)} "
-          "modules (main(['retime', ...]) whole)")
-    print("reproduce: PYTHONPATH=<checkout> python benchmarks/trace_retime.py "
-          f"--step-ms {args.step_ms:g}")
-
+    try:
+        answer = json.loads((run_dir / "retime.answer.json").read_text())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    _report(Path(schedtrain.__file__).parent, code, said, answer, job=job, command=command,
+            args=args)
 
 if __name__ == "__main__":
     main()
