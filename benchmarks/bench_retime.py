@@ -137,9 +137,9 @@ def main() -> None:
         print(f"delay: median {statistics.median(secs):.3f} s (max {max(secs):.3f} s), "
               f"median {statistics.median(steps):.0f} steps (max {max(steps)})")
     if applying:
-        wall, cpu = ([1000 * s[i] for s in applying] for i in (0, 1))
-        print(f"applying on the training thread, over {len(wall)} requests: wall median "
-              f"{statistics.median(wall):.1f} ms (max {max(wall):.1f} ms), CPU median "
+        took, cpu = ([1000 * s[i] for s in applying] for i in (0, 1))
+        print(f"applying on the training thread, over {len(took)} requests: wall median "
+              f"{statistics.median(took):.1f} ms (max {max(took):.1f} ms), CPU median "
               f"{statistics.median(cpu):.1f} ms (max {max(cpu):.1f} ms)")
 
 
