@@ -47,12 +47,16 @@ class _Nothing(Callback):
 
 
 class _Counted:
-    """Batches handed out so far: the job's step when a request is written."""
+    """Batches handed out so far: the job's step when a request is written. Its length
+    is known, as a ``DataLoader``'s is, so the run knows its shape."""
 
     def __init__(self, steps: int) -> None:
         self.steps, self.given = steps, 0
         self.x = torch.randn(BATCH, FEATURES)
         self.y = self.x.sum(1, keepdim=True)
+
+    def __len__(self) -> int:
+        return self.steps
 
     def __iter__(self) -> Iterator[Any]:
         for _ in range(self.steps):

@@ -291,12 +291,13 @@ class Retimer:
             predicates=self.predicates, produced_metrics=self.produced)
 
     def _diff(self, old: StoredSchedule, new: StoredSchedule, step: int) -> ScheduleDiff:
+        """The next firings each schedule makes from ``step`` (``retime``'s answer, on the
+        caller's thread: the job itself never simulates)."""
         try:
             shape = self.change.shape()
         except ValueError:
             shape = None
-        return diff_texts(old, new, shape=shape, from_step=step if shape else None,
-                          files=("running schedule", "new schedule"))
+        return diff_texts(old, new, shape=shape, from_step=step if shape else None)
 
     def _remember(self, applied: Applied, old: str) -> None:
         """Add ``applied`` to the history (a later retime replaces the replays after it)."""
