@@ -9,7 +9,9 @@ with 10 callbacks every 1000 steps; a thread writes a retime request at random m
 handed out then; the step of the change is the answer's. The job looks for a request on
 its slow path only (a due step, every 256 steps, or the end), at most every
 ``POLL_NS`` = 0.5 s, so the delay is at most about 0.5 s plus the steps to the next
-slow-path step.
+slow-path step. Also timed: how long the training thread spends applying each request
+(``Retimer._apply``: check, compile, adopt, log, journal, answer), the time a step
+waits for it: wall time, most of it the fsyncs of three small files, and CPU time.
 
 Reproduce (from the repository root)::
 
@@ -35,6 +37,7 @@ from schedtrain.callbacks import Callback
 from schedtrain.planning.changes import canonical
 from schedtrain.planning.requests import read_answer, write_request
 from schedtrain.training import Trainer
+from schedtrain.training.control.retime import Retimer
 
 BATCH, FEATURES = 32, 16
 
@@ -44,12 +47,16 @@ class _Nothing(Callback):
 
 
 class _Counted:
-    """Batches handed out so far: the job's step when a request is written."""
+    """Batches handed out so far: the job's step when a request is written. Its length
+    is known, as a ``DataLoader``'s is, so the run knows its shape."""
 
     def __init__(self, steps: int) -> None:
         self.steps, self.given = steps, 0
         self.x = torch.randn(BATCH, FEATURES)
         self.y = self.x.sum(1, keepdim=True)
+
+    def __len__(self) -> int:
+        return self.steps
 
     def __iter__(self) -> Iterator[Any]:
         for _ in range(self.steps):
@@ -59,6 +66,21 @@ class _Counted:
 
 def _schedule(period: int) -> Schedule:
     return Schedule({f"cb{i}": every(f"{period} steps") for i in range(10)})
+
+
+def _time_applying(spent: list[tuple[float, float]]) -> None:
+    """Record the seconds each ``Retimer._apply`` takes on the training thread: wall
+    time (with the fsyncs of the journal, ``run.json`` and the answer) and CPU time."""
+    apply = Retimer._apply
+
+    def timed(self: Retimer, *args: Any, **kwargs: Any) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            apply(self, *args, **kwargs)
+        finally:
+            spent.append((time.perf_counter() - t0, time.thread_time() - c0))
+
+    Retimer._apply = timed  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -72,6 +94,8 @@ def main() -> None:
     texts = [canonical(_schedule(999)), canonical(_schedule(1000))]
     data = _Counted(args.steps)
     results: list[tuple[float, int, int]] = []
+    applying: list[tuple[float, float]] = []
+    _time_applying(applying)
     with tempfile.TemporaryDirectory() as folder:
         run_dir = Path(folder) / "run"
         model = torch.nn.Linear(FEATURES, 1)
@@ -94,9 +118,9 @@ def main() -> None:
                     if done.is_set():
                         return
                     time.sleep(0.0005)
-                results.append((time.perf_counter() - t0, asked_step, int(answer["step"])))
+                results.append((time.perf_counter() - t0, asked_step, answer.step))
                 print(f"retime {trial}: {results[-1][0]:.3f} s, asked at step {asked_step}, "
-                      f"applied at step {answer['step']}", flush=True)
+                      f"applied at step {answer.step}", flush=True)
 
         thread = threading.Thread(target=ask, daemon=True)
         thread.start()
@@ -116,6 +140,11 @@ def main() -> None:
         steps = [r[2] - r[1] for r in results]
         print(f"delay: median {statistics.median(secs):.3f} s (max {max(secs):.3f} s), "
               f"median {statistics.median(steps):.0f} steps (max {max(steps)})")
+    if applying:
+        took, cpu = ([1000 * s[i] for s in applying] for i in (0, 1))
+        print(f"applying on the training thread, over {len(took)} requests: wall median "
+              f"{statistics.median(took):.1f} ms (max {max(took):.1f} ms), CPU median "
+              f"{statistics.median(cpu):.1f} ms (max {max(cpu):.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Final
 from schedtrain.cli.diff import NOT_COMPARED, Side, _shape, read_side
 from schedtrain.cli.preflight import UsageError, checked, print_warnings
 from schedtrain.errors import RunDirError, one_line, with_head
-from schedtrain.planning.changes import diff_texts
+from schedtrain.planning.changes import StoredSchedule, diff_texts
 from schedtrain.planning.requests import (
     ANSWER_FILE,
     LOOK_STEPS,
@@ -156,23 +156,23 @@ def cmd_retime(args: argparse.Namespace) -> int:
     except _Starting as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    old_text = status.schedule
-    assert old_text is not None  # _running refuses a job without one
-    why = live_refusal(old_text, new.schedule, status.batch_events)
+    assert status.schedule is not None  # _running refuses a job without one
+    # Each side parsed once, and read by every rule below.
+    running = StoredSchedule.parse(status.schedule, f"{run_dir} (running)")
+    asked_for = StoredSchedule.parse(new.schedule, args.new)
+    why = live_refusal(running, asked_for, status.batch_events)
     if why is not None:
         print(with_head("error: refused: ", why), file=sys.stderr)
         return 2
-    if old_text == new.schedule:
+    if running == asked_for:
         print(f"{args.new}: the job in {run_dir} already runs this schedule; nothing handed")
         return 0
     step = _last_step(run_dir, status)
-    old = Side(str(run_dir), old_text, step=step)
-    shape = _shape(args, old, new)
+    shape = _shape(args, Side(str(run_dir), running.text, step=step), new)
     if shape is None:
         print(NOT_COMPARED, file=sys.stderr)
-    diff = diff_texts(old_text, new.schedule, shape=shape,
-                      from_step=step if shape is not None else None,
-                      files=(f"{run_dir} (running)", args.new))
+    diff = diff_texts(running, asked_for, shape=shape,
+                      from_step=step if shape is not None else None)
     # The job takes it at its next look, at this step or later: the firings listed are
     # those of the earliest step; the answer gives the real one, and its diff.
     sys.stdout.write(diff.table(args.first, since=f"if applied after step {step} (the "
@@ -189,8 +189,7 @@ def cmd_retime(args: argparse.Namespace) -> int:
     if answer is None:
         return 1
     if answer.status == "applied" and shape is not None and answer.step != step:
-        applied = diff_texts(old_text, new.schedule, shape=shape, from_step=answer.step,
-                             files=(f"{run_dir} (running)", args.new))
+        applied = diff_texts(running, asked_for, shape=shape, from_step=answer.step)
         sys.stdout.write("\n".join(applied.firing_lines(args.first)) + "\n")
     return 2 if answer.status == "refused" else 0
 

@@ -2,8 +2,10 @@
 
 A schedule is compared as its canonical TOML (``spec.write``): the spec's tables by key
 path (``SpecChange``), and over a simulated run the firings each callback gains, loses
-or moves (``FiringChange``). ``continue_with`` simulates the rules a resumed run applies
-when its schedule changed (``schedule_change = "apply"``, docs/checkpoints.md):
+or moves (``FiringChange``). The rules take each side as a ``StoredSchedule`` (the text
+parsed once, ``planning.stored``) or as text. ``continue_with`` simulates the rules a
+resumed run applies when its schedule changed (``schedule_change = "apply"``,
+docs/checkpoints.md):
 
 - the clock goes on where it was: periodic grids stay on the run's absolute counters
   (a grid point already passed neither fires again nor is skipped), and an ``at`` point
@@ -18,31 +20,27 @@ when its schedule changed (``schedule_change = "apply"``, docs/checkpoints.md):
 
 from __future__ import annotations
 
-import copy
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import attrs
-import tomllib
 
 from schedtrain.errors import SHOWN_PROBLEMS, shorten, summarized
 from schedtrain.planning.deletions import FileChange, Present, file_changes
 from schedtrain.planning.nearest import nearest_pairs
+from schedtrain.planning.stored import StoredSchedule, stored
 from schedtrain.retention import Policy, Saved
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.simulation.retimed import AFTER, to_resume_point
+from schedtrain.simulation.retimed import retimed
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.simulation.simulate import Simulation
-from schedtrain.spec.load import loads_spec
 from schedtrain.spec.write import schedule_to_toml, toml_value
 
 __all__ = ["Carry", "Continuation", "FileChange", "FiringChange", "ScheduleDiff",
-           "SpecChange", "canonical", "carry", "continue_with", "diff_texts",
+           "SpecChange", "StoredSchedule", "canonical", "carry", "continue_with", "diff_texts",
            "file_changes", "firing_changes", "spec_changes"]
-
-_AFTER: Final = AFTER
 
 
 def canonical(schedule: Schedule) -> str | None:
@@ -136,10 +134,10 @@ class Carry:
                 "added": list(self.added), "removed": list(self.removed)}
 
 
-def carry(old: str, new: str) -> Carry:
-    """The rules applied to two canonical schedules (``canonical``'s TOML)."""
-    a = tomllib.loads(old).get("callbacks", {})
-    b = tomllib.loads(new).get("callbacks", {})
+def carry(old: StoredSchedule | str, new: StoredSchedule | str) -> Carry:
+    """The rules applied to two canonical schedules (``canonical``'s TOML; text is
+    parsed here)."""
+    a, b = stored(old, "old schedule").callbacks, stored(new, "new schedule").callbacks
     both = [n for n in b if n in a]
     return Carry(tuple(n for n in both if a[n] == b[n]), tuple(n for n in both if a[n] != b[n]),
                  tuple(n for n in b if n not in a), tuple(n for n in a if n not in b))
@@ -159,19 +157,9 @@ def continue_with(old: Schedule, new: Schedule, shape: RunShape, *, from_step: i
     """Simulate ``old`` up to the end of step ``from_step`` (its ``step_end``, or its
     ``epoch_end`` with ``phase="epoch_end"``), then ``old`` on, and ``new`` on from the
     same point by the resume rules (``rules``: by default ``carry`` of the two)."""
-    if phase not in _AFTER:
-        raise ValueError(f"phase must be one of {sorted(_AFTER)}, got {phase!r}")
-    if rules is None:
-        rules = _rules(old, new)
-    first = Simulation(old, shape)
-    before = tuple(first.iter_firings((from_step, _AFTER[phase], 10**9)))
-    to_resume_point(first, from_step, phase)
-    state = copy.deepcopy(first.state_dict())
-    kept = set(rules.kept)
-    state["table"] = {"triggers": {n: s for n, s in state["table"]["triggers"].items()
-                                   if n in kept}}
-    second = Simulation(new, shape)
-    second.load_state_dict(state)
+    before, first, second = retimed(
+        lambda s: Simulation(s, shape), old, new, at=from_step, phase=phase,
+        kept=(_rules(old, new) if rules is None else rules).kept)
     return Continuation(before, tuple(first.iter_firings()), tuple(second.iter_firings()))
 
 
@@ -350,22 +338,22 @@ def _text(c: FiringChange) -> str:
     return at(f)
 
 
-def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
-               from_step: int | None = None, phase: str = "step_end",
-               files: tuple[str, str] = ("OLD", "NEW"),
+def diff_texts(old: StoredSchedule | str, new: StoredSchedule | str, *,
+               shape: RunShape | None = None, from_step: int | None = None,
+               phase: str = "step_end", files: tuple[str, str] = ("OLD", "NEW"),
                keep: Mapping[str, Policy | None] | None = None,
                saved: Mapping[str, list[Saved]] | None = None,
                present: Present | None = None) -> ScheduleDiff:
     """Compare two TOML documents (specs, or schedules as ``canonical`` writes them).
 
     Args:
-        old, new: the documents.
+        old, new: the documents (text, parsed here, or ``StoredSchedule``).
         shape: simulate both over this run to compare their firings (``None``: only
             the spec's changes).
         from_step: compare the firings after this step, ``new`` taking over from ``old``
             there by the resume rules (``continue_with``); ``None``: from the start.
         phase: where at ``from_step`` the run resumes (``"step_end"``, ``"epoch_end"``).
-        files: names of the two for error messages.
+        files: names of the two texts for error messages (a ``StoredSchedule`` has its own).
         keep, saved, present: the savers' policies, the records of their files at
             ``from_step`` and which are there: the diff then lists the files each
             schedule deletes.
@@ -374,12 +362,13 @@ def diff_texts(old: str, new: str, *, shape: RunShape | None = None,
         SpecError: either document is not a valid spec.
     """
     # A stored schedule has no [run]: its run's rules are not the diff's to judge.
-    a = loads_spec(old, files[0], schedule_only=True)
-    b = loads_spec(new, files[1], schedule_only=True)
-    changes = spec_changes(tomllib.loads(old), tomllib.loads(new))
+    a = stored(old, files[0])
+    sa = a.schedule()
+    b = stored(new, files[1])
+    sb = b.schedule()
+    changes = spec_changes(a.doc, b.doc)
     if shape is None:
         return ScheduleDiff(changes, None)
-    sa, sb = a.schedule(), b.schedule()
     if from_step is None:
         fa, fb = Simulation(sa, shape).run(), Simulation(sb, shape).run()
         return ScheduleDiff(changes, firing_changes(fa, fb))

@@ -36,12 +36,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import attrs
-import tomllib
 
 from schedtrain.errors import Error
-from schedtrain.events import EventSet
 from schedtrain.files import write_atomic
 from schedtrain.planning.run_status import BATCH_EVENTS
+from schedtrain.planning.stored import StoredSchedule, stored
 from schedtrain.readback import (
     MAX_LIST,
     SMALL_FILE,
@@ -54,7 +53,6 @@ from schedtrain.readback import (
     structure,
     valid,
 )
-from schedtrain.spec.load import loads_spec
 from schedtrain.time import MAX_COUNT
 
 __all__ = ["ANSWER_FILE", "HISTORY_FILE", "LOOK_STEPS", "LOOP_EVENTS",
@@ -83,19 +81,24 @@ class ScheduleChangeRefused(Error, ValueError):
     """A retime the running job cannot take (the message says why)."""
 
 
-def live_refusal(old: str, new: str, fires: Collection[str] | None = None) -> str | None:
+def live_refusal(old: StoredSchedule | str, new: StoredSchedule | str,
+                 fires: Collection[str] | None = None) -> str | None:
     """Why a running job cannot take ``new`` in place of ``old`` (both canonical
-    schedules), or ``None``: it can (only triggers change; the rules of
-    ``--schedule-change apply`` say whose state is kept). The job and ``schedtrain
-    retime`` both ask this, so the command refuses up front what the job would.
+    schedules: text is parsed here), or ``None``: it can (only triggers change; the
+    rules of ``--schedule-change apply`` say whose state is kept). The job and
+    ``schedtrain retime`` both ask this, so the command refuses up front what the job
+    would.
 
     Args:
         fires: which of ``LOOP_EVENTS`` the running loop fires (``run.json``'s
             ``batch_events``); ``None``: those ``old`` names.
+
+    Raises:
+        SpecError: ``new`` (or, with ``fires`` ``None``, ``old``) is not a valid schedule.
     """
-    a = tomllib.loads(old)
-    b = tomllib.loads(new)
-    ca, cb = a.get("callbacks", {}), b.get("callbacks", {})
+    was, now = stored(old, "running schedule"), stored(new, "new schedule")
+    a, b = was.doc, now.doc
+    ca, cb = was.callbacks, now.callbacks
     added = [n for n in cb if n not in ca]
     removed = [n for n in ca if n not in cb]
     restart = ("; restart the run with the new spec and --resume auto --schedule-change "
@@ -130,8 +133,8 @@ def live_refusal(old: str, new: str, fires: Collection[str] | None = None) -> st
         return (f"the new schedule names a trigger class of its own ({{ custom = "
                 f"{printable(custom)[:80]!r} }}): a running job imports no code a request "
                 f"names{restart}")
-    fired = loop_events(old) if fires is None else frozenset(fires)
-    for name, events in _events(new).items():
+    fired = loop_events(was) if fires is None else frozenset(fires)
+    for name, events in now.events().items():
         missing = [e for e in LOOP_EVENTS if e in events and e not in fired]
         if missing:
             return (f"callbacks.{name}.trigger: names {missing[0]}, which the running loop "
@@ -140,16 +143,10 @@ def live_refusal(old: str, new: str, fires: Collection[str] | None = None) -> st
     return None
 
 
-def loop_events(schedule: str) -> frozenset[str]:
+def loop_events(schedule: StoredSchedule | str) -> frozenset[str]:
     """Which of ``LOOP_EVENTS`` a loop built for ``schedule`` (canonical TOML) fires."""
-    found = _events(schedule).values()
+    found = stored(schedule, "schedule").events().values()
     return frozenset(e for e in LOOP_EVENTS if any(e in events for events in found))
-
-
-def _events(schedule: str) -> dict[str, EventSet]:
-    """Callback name -> the events its trigger in ``schedule`` is evaluated at."""
-    return {e.default_name(): e.trigger.events()
-            for e in loads_spec(schedule, "retime", schedule_only=True).schedule().entries}
 
 
 def _auto(trigger: Any) -> bool:

@@ -18,7 +18,7 @@ from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.simulation.simclock import PH_EPOCH_END, PH_STEP
 
-__all__ = ["AFTER", "SimulatedRun", "kept_triggers", "to_resume_point"]
+__all__ = ["AFTER", "SimulatedRun", "kept_triggers", "retimed", "to_resume_point"]
 
 #: Where a resumed (or retimed) run continues: after that step's ``step_end`` or its
 #: ``epoch_end``.
@@ -46,6 +46,29 @@ def kept_triggers(old: Schedule, new: Schedule) -> tuple[str, ...]:
     return tuple(n for n in b if n in a and a[n] == b[n])
 
 
+def retimed(make: Callable[[Schedule], Any], old: Schedule, new: Schedule, *, at: int,
+            phase: str = "step_end",
+            kept: Iterable[str] | None = None) -> tuple[tuple[Firing, ...], Any, Any]:
+    """A run of ``old`` retimed to ``new`` after step ``at`` (its ``step_end``, or its
+    ``epoch_end`` with ``phase="epoch_end"``), by the resume rules: ``old``'s firings up
+    to there, then two simulations at that point to iterate on, ``old``'s own and
+    ``new``'s (``make``: a fresh ``Simulation`` of a schedule over the run). ``kept``:
+    the callbacks whose trigger state carries over (default: ``kept_triggers``).
+    ``SimulatedRun.continue_with`` and ``planning.changes.continue_with`` both are this."""
+    if phase not in AFTER:
+        raise ValueError(f"phase must be one of {sorted(AFTER)}, got {phase!r}")
+    first = make(old)
+    before = tuple(first.iter_firings((at, AFTER[phase], 10**9)))
+    to_resume_point(first, at, phase)
+    state: dict[str, Any] = copy.deepcopy(first.state_dict())
+    keep = set(kept_triggers(old, new) if kept is None else kept)
+    state["table"] = {"triggers": {n: s for n, s in state["table"]["triggers"].items()
+                                   if n in keep}}
+    second = make(new)
+    second.load_state_dict(state)
+    return before, first, second
+
+
 class SimulatedRun(FiringLog):
     """``simulate()``'s firings, which also know how to continue with another schedule.
 
@@ -66,17 +89,8 @@ class SimulatedRun(FiringLog):
         ``epoch_end`` with ``phase="epoch_end"``): this schedule's firings up to there,
         then ``new``'s. ``kept``: the callbacks whose trigger state carries over
         (default: those whose trigger is unchanged)."""
-        if phase not in AFTER:
-            raise ValueError(f"phase must be one of {sorted(AFTER)}, got {phase!r}")
         if isinstance(at, bool) or not isinstance(at, int) or at < 0:
             raise ValueError(f"at must be a step (a whole number >= 0), got {at!r}")
-        first = self._make(self._schedule)
-        before = tuple(first.iter_firings((at, AFTER[phase], 10**9)))
-        to_resume_point(first, at, phase)
-        state: dict[str, Any] = copy.deepcopy(first.state_dict())
-        keep = set(kept_triggers(self._schedule, new) if kept is None else kept)
-        state["table"] = {"triggers": {n: s for n, s in state["table"]["triggers"].items()
-                                       if n in keep}}
-        second = self._make(new)
-        second.load_state_dict(state)
+        before, _, second = retimed(self._make, self._schedule, new, at=at, phase=phase,
+                                    kept=kept)
         return FiringLog((*before, *second.iter_firings()))

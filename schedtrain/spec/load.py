@@ -9,6 +9,7 @@ repeat them. Nothing a spec names is imported unless ``imports=True``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -26,7 +27,7 @@ from schedtrain.spec.problems import Problems
 from schedtrain.spec.run import from_checked
 from schedtrain.spec.triggers import TriggerReader
 
-__all__ = ["default_run_dir", "load_spec", "loads_spec"]
+__all__ = ["default_run_dir", "load_spec", "loads_spec", "read_spec"]
 
 
 def default_run_dir(file: str | None) -> str:
@@ -63,6 +64,21 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False,
     data = parse_toml(text, problems)
     problems.raise_if_any()
     assert data is not None
+    return _spec(data, file, problems, schedule_only=schedule_only)
+
+
+def read_spec(data: dict[str, Any], file: str = "<string>", *,
+              schedule_only: bool = False) -> Spec:
+    """``loads_spec`` of a document already parsed (``parse_toml``'s dict, which is not
+    changed), nothing imported: a stored schedule parsed once is read, not parsed again.
+
+    Raises:
+        SpecError: listing every problem with its key path.
+    """
+    return _spec(data, file, Problems(file, False), schedule_only=schedule_only)
+
+
+def _spec(data: dict[str, Any], file: str, problems: Problems, *, schedule_only: bool) -> Spec:
     doc = read_document(data, problems)
     if doc is None:
         problems.raise_if_any()

@@ -167,8 +167,7 @@ def build_parts(config: RunConfig, device: torch.device, *, model: torch.nn.Modu
         table=table, callbacks=by_name, position=lambda: (clock.step, clock.epoch),
         time_ns=lambda: clock.time_ns, schedule=bound.schedule, change=change,
         predicates=known, produced=bound.produced,
-        shape=functools.partial(_shape, config, ready.train_data), run_dir=run_dir,
-        directory=directory, events=events, comm=comm,
+        run_dir=run_dir, directory=directory, events=events, comm=comm,
         collect_save=collect_save,
         handle_signals=config.handle_signals, signals=config.preempt_signals,
         notice=config.preempt_notice, deadline=config.deadline)

@@ -39,7 +39,14 @@ from schedtrain.callbacks.base import Callback
 from schedtrain.distributed.comm import Comm
 from schedtrain.errors import RunDirError, ScheduleWarning, one_line
 from schedtrain.monitors.jsonl import JsonlWriter
-from schedtrain.planning.changes import ScheduleDiff, canonical, carry, diff_texts
+from schedtrain.planning.changes import (
+    ScheduleDiff,
+    StoredSchedule,
+    canonical,
+    carry,
+    diff_texts,
+    spec_changes,
+)
 from schedtrain.planning.requests import (
     LOOK_STEPS,
     REQUEST_FILE,
@@ -54,9 +61,9 @@ from schedtrain.planning.requests import (
     write_answer,
     write_history,
 )
+from schedtrain.planning.stored import stored
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
-from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec import load_spec, loads_spec
 from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.triggers.auto import auto_parts
@@ -96,7 +103,6 @@ class Retimer:
         table, change: the run's compiled table and its schedule (``change.text``).
         callbacks: the callbacks by name.
         predicates, produced: what the table was compiled with.
-        shape: the run's shape, for the diff of the next firings (``None``: unknown).
         run_dir: the run directory on this rank (``None``: none).
         directory: the chief's run directory (``None``: not the chief, or none).
         events: ``events.jsonl`` (``None``: not written here).
@@ -106,12 +112,11 @@ class Retimer:
 
     def __init__(self, *, table: TriggerTable, change: ScheduleChange,
                  callbacks: Mapping[str, Callback], predicates: Mapping[str, Any],
-                 produced: frozenset[str], shape: Callable[[], RunShape | None],
-                 run_dir: Path | None, directory: RunFolder | None,
+                 produced: frozenset[str], run_dir: Path | None, directory: RunFolder | None,
                  events: JsonlWriter | None, comm: Comm | None,
                  position: Callable[[], tuple[int, int]]) -> None:
         self.table, self.change, self.callbacks = table, change, callbacks
-        self.predicates, self.produced, self.shape = predicates, produced, shape
+        self.predicates, self.produced = predicates, produced
         self.run_dir, self.directory, self.events = run_dir, directory, events
         self.comm, self.position = comm, position
         self.chief = comm is None or comm.is_chief
@@ -151,17 +156,17 @@ class Retimer:
             ScheduleChangeRefused: a change the running job cannot make (the line says why).
             SpecError: a spec or text with problems.
         """
-        text = _text_of(schedule)
-        old = self.change.text
+        new = StoredSchedule.parse(_text_of(schedule), "new schedule")
+        old = self.change.stored()
         if old is None:
             raise ScheduleChangeRefused("this run's schedule has a Python trigger (when(fn)) "
                                         "with no stored form: it cannot be retimed")
-        why = live_refusal(old, text, self.fires)
+        why = live_refusal(old, new, self.fires)
         if why is not None:
             raise ScheduleChangeRefused(why)
         step, _ = self.position()
-        diff = self._diff(old, text, step)
-        self.asked = Request(f"python-{time.monotonic_ns()}", text)
+        diff = self._diff(old, new, step)  # the caller's thread: the job only applies it
+        self.asked = Request(f"python-{time.monotonic_ns()}", new.text)
         self._next_look = 0
         return diff
 
@@ -233,49 +238,54 @@ class Retimer:
 
     # -- applying ------------------------------------------------------------------------------
     def _apply(self, text: str, ident: str | None, *, replayed: bool = False) -> None:
-        old = self.change.text
+        """Check, compile and adopt ``text``; each schedule is parsed at most once here
+        (the running one is kept parsed), and nothing is simulated: the log line says
+        what changed, ``schedtrain diff`` what that moves."""
+        old = self.change.stored()
         if old is None:
             self._answer(ident, "refused", "this run's schedule has a Python trigger "
                                            "(when(fn)) with no stored form")
             return
-        if text == old:
+        if text == old.text:
             self._answer(ident, "unchanged", "the new schedule is the running one")
             return
         try:
-            why = live_refusal(old, text, self.fires)
-            new = self._compile(text, "retime")
+            new = StoredSchedule.parse(text, "new schedule")
+            why = live_refusal(old, new, self.fires)
+            table = self._compile(new, "retime")
         except Exception as exc:  # a request is data from outside: it never ends the run
             why = f"the new schedule is not valid: {one_line(str(exc), 300)}"
         if why is not None:
             self._answer(ident, "refused", why)
             return
         step, epoch = self.position()
-        diff = self._diff(old, text, step)
-        rules = carry(old, text)
+        rules = carry(old, new)
         states = {n: self.callbacks[n].state_dict() for n in rules.reset}
-        adopt(self.table, new, rules.kept)
+        adopt(self.table, table, rules.kept)
         for name in rules.reset:  # afresh, as a resume does; a saver keeps its records
             if name in self._initial:
                 self.callbacks[name].load_state_dict(copy.deepcopy(self._initial[name]))
                 self.callbacks[name].load_records(states[name])
-        self.change.text = text
+        self.change.take(new)
         if self.events is not None:
             self.events.record({"kind": "schedule_change", "step": step, "epoch": epoch,
-                                "rule": "retime", **diff.to_dict()})
+                                "rule": "retime", **ScheduleDiff(
+                                    spec_changes(old.doc, new.doc), None,
+                                    rules=rules).to_dict()})
         if not replayed:
-            self._remember(Applied(step, epoch, text, ident), old)
+            self._remember(Applied(step, epoch, text, ident), old.text)
         if self.directory is not None:
             self.directory.record("running", step=step, epoch=epoch, schedule=text)
         self._answer(ident, "applied", f"applied after step {step}")
 
-    def _compile(self, text: str, source: str) -> TriggerTable:
+    def _compile(self, text: StoredSchedule | str, source: str) -> TriggerTable:
         """``text`` (a schedule, its run this one) compiled as the run compiles its own.
 
         A callback whose trigger is unchanged and holds ``every("auto")`` keeps its
         trigger object: the saver measures its saves into that trigger's deciders (and
         configured them with the run's failure rate); a new one would never be fed, and
         the interval would stay where the change found it."""
-        schedule = loads_spec(text, source, schedule_only=True).schedule()
+        schedule = stored(text, source).schedule()
         now = dict(zip(self.table.names, self.table.triggers, strict=True))
         entries = [attrs.evolve(e, trigger=now[n]) if auto_parts(e.trigger)
                    and now.get(n) == e.trigger else e
@@ -283,13 +293,14 @@ class Retimer:
         return Schedule(entries, schedule.events).compile(
             predicates=self.predicates, produced_metrics=self.produced)
 
-    def _diff(self, old: str, new: str, step: int) -> ScheduleDiff:
+    def _diff(self, old: StoredSchedule, new: StoredSchedule, step: int) -> ScheduleDiff:
+        """The next firings each schedule makes from ``step`` (``retime``'s answer, on the
+        caller's thread: the job itself never simulates)."""
         try:
-            shape = self.shape()
+            shape = self.change.shape()
         except ValueError:
             shape = None
-        return diff_texts(old, new, shape=shape, from_step=step if shape else None,
-                          files=("running schedule", "new schedule"))
+        return diff_texts(old, new, shape=shape, from_step=step if shape else None)
 
     def _remember(self, applied: Applied, old: str) -> None:
         """Add ``applied`` to the history (a later retime replaces the replays after it)."""

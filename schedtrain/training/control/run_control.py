@@ -29,7 +29,6 @@ from schedtrain.monitors.jsonl import JsonlWriter
 from schedtrain.planning.changes import canonical
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
-from schedtrain.simulation.simclock import RunShape
 from schedtrain.spec.deadlines import DEFAULT_SIGNALS, signals_of
 from schedtrain.training.control.inbox import Inbox, deadline_on_clock, handle_signals
 from schedtrain.training.control.journal import RunJournal
@@ -84,7 +83,6 @@ class RunControl:
               schedule: Schedule | None = None, change: ScheduleChange | None = None,
               predicates: Mapping[str, Any] | None = None,
               produced: frozenset[str] = frozenset(),
-              shape: Callable[[], RunShape | None] = lambda: None,
               run_dir: Path | None = None, directory: RunFolder | None = None,
               events: JsonlWriter | None = None, comm: Comm | None = None,
               collect_save: Callable[[], None] = _nothing, handle_signals: bool = True,
@@ -99,7 +97,6 @@ class RunControl:
             change: the run's schedule and its rule at resume (default: ``schedule``'s
                 canonical text, refused when changed).
             predicates, produced: what the table was compiled with.
-            shape: the run's shape, for a retime's diff (``None``: unknown).
             run_dir: the folder a retime request is looked for in (``None``: none).
             directory: the chief's run directory (``run.json``, the request removed).
             events: ``events.jsonl`` (``None``: not written here).
@@ -112,7 +109,7 @@ class RunControl:
             change = ScheduleChange(canonical(schedule) if schedule is not None else None)
         retimer = Retimer(
             table=table, change=change, callbacks=callbacks, predicates=dict(predicates or {}),
-            produced=produced, shape=shape, run_dir=run_dir, directory=directory,
+            produced=produced, run_dir=run_dir, directory=directory,
             events=events, comm=comm, position=position)
         journal = RunJournal(retimer=retimer, callbacks=callbacks.values(), schedule=schedule,
                              events=events.path if events is not None else None)

@@ -20,9 +20,9 @@ import attrs
 from schedtrain.errors import Error, SpecError, describe, one_line, shorten, summarized
 from schedtrain.planning.changes import Carry, ScheduleDiff, carry, diff_texts
 from schedtrain.planning.deletions import Present, saved_records
+from schedtrain.planning.stored import StoredSchedule
 from schedtrain.retention import Policy
 from schedtrain.simulation.simclock import RunShape
-from schedtrain.spec import loads_spec
 
 __all__ = ["RULES", "ScheduleChange", "ScheduleChanged", "StoredScheduleError"]
 
@@ -49,19 +49,20 @@ class StoredScheduleError(ScheduleChanged):
             "deleted; resume from another checkpoint (--resume PATH)"), None)
 
 
-def _unreadable(saved: object) -> str | None:
-    """Why a stored schedule is not one (``None``: it reads as a valid schedule). Only
-    the schedule is judged: what ``[run]`` decides (a failure rate for ``every =
-    "auto"``) is this run's, which it has."""
+def _read(saved: object) -> StoredSchedule | str:
+    """A checkpoint's stored schedule, parsed and read; or why it is not one. Only the
+    schedule is judged: what ``[run]`` decides (a failure rate for ``every = "auto"``)
+    is this run's, which it has."""
     if not isinstance(saved, str):
         return f"expected canonical TOML text, found {describe(saved)}"
     try:
-        loads_spec(saved, "stored schedule", schedule_only=True)
+        found = StoredSchedule.parse(saved, "stored schedule")
+        found.spec()
     except SpecError as exc:
         first = exc.problems[0] if exc.problems else None
         return (f"{len(exc.problems)} problem{'' if len(exc.problems) == 1 else 's'}, the "
                 f"first: {first}" if first is not None else str(exc))
-    return None
+    return found
 
 
 @attrs.define
@@ -89,6 +90,8 @@ class ScheduleChange:
     record: dict[str, Any] | None = None
     #: lines to show once (the chief shows them)
     notes: list[str] = attrs.field(factory=list)
+    #: ``text`` parsed (``stored``), kept until the text changes
+    _parsed: StoredSchedule | None = attrs.field(default=None, init=False, repr=False)
 
     def check(self, path: Path | str, run: Mapping[str, Any],
               present: Present | None = None) -> None:
@@ -111,13 +114,13 @@ class ScheduleChange:
         step = int(run["clock"]["now"]["step"])
         if self.ended is not None:
             self.ended(step)
-        why = _unreadable(saved)
-        if why is not None:
-            raise StoredScheduleError(shown, why)
+        was = _read(saved)
+        if isinstance(was, str):
+            raise StoredScheduleError(shown, was)
         # Taken inside an epoch: after a step_end; otherwise after the epoch's end.
         phase = "step_end" if run.get("epoch_open", True) else "epoch_end"
-        diff = self._diff(saved, step, phase, run.get("callbacks"), present)
-        rules = carry(saved, self.text)
+        diff = self._diff(was, step, phase, run.get("callbacks"), present)
+        rules = carry(was, self._own())
         if self.rule != "apply":
             raise ScheduleChanged(_refusal(shown, step, diff, rules), diff)
         self.carried = rules
@@ -128,15 +131,31 @@ class ScheduleChange:
                           "(schedule_change = \"apply\")")
         self.notes += summarized(self.carried.lines(), more="more callbacks")
 
-    def _diff(self, saved: str, step: int, phase: str, states: object,
+    def stored(self) -> StoredSchedule | None:
+        """This run's schedule parsed, once for each text it holds (``None``: none)."""
+        if self.text is None:
+            return None
+        if self._parsed is None or self._parsed.text != self.text:
+            self._parsed = StoredSchedule.parse(self.text, "running schedule")
+        return self._parsed
+
+    def take(self, new: StoredSchedule) -> None:
+        """This run's schedule is now ``new`` (a live retime's, already parsed)."""
+        self.text, self._parsed = new.text, new
+
+    def _own(self) -> StoredSchedule:
+        found = self.stored()
+        assert found is not None
+        return found
+
+    def _diff(self, saved: StoredSchedule, step: int, phase: str, states: object,
               present: Present | None) -> ScheduleDiff:
-        assert self.text is not None
         try:
             shape = self.shape()
         except ValueError:
             shape = None
         keep = self.savers()
-        return diff_texts(saved, self.text, shape=shape, from_step=step, phase=phase,
+        return diff_texts(saved, self._own(), shape=shape, from_step=step, phase=phase,
                           files=("checkpoint's schedule", "this run's schedule"),
                           keep=keep, saved=saved_records(states, keep),
                           present=present)
