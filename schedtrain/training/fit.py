@@ -116,6 +116,7 @@ class Lifecycle:
         resume: its files stay, its ``events.jsonl`` starts anew."""
         if self.stage is Stage.NEW:  # run control replays its retimes from the start
             self.stage = Stage.STARTING_OVER
+            self.parts.control.start_over()
 
     def save(self, path: Path, on_saved: Callable[[Path], None] | None) -> None:
         """During ``fit``, once the current event is over; otherwise now."""

@@ -140,6 +140,12 @@ class RunControl:
             stack.enter_context(watch_notices(inbox, self.notice, self.comm))
             yield
 
+    def start_over(self) -> None:
+        """The run starts over in its directory (nothing valid to resume): its journal's
+        retimes are read now, so a damaged one refuses the resume before anything is
+        changed (``open`` queues them again)."""
+        self.journal.start_over()
+
     def replay(self, run: Mapping[str, Any]) -> None:
         """A checkpoint's ``run`` section on resume, before it is checked: the journal's
         retimes, then its interval decisions (``control.journal``)."""
