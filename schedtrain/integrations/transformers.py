@@ -43,6 +43,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.driver import takes_event
+from schedtrain.integrations.hf_control import HFRunControl, InterimControl
+from schedtrain.integrations.hf_evaluation import AfterEvaluation
 from schedtrain.integrations.hf_strategies import (
     FLAGS,
     STRATEGIES,
@@ -62,7 +64,7 @@ from schedtrain.integrations.hosted import (
 from schedtrain.integrations.keeping import HostKeep, KeepArg
 from schedtrain.retention import parse_keep
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.triggers.protocol import Point, Predicate
+from schedtrain.triggers.protocol import Predicate
 
 if TYPE_CHECKING:
     from schedtrain.spec import Spec
@@ -73,7 +75,7 @@ _ACTED_ON = ("step_end", "epoch_end")
 _BEFORE_EVALUATION = ("evaluate", "log")  # flags HF acts on before its metrics arrive
 
 
-class ScheduleCallback(TrainerCallback, ExportableState):
+class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
     """Fire ``schedule`` inside ``transformers.Trainer.train``.
 
     Args:
@@ -106,6 +108,8 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
         keep: KeepArg | None = None,
+        preempt_notice: str | None = None,
+        handle_signals: bool = True,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(
@@ -152,6 +156,9 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self._late = bool(self._watched)
         self._pending: list[str] = []  # events held for on_evaluate
         self._logged: list[Mapping[str, Any]] = []  # what on_log gave while they wait
+        #: signals, notices and live retime (``hf_control``)
+        self.run_control = HFRunControl(InterimControl(
+            self.driver, preempt_notice=preempt_notice, handle_signals=handle_signals))
 
     @classmethod
     def from_spec(cls, spec: Spec | str | Path,
@@ -207,6 +214,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
                 rank=args.process_index,
                 steps_in_epoch=None if batches is None else -(-batches // accumulate))
+        self.run_control.begin(resumed=state.global_step > 0)
         self._event(args, state, control, kwargs, self.driver.train_start)
 
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
@@ -245,6 +253,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         d = self.driver
         self._hook = (args, state, control, kwargs)
         tokens = state.num_input_tokens_seen - d.clock.token
+        self.run_control.step_end(state, control, True)
         if self._late:
             d.batch_end(0, tokens)
             self._hold(control, d.step_end)
@@ -257,6 +266,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
+        self.run_control.after_loop(args)  # preempted: exit 75 here, the checkpoint saved
         if self._ran_out(state):
             self._event(args, state, control, kwargs,
                         lambda: self._hold(control, self.driver.epoch_end))
@@ -264,6 +274,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
         self._decide_pending()
+        self.run_control.preemption.saved(args, state)
         if self._acted.get("save") != state.global_step:
             return  # not the schedule's save
         folder = Path(args.output_dir or "")
@@ -274,87 +285,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
+        self.run_control.after_loop(args)
+        self.run_control.end()
         if self.driver.in_epoch and self._ran_out(state):  # resumed from the last step's
             self._event(args, state, control, kwargs, self.driver.epoch_end)  # checkpoint
         self._event(args, state, control, kwargs, self.driver.train_end)
-
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        if self._pending:  # the step's own log: seen after the step, as without evaluation
-            self._logged.append(dict(logs or {}))
-        else:
-            self._put(logs)
-
-    def on_evaluate(self, args: TrainingArguments, state: TrainerState,
-                    control: TrainerControl, metrics: Mapping[str, Any] | None = None,
-                    **kwargs: Any) -> None:
-        self._put(metrics)
-        key = args.metric_for_best_model
-        if key:  # a new best (as HF decides it, right after this hook)?
-            value = (metrics or {}).get(key if key.startswith("eval_") else f"eval_{key}")
-            old = state.best_metric
-            better = value is not None and (old is None or (
-                value > old if args.greater_is_better else value < old))
-            self._evaluated = (state.global_step, better)
-            if better and self._acted.get("save") == state.global_step:
-                mark_best(args, state)
-        if self._pending:
-            self._hook = (args, state, control, kwargs)
-            evaluated = set(metrics or {})
-            logged, self._logged = self._logged, []
-            self._decide_pending()
-            for logs in logged:  # the training loss HF logged before evaluating
-                self._put({k: v for k, v in logs.items() if k not in evaluated})
-
-    # -- deciding after HF's evaluation -------------------------------------------------------
-    def _hold(self, control: TrainerControl, report: Callable[[], tuple[str, ...]]
-              ) -> tuple[str, ...]:
-        """Report an event HF acts on next; when HF evaluates then, decide it in on_evaluate
-        (the flags HF acts on before evaluating are set now)."""
-        if not self._late:
-            return report()
-        d = self.driver
-        for event in d.held(report):
-            evaluates = self._evaluates(event)
-            if evaluates or control.should_evaluate:
-                control.should_evaluate = True
-                self._pending.append(event)
-            else:
-                d.fire(event)
-        return ()
-
-    def _evaluates(self, event: str) -> bool:
-        """Whether a callback bound to "evaluate" or "log" fires at ``event`` (looked at
-        without changing any trigger's state): sets those flags now, says whether HF
-        evaluates."""
-        d = self.driver
-        table = d.table
-        clock = d.clock
-        listening = set(table.listeners(event))
-        pt = Point(event, clock.now(), clock.previous(event), d.metrics, table.predicates,
-                   table.deadline_ns)
-        evaluates = False
-        for i in self._early:
-            if i in listening and table.nodes[i].explain(pt).value:
-                self._act(table.names[i])
-                evaluates = evaluates or self.actions[table.names[i]] == "evaluate"
-        return evaluates
-
-    def _decide_pending(self) -> None:
-        pending, self._pending = self._pending, []
-        for event in pending:
-            self.driver.fire(event)
-        if self._logged and not self._pending:
-            logged, self._logged = self._logged, []
-            for logs in logged:
-                self._put(logs)
-        if pending and self._hook is not None:
-            self._stop(self._hook[2])
-
-    def _put(self, values: Mapping[str, Any] | None) -> None:
-        for name in self._watched:
-            if values and name in values:
-                self.driver.put(name, values[name], agreed=True)
 
     def _event(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                kwargs: dict[str, Any], report: Callable[[], tuple[str, ...]]) -> None:

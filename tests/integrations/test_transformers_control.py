@@ -1,0 +1,202 @@
+"""Run control in the HF ``Trainer``: a live retime (the Python API, the folder's request as
+``schedtrain retime`` writes it) fires as ``continue_with`` predicts and is kept in HF's
+checkpoint; a SIGTERM or a cloud's notice from a local metadata server is saved HF's own
+way, ends ``trainer.train()`` with exit 75, and ``resume_from_checkpoint`` goes on to the
+uninterrupted run's firings and weights; ``before_deadline`` sees the notice's deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+import torch
+from host_strategies import counters
+from hypothesis import strategies as st
+from notice_server import NoticeServer
+from test_integrations_transformers import dataset, model
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from schedtrain import Schedule, ScheduleWarning, every, on
+from schedtrain.integrations.hf_control import HostPreempted
+from schedtrain.integrations.transformers import ScheduleCallback
+from schedtrain.training.control.notice import POLL_ENV
+from schedtrain.triggers import Trigger, at, before_deadline
+
+quiet = pytest.mark.filterwarnings("ignore")
+STEPS, PER_EPOCH = 9, 3  # max_steps; rows of one micro-batch each in an epoch
+Row = tuple[object, ...]
+
+
+def callback(schedule: Schedule, seen: list[Row] | None = None, **options: Any
+             ) -> ScheduleCallback:
+    """The schedule's callback, every name bound to an action noting (name, event, step)."""
+    seen = [] if seen is None else seen
+
+    def action(name: str) -> Callable[..., None]:
+        def act(args: Any, state: Any, control: Any, event: str, **kw: Any) -> None:
+            seen.append((name, event, state.global_step))
+        return act
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScheduleWarning)
+        return ScheduleCallback(schedule, {n: action(n) for n in schedule.names},
+                                record=True, **options)
+
+
+def train(out: Path, callbacks: list[Any], *, resume: str | bool | None = None,
+          steps: int = STEPS, **extra: Any) -> Trainer:
+    args = TrainingArguments(
+        output_dir=str(out), use_cpu=True, report_to="none", disable_tqdm=True,
+        per_device_train_batch_size=1, max_steps=steps, logging_strategy="no",
+        eval_strategy="no", include_num_input_tokens_seen=True, seed=0,
+        **({"save_strategy": "no"} | extra))
+    trainer = Trainer(model=model(), args=args, train_dataset=dataset(PER_EPOCH),
+                      callbacks=callbacks)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+class At(TrainerCallback):
+    """Calls ``then`` at the start of step ``step`` (before its step end)."""
+
+    def __init__(self, step: int, then: Callable[[], object], pause: float = 0.0) -> None:
+        self.step, self.then, self.pause = step, then, pause
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step + 1 == self.step:
+            self.then()
+        time.sleep(self.pause)
+
+
+def sigterm() -> None:
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        raise AssertionError("no SIGTERM handler while training: it would kill the run")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+# -- a preemption, saved HF's way -----------------------------------------------------------
+SCHEDULE = Schedule({"two": every("2 steps"), "epoch": every("1 epoch"),
+                     "start": on("epoch_start"), "tokens": every("10 tokens")})
+
+
+@quiet
+@pytest.mark.parametrize("step", [1, 3, 5, STEPS])  # an epoch's last step, the run's last
+def test_sigterm_saves_hf_checkpoint_exits_75_and_resumes_as_uninterrupted(
+        step: int, tmp_path: Path) -> None:
+    """SIGTERM during step k: step k ends (its firings made), HF writes checkpoint-k, the
+    Trainer ends with ``SystemExit(75)``; resumed with ``resume_from_checkpoint=True``, the
+    firings and actions over both parts and the final weights are the uninterrupted run's."""
+    whole_seen: list[Row] = []
+    whole_cb = callback(SCHEDULE, whole_seen)
+    whole = train(tmp_path / "whole", [whole_cb])
+    seen: list[Row] = []
+    first = callback(SCHEDULE, seen)
+    with pytest.raises(HostPreempted) as info:
+        train(tmp_path / "run", [first, At(step, sigterm)])
+    stop = info.value
+    assert (stop.code, stop.signal, stop.step) == (75, "SIGTERM", step)
+    assert stop.checkpoint == tmp_path / "run" / f"checkpoint-{step}"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [f"checkpoint-{step}"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+    second = callback(SCHEDULE, seen)
+    resumed = train(tmp_path / "run", [second], resume=True)
+    assert counters(first.firings + second.firings) == counters(whole_cb.firings)
+    assert seen == whole_seen
+    assert same_weights(weights(resumed), weights(whole))
+
+
+@quiet
+@pytest.mark.parametrize("kind", ["aws", "gce"])
+def test_a_notice_from_a_local_server_preempts_and_fires_before_deadline(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notice served during step 3 (AWS: 45 s left; GCE: its 30 s): a few steps later
+    ``before_deadline("60 s")`` fires at that step and "20 s" does not, HF's checkpoint is
+    written, exit 75; the resumed run (no notice now) ends as the uninterrupted one."""
+    monkeypatch.setenv(POLL_ENV, "0.02")
+    schedule = Schedule({"two": every("2 steps"), "soon": before_deadline("60 s"),
+                         "late": before_deadline("20 s")})
+    steps = 40
+    whole_cb = callback(schedule)
+    whole = train(tmp_path / "whole", [whole_cb], steps=steps)
+    with NoticeServer() as server:
+        first = callback(schedule, preempt_notice=server.url(kind))
+        with pytest.raises(HostPreempted) as info:
+            train(tmp_path / "run", [first, At(3, lambda: server.serve_notice(45.0),
+                                               pause=0.05)], steps=steps)
+        stop = info.value
+        assert (stop.code, stop.signal) == (75, f"the {kind.upper()} preemption notice")
+        assert 3 <= stop.step < steps
+        fired = [(f.callback, f.timestamp.step) for f in first.firings
+                 if f.callback in ("soon", "late")]
+        assert fired == [("soon", stop.step)]
+        server.deadline = None  # the next machine has no notice
+        second = callback(schedule, preempt_notice=server.url(kind))
+        resumed = train(tmp_path / "run", [second], resume=str(stop.checkpoint), steps=steps)
+    rest = [f for f in whole_cb.firings if f.callback == "two"]
+    assert counters([f for f in first.firings + second.firings if f.callback == "two"]) \
+        == counters(rest)
+    assert same_weights(weights(resumed), weights(whole))
+
+
+SCRIPT = """
+import sys
+sys.path[:0] = {paths!r}
+from test_transformers_control import SCHEDULE, At, callback, sigterm, train
+train({out!r}, [callback(SCHEDULE), At(4, sigterm)])
+print("not reached")
+"""
+
+
+def test_exit_75_reaches_the_shell_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    """A user's script (no try/except) preempted by SIGTERM exits 75, says where its
+    checkpoint is and how to resume in one line, and prints no traceback."""
+    here = Path(__file__).parent
+    script = tmp_path / "user.py"
+    script.write_text(textwrap.dedent(SCRIPT.format(
+        paths=[str(here), str(here.parent)], out=str(tmp_path / "out"))))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, "PYTHONWARNINGS":
+                                                         "ignore"})
+    assert proc.returncode == 75, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "not reached" not in proc.stdout
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("preempted by")]
+    assert lines == [f"preempted by SIGTERM after step 4: checkpoint {tmp_path / 'out'}"
+                     "/checkpoint-4; resume with trainer.train(resume_from_checkpoint=True)"]
+
+
+# -- live retime -----------------------------------------------------------------------------
+TRIGGERS = st.one_of(
+    st.integers(1, 4).map(lambda n: every(f"{n} steps")),
+    st.just(every("1 epoch")),
+    st.integers(1, STEPS).map(lambda n: at(f"{n} steps")),
+    st.sampled_from([on("train_end"), on("epoch_start"), on("epoch_end")]),
+    st.integers(2, 5).map(lambda n: every(f"{n} steps") | on("epoch_end")),
+)
+
+
+@st.composite
+def retimes(draw: st.DrawFn) -> tuple[dict[str, Trigger], dict[str, Trigger], int]:
+    """A schedule, the same callbacks with some triggers changed, and a retime step."""
+    old = draw(st.dictionaries(st.sampled_from("abc"), TRIGGERS, min_size=1, max_size=3))
+    new = {n: (t if draw(st.booleans()) else draw(TRIGGERS)) for n, t in old.items()}
+    return old, new, draw(st.integers(1, STEPS - 1))
