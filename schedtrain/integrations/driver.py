@@ -19,6 +19,9 @@ clock's update and one integer comparison (``TriggerTable.step_due``). ``state_d
 ``load_state_dict`` carry the clock, the triggers' state and the latest metric values,
 so a resumed loop fires exactly what the uninterrupted one would have.
 
+With ``control=HostControl(...)`` the driver takes signals, cloud notices and live
+retimes (``driver_control``); a preemption asked for waits in ``preempt_requested``.
+
 Under ``torch.distributed`` (more than one rank when training starts) the driver agrees
 with the other ranks wherever the table evaluates something: samples and tokens summed,
 time the chief's, the metrics the schedule reads reduced (``ranks.py``); a quiet step runs
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.vocabulary import REDUCE_OPS
+from schedtrain.integrations.driver_control import Control, ControlledSteps
 from schedtrain.integrations.driver_state import check_driver_state, check_seen, load_part
 from schedtrain.integrations.values import HOST, LatestValues
 from schedtrain.schedule.firings import Firing
@@ -47,7 +51,8 @@ from schedtrain.triggers.protocol import Predicate
 if TYPE_CHECKING:
     from schedtrain.integrations.ranks import RankAgreement
 
-__all__ = ["Action", "LatestValues", "ScheduleDriver", "refuse_unknown_actions", "takes_event"]
+__all__ = ["Action", "Control", "LatestValues", "ScheduleDriver", "refuse_unknown_actions",
+           "takes_event"]
 
 _FREQUENT: Final = ("batch_end", "step_end", "epoch_end")
 
@@ -104,7 +109,7 @@ def _actions(table: TriggerTable, schedule: Schedule | TriggerTable,
     return found
 
 
-class ScheduleDriver:
+class ScheduleDriver(ControlledSteps):
     """Evaluate a schedule at the events of a loop you wrote; see the module docstring.
 
     Args:
@@ -122,6 +127,7 @@ class ScheduleDriver:
             applies to every metric.
         global_counts: on several processes, the samples and tokens reported are already
             summed over ranks (not summed again).
+        control: run control (``HostControl``): signals, notices, deadline, live retime.
     """
 
     def __init__(
@@ -134,6 +140,7 @@ class ScheduleDriver:
         record: bool = False,
         reduce: Mapping[str, str] | str | None = None,
         global_counts: bool = False,
+        control: Control | None = None,
     ) -> None:
         ops = {"": reduce} if isinstance(reduce, str) else (reduce or {})
         for name, op in ops.items():
@@ -169,6 +176,8 @@ class ScheduleDriver:
         self.ranks: RankAgreement | None = None
         self._agreed: tuple[int, int] | None = None  # a resumed state's agreed counters
         self._held: list[str] | None = None  # events reported under ``held``, not decided
+        self.bind_control(control, schedule if isinstance(schedule, Schedule) else None,
+                          self.metric_names if control is not None else frozenset())
 
     # -- what the loop reports -----------------------------------------------------------
     def train_start(self) -> tuple[str, ...]:
@@ -184,6 +193,7 @@ class ScheduleDriver:
                 global_counts=self._global_counts,
                 reads_time=reads_time(self.table),
                 agreed=self._agreed or (clock.sample, clock.token))
+        self.open_control()
         if self._started:
             return ()
         self._started = True
@@ -209,9 +219,11 @@ class ScheduleDriver:
         clock = self.clock
         clock.end_step()
         self._at_step = (clock.batch, clock.sample, clock.token)
-        if clock.step < self.table.step_due:  # the quiet step: one comparison
+        # the quiet step: one comparison (and with run control, its next step's)
+        if clock.step < self.table.step_due and (self._inbox is None
+                                                 or clock.step < self._inbox.limit):
             return ()
-        return self.fire("step_end")
+        return self.slow_step_end()
 
     def step(self, samples: int = 0, tokens: int = 0) -> tuple[str, ...]:
         """One micro-batch that is one optimizer step: ``batch_end`` then ``step_end``."""
@@ -220,9 +232,10 @@ class ScheduleDriver:
         fired = self.fire("batch_end") if self.table.needs_batch_end else ()
         clock.end_step()
         self._at_step = (clock.batch, clock.sample, clock.token)
-        if clock.step < self.table.step_due:
+        if clock.step < self.table.step_due and (self._inbox is None
+                                                 or clock.step < self._inbox.limit):
             return fired
-        return fired + self.fire("step_end")
+        return fired + self.slow_step_end()
 
     def skip_to(self, step: int) -> None:
         """Count the one-micro-batch steps up to ``step`` that the host counted itself,
@@ -246,9 +259,11 @@ class ScheduleDriver:
         return self.fire("epoch_end")
 
     def train_end(self) -> tuple[str, ...]:
-        """Training ended."""
+        """Training ended (run control, if any, is closed after its firings)."""
         self.clock.stop_train()
-        return self.fire("train_end")
+        fired = self.fire("train_end")
+        self.close_control()
+        return fired
 
     def fire(self, event: str) -> tuple[str, ...]:
         """Evaluate the schedule at ``event`` now (a custom event declared on the schedule,
@@ -347,14 +362,21 @@ class ScheduleDriver:
                  "in_epoch": self._in_epoch}
         if self.ranks is not None:  # the counters the ranks last agreed on
             state["agreed"] = list(self.ranks.agreed)
+        if self.control is not None:  # the schedule it runs, retimes included
+            state["schedule"] = self.control.schedule_text
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict`` (before ``train_start`` of the resumed loop); a damaged
         state raises ``DriverStateError`` (a ``ValueError``) naming its key path."""
         # a damaged or crafted one is refused in one line
-        check_driver_state(state, store=not isinstance(self.metrics, LatestValues),
-                           stateful=self.table.state_dict()["triggers"])
+        store = not isinstance(self.metrics, LatestValues)
+        if self.control is not None and "schedule" in state:
+            # the schedule it was saved with first: the triggers' states are that one's
+            check_driver_state(state, store=store)
+            self.replay_control(state)
+        check_driver_state(state, store=store, stateful=self.table.state_dict()["triggers"])
+        self._resumed = True
         clock = self.clock
         clock.load_state_dict(dict(state["clock"]))
         step_end = clock.now()  # the last step end, evaluated before the state was saved

@@ -123,6 +123,9 @@ def check_driver_state(state: object, *, store: bool = False,
     if lost:
         raise DriverStateError(f"table.triggers.{printable(lost[0])}", "the state this "
                                "trigger saved", "nothing")
+    schedule = top.get("schedule")
+    if schedule is not None and not isinstance(schedule, str):
+        raise DriverStateError("schedule", "the schedule's text (canonical TOML)", schedule)
     agreed = top.get("agreed")
     if agreed is not None:
         if not isinstance(agreed, list | tuple) or len(agreed) != 2:

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from schedtrain.callbacks.base import Callback, overrides
 from schedtrain.errors import StopTraining, locate_failure
 from schedtrain.integrations.context import HOST_HOOKS, HostContext, check_callback
-from schedtrain.integrations.driver import Action, ScheduleDriver
+from schedtrain.integrations.driver import Action, Control, ScheduleDriver
 from schedtrain.integrations.driver_state import DriverStateError
+from schedtrain.integrations.host_control import HostPreempted
 from schedtrain.monitors.store import MetricStore
 from schedtrain.readback import DamagedFile
 from schedtrain.schedule.schedule import HookGate, Schedule, Scheduled
@@ -132,16 +133,16 @@ def driver_for(schedule: Schedule, actions: Mapping[str, Action], callbacks: Map
                *, host: str, gives: Iterable[str] = (), predicates: Mapping[str, Predicate]
                | None = None, time_source: Callable[[], int] = perf_counter_ns,
                record: bool = False, reduce: Mapping[str, str] | str | None = None,
-               global_counts: bool = False) -> ScheduleDriver:
+               global_counts: bool = False, control: Control | None = None) -> ScheduleDriver:
     """A ``CallbackDriver`` when the schedule has schedtrain callbacks (given here, or as
     its entries' objects), else a plain ``ScheduleDriver``."""
     if callbacks or _entries(schedule, {}):
         return CallbackDriver(schedule, callbacks, actions=actions, host=host, gives=gives,
                               predicates=predicates, time_source=time_source, record=record,
-                              reduce=reduce, global_counts=global_counts)
+                              reduce=reduce, global_counts=global_counts, control=control)
     return ScheduleDriver(schedule, actions=actions, predicates=predicates,
                           time_source=time_source, record=record, reduce=reduce,
-                          global_counts=global_counts)
+                          global_counts=global_counts, control=control)
 
 
 class CallbackDriver(ScheduleDriver):
@@ -159,7 +160,8 @@ class CallbackDriver(ScheduleDriver):
         gives: what the host reports: ``"loss"`` (``report_loss`` each step) and
             ``"exception"`` (``exception(exc)``); a callback needing more is refused.
         history_limit: values of each metric the store keeps (they ride in checkpoints).
-        predicates, time_source, record, reduce, global_counts: as ``ScheduleDriver``.
+        predicates, time_source, record, reduce, global_counts, control: as
+            ``ScheduleDriver``.
 
     Raises:
         HostError: a callback needs what the host cannot give (one line naming it).
@@ -172,7 +174,7 @@ class CallbackDriver(ScheduleDriver):
                  history_limit: int = 1000, predicates: Mapping[str, Predicate] | None = None,
                  time_source: Callable[[], int] = perf_counter_ns, record: bool = False,
                  reduce: Mapping[str, str] | str | None = None,
-                 global_counts: bool = False) -> None:
+                 global_counts: bool = False, control: Control | None = None) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
         entries = _entries(schedule, dict(callbacks or {}))
@@ -194,7 +196,7 @@ class CallbackDriver(ScheduleDriver):
                      for n, e in zip(self.callbacks, entries, strict=True)})
         super().__init__(schedule, actions=runs, predicates=predicates,
                          time_source=time_source, record=record, reduce=reduce,
-                         global_counts=global_counts)
+                         global_counts=global_counts, control=control)
         store = MetricStore(self.clock.now, history_limit=history_limit)
         self.metrics = store  # type: ignore[assignment]  # a MetricsView with put, as LatestValues
         self.table.attach(self.clock, store,
@@ -333,7 +335,13 @@ class CallbackDriver(ScheduleDriver):
         return fired
 
     def exception(self, exc: BaseException) -> None:
-        """Training failed: ``on_exception`` then ``after_train`` (outcome "failed")."""
+        """Training failed: ``on_exception`` then ``after_train`` (outcome "failed"); run
+        control, if any, is closed."""
+        self.close_control(exc)
+        if isinstance(exc, HostPreempted):  # as the own loop's: no on_exception
+            self.context.outcome = "preempted"
+            self._run_hooks("_after_train")
+            return
         self.context.outcome = "failed"
         for cb in self.callbacks.values():
             if overrides(cb, "_on_exception"):

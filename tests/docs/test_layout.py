@@ -17,8 +17,8 @@ TORCH_PACKAGES = ("callbacks", "training", "monitors", "distributed", "checkpoin
 TORCH_FREE_FOUNDATION = ("schedtrain.distributed", "schedtrain.distributed.vocabulary")
 #: Torch-free modules inside a torch package: they import without torch.
 TORCH_FREE = (*TORCH_FREE_FOUNDATION, "schedtrain.integrations",
-              "schedtrain.integrations.driver", "schedtrain.integrations.driver_state",
-              "schedtrain.integrations.values")
+              "schedtrain.integrations.driver", "schedtrain.integrations.driver_control",
+              "schedtrain.integrations.driver_state", "schedtrain.integrations.values")
 MAX_LINES = 400
 #: The layers, lowest first: a module imports only from its own layer or those below
 #: (lazy imports inside functions included). Each entry is module-name prefixes.

@@ -1,0 +1,141 @@
+"""A driver's side of run control (``control=HostControl(...)``), torch-free.
+
+``ControlledSteps`` is the part of ``ScheduleDriver`` that talks to run control, through
+the calls every owner of it has (``Control``): bound when the driver is built, opened at
+``train_start`` (fresh, or resumed from a state that ``load_state_dict`` replayed), and
+drained at each step end where the driver takes its slow path, after that step's
+firings. The quiet step compares the step with the trigger table's ``step_due`` and,
+only when that says quiet, with ``inbox.limit`` (the next step the control needs: 0 once
+a signal or notice arrived).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from schedtrain.clock import LoopClock
+    from schedtrain.integrations.ranks import RankAgreement
+    from schedtrain.schedule.schedule import Schedule
+    from schedtrain.schedule.table import TriggerTable
+
+__all__ = ["Control", "ControlledSteps"]
+
+
+class _Inbox(Protocol):
+    limit: float
+    deadline: float | None
+
+    def set_limit(self, limit: float) -> None: ...
+    def take_deadline(self, time_ns: int) -> int | None: ...
+
+
+class Control(Protocol):
+    """What a driver asks of run control (``HostControl``; the own loop's owner has the
+    same calls): bound once, opened around training, drained on the slow path."""
+
+    @property
+    def inbox(self) -> _Inbox: ...
+    def bind(self, *, table: TriggerTable, clock: Any, callbacks: Mapping[str, Any],
+             schedule: Schedule | None, metrics: frozenset[str] = ...) -> None: ...
+    def open(self, *, fresh: bool, resumed: bool) -> contextlib.AbstractContextManager[None]: ...
+    def drain(self, step: int, due: bool) -> str | None: ...
+    @property
+    def next_step(self) -> float: ...
+    @property
+    def schedule_text(self) -> str | None: ...
+    def replay(self, run: Mapping[str, Any]) -> None: ...
+
+
+class ControlledSteps:
+    """Run control's calls in a driver (mixed into ``ScheduleDriver``)."""
+
+    table: TriggerTable
+    clock: LoopClock
+    ranks: RankAgreement | None
+
+    def fire(self, event: str) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def bind_control(self, control: Control | None, schedule: Schedule | None,
+                     metrics: frozenset[str]) -> None:
+        """Keep ``control`` (``None``: none) and bind it to this driver's table, clock and
+        ``schedule`` (``None``: none stored), whose triggers read ``metrics``."""
+        #: run control (``None``: none)
+        self.control = control
+        self._inbox: _Inbox | None = None
+        self._open: contextlib.ExitStack | None = None
+        self._resumed = False
+        #: the preemption a signal or notice asked for (``"SIGTERM"``...), for the host
+        #: to save its own way and exit on; ``None``: none
+        self.preempt_requested: str | None = None
+        #: called after a retime changed the table (a host reads the metrics it names)
+        self.on_retime: Callable[[], None] = lambda: None
+        if control is not None:
+            control.bind(table=self.table, clock=self.clock,
+                         callbacks=getattr(self, "callbacks", {}), schedule=schedule,
+                         metrics=metrics)
+            self._inbox = control.inbox
+
+    def replay_control(self, state: Mapping[str, Any]) -> None:
+        """A loaded state (checked): the schedule it was saved with, and the retimes after
+        its step (before the triggers' states are loaded: they are that schedule's)."""
+        assert self.control is not None
+        self.control.replay(state)
+
+    def open_control(self) -> None:
+        """Open run control for training (at ``train_start``, once the ranks are known)."""
+        control = self.control
+        if control is None or self._open is not None:
+            return
+        if self.ranks is not None:
+            raise ValueError("control=HostControl(...) runs on one process: under "
+                             "torch.distributed its signals and retimes would reach the "
+                             "ranks at different steps; leave it out of multi-process runs")
+        self.preempt_requested = None
+        stack = contextlib.ExitStack()
+        stack.enter_context(control.open(fresh=not self._resumed, resumed=self._resumed))
+        self._open = stack
+        if self._resumed:  # a retime applied at the checkpoint's step, after it was taken
+            self._drain(False)
+
+    def close_control(self, exc: BaseException | None = None) -> None:
+        """End run control (``train_end``, or the run failed or was preempted with
+        ``exc``): handlers restored, the poller stopped, the way it ended recorded."""
+        stack, self._open = self._open, None
+        if stack is None:
+            return
+        if exc is None:
+            stack.close()
+        else:
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+
+    def slow_step_end(self) -> tuple[str, ...]:
+        """A step end past the quiet comparison: its firings where a trigger is due; with
+        run control, a notice's deadline first (the step's triggers see it), ``drain``
+        after."""
+        inbox, clock = self._inbox, self.clock
+        if inbox is None:
+            return self.fire("step_end")
+        due = clock.step >= self.table.step_due
+        if inbox.deadline is not None:
+            ns = inbox.take_deadline(clock.time_ns)
+            if ns is not None:
+                self.table.set_deadline(ns)
+                due = clock.step >= self.table.step_due
+        fired = self.fire("step_end") if due else ()
+        self._drain(due)
+        return fired
+
+    def _drain(self, due: bool) -> None:
+        control, inbox = self.control, self._inbox
+        assert control is not None and inbox is not None
+        triggers = self.table.triggers
+        found = control.drain(self.clock.step, due)
+        if found is not None and self.preempt_requested is None:
+            self.preempt_requested = found
+        if self.table.triggers is not triggers:  # retimed: adopted in place
+            self.on_retime()
+        inbox.set_limit(control.next_step)

@@ -1,0 +1,225 @@
+"""``HostControl``: run control for a schedule inside a host (Lightning, the HF Trainer,
+Ignite, a loop of your own): signals and cloud preemption notices, ``before_deadline``'s
+deadline, and live retime through a folder.
+
+Give it to the host's schedule callback (``control=HostControl("runs/lm", ...)``, the
+same keyword in every host, and ``ScheduleDriver(..., control=...)``). The driver binds it
+to its table and clock, opens it at ``train_start`` and calls ``drain`` at the end of
+each optimizer step where it takes its slow path, after that step's firings: a
+requested preemption is then kept in ``driver.preempt_requested`` and the host saves its
+own way (Lightning's checkpoint, HF's, Ignite's ``Checkpoint``) and exits 75
+(``HostPreempted``). A quiet step still costs one comparison: the next step the
+control needs (``inbox.limit``: 0 once a signal or a notice arrives) is compared only
+on steps where no trigger is due.
+
+The folder holds what ``schedtrain retime DIR NEW`` reads and writes: ``run.json`` (this
+job's status, pid, schedule and per-batch events), ``retime.json`` (a request),
+``retime.answer.json`` and ``retimes.json`` (the retimes applied, replayed by a resumed
+run after its checkpoint's step); ``.lock`` while the host trains. The host's own
+checkpoints carry the schedule's text (``driver.state_dict()["schedule"]``).
+
+It is composed of the own loop's parts (``training.control``) behind the API every run
+control owner has (``open``, ``drain``, ``next_step``, ``replay``, ``retimer``,
+``inbox``), so the hosts do not change when that owner does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from schedtrain.callbacks.base import Callback
+from schedtrain.distributed.agreement import Alone
+from schedtrain.planning.changes import canonical
+from schedtrain.schedule.schedule import Schedule
+from schedtrain.schedule.table import TriggerTable
+from schedtrain.spec.deadlines import (
+    DEFAULT_SIGNALS,
+    check_deadline,
+    check_notice,
+    check_signals,
+    signals_of,
+)
+from schedtrain.training.control.inbox import Inbox, deadline_on_clock, handle_signals
+from schedtrain.training.control.notice import watch_notices
+from schedtrain.training.control.retime import Retimer
+from schedtrain.training.control.schedule_change import ScheduleChange
+from schedtrain.training.run_dir import RunDirectory
+
+__all__ = ["EXIT_PREEMPTED", "HostControl", "HostPreempted"]
+
+#: A preempted host run's exit status (``EX_TEMPFAIL``, as ``schedtrain train``'s).
+EXIT_PREEMPTED = 75
+
+
+class HostPreempted(SystemExit):
+    """A host run preempted (a signal, a cloud notice) after its step and the host's own
+    checkpoint: the process exits 75 with one line said, no traceback. A ``SystemExit``,
+    so a script that catches ``Exception`` still exits."""
+
+    def __init__(self, signal: str, step: int, checkpoint: str | Path | None) -> None:
+        super().__init__(EXIT_PREEMPTED)
+        self.signal, self.step, self.checkpoint = signal, step, checkpoint
+        where = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint"
+        self.line = f"preempted by {signal} after step {step}: {where}"
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def _refuse(key: str, why: str | None) -> None:
+    if why is not None:
+        raise ValueError(f"HostControl({key}=...): {why}")
+
+
+class HostControl:
+    """Run control for a host's schedule (see the module docstring).
+
+    Args:
+        run_dir: the folder ``schedtrain retime`` is pointed at (``None``: no retime
+            through a folder; ``retimer.retime`` still works). The host's preemption
+            checkpoint goes there when the host has no place of its own.
+        preempt_signals: the signals that preempt (``[run] preempt_signals``).
+        handle_signals: install their handlers (main thread only, while training).
+        preempt_notice: a cloud's metadata server to poll (``[run] preempt_notice``:
+            ``"aws"``, ``"gce"``, ``"aws+http://HOST:PORT"``...).
+        deadline: the run's deadline (``[run] deadline``: an ISO time or ``"23 h"``);
+            ``SLURM_JOB_END_TIME`` is read too.
+    """
+
+    def __init__(self, run_dir: str | Path | None = None, *,
+                 preempt_signals: Sequence[str] = DEFAULT_SIGNALS, handle_signals: bool = True,
+                 preempt_notice: str | None = None, deadline: str | None = None) -> None:
+        _refuse("preempt_signals", check_signals(preempt_signals))
+        if preempt_notice is not None:
+            _refuse("preempt_notice", check_notice(preempt_notice))
+        if deadline is not None:
+            _refuse("deadline", check_deadline(deadline))
+        if not isinstance(handle_signals, bool):
+            _refuse("handle_signals", f"expected True or False, got {handle_signals!r}")
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.signals = signals_of(preempt_signals)
+        self.handle_signals, self.notice, self.deadline = handle_signals, preempt_notice, deadline
+        self.inbox = Inbox()
+        self.directory = None if self.run_dir is None else RunDirectory(self.run_dir)
+        self._retimer: Retimer | None = None
+        self._clock: Any = None
+        self._table: TriggerTable | None = None
+
+    # -- the driver binds it -------------------------------------------------------------
+    def bind(self, *, table: TriggerTable, clock: Any, callbacks: Mapping[str, Callback],
+             schedule: Schedule | None, metrics: frozenset[str] = frozenset()) -> None:
+        """Serve one driver: its table, clock, schedtrain callbacks by name and schedule
+        (``None``: a compiled table, which has no stored form to retime)."""
+        if self._table is not None and self._table is not table:
+            raise ValueError("this HostControl already serves another schedule: give each "
+                             "host callback its own")
+        self._table, self._clock = table, clock
+        # A callback bound to a host function keeps no state of schedtrain's: a plain
+        # Callback stands for it where a retime resets a changed trigger's callback.
+        by_name = {n: callbacks.get(n) or Callback() for n in table.names}
+        text = canonical(schedule) if schedule is not None else None
+        self._retimer = Retimer(
+            table=table, change=ScheduleChange(text), callbacks=by_name,
+            predicates=table.predicates or {}, produced=metrics, shape=lambda: None,
+            run_dir=self.run_dir, directory=self.directory, events=None, comm=None,
+            agreement=Alone(clock=clock, inbox=self.inbox),
+            position=lambda: (clock.step, clock.epoch))
+
+    @property
+    def retimer(self) -> Retimer:
+        """Live retime's Python API: ``retimer.retime(schedule)`` (the driver bound it)."""
+        if self._retimer is None:
+            raise RuntimeError("HostControl is not bound yet: give it to a host's schedule "
+                               "callback (control=...) first")
+        return self._retimer
+
+    @property
+    def schedule_text(self) -> str | None:
+        """The schedule the run runs now (canonical TOML; ``None``: no stored form)."""
+        return self.retimer.change.text
+
+    # -- the run -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def open(self, *, fresh: bool, resumed: bool) -> Iterator[None]:
+        """Around training: the folder locked and said ``running`` in ``run.json``, the
+        signal handlers and the notice poller, the deadline given to the table; a fresh
+        run forgets an earlier run's retimes in the folder. The way it ends is recorded:
+        ``preempted`` (``HostPreempted``), ``failed`` (another exception), ``finished``."""
+        retimer, clock, table = self.retimer, self._clock, self._table
+        assert table is not None
+        directory = self.directory
+        self.inbox.requested = self.inbox.deadline = None
+        self.inbox.woken = False
+        if directory is not None:
+            directory.acquire()
+        outcome = "failed"
+        try:
+            if fresh:  # an earlier run's retimes here are not this run's
+                retimer.forget()
+            ns = deadline_on_clock(None, clock.time_ns, self.deadline)
+            if ns is not None:
+                table.set_deadline(ns)
+            self._record("running")
+            self.inbox.set_limit(self.next_step)
+            signals = (handle_signals(self.inbox, self.signals) if self.handle_signals
+                       else contextlib.nullcontext())
+            with signals, watch_notices(self.inbox, self.notice, None):
+                try:
+                    yield
+                except HostPreempted:
+                    outcome = "preempted"
+                    raise
+                outcome = "finished"
+        finally:
+            with contextlib.suppress(OSError):
+                self._record(outcome)
+            if directory is not None:
+                directory.release()
+
+    def _record(self, status: str) -> None:
+        if self.directory is not None:
+            retimer, clock = self.retimer, self._clock
+            self.directory.record(status, step=clock.step, epoch=clock.epoch,
+                                  schedule=retimer.change.text,
+                                  batch_events=list(retimer.fires))
+
+    def drain(self, step: int, due: bool) -> str | None:
+        """After the step's firings, on the slow path: a notice's deadline to the table,
+        retimes replayed at this step, a waiting retime request applied. Returns the name
+        of a requested preemption (``"SIGTERM"``, ``"the AWS preemption notice"``)."""
+        inbox = self.inbox
+        if inbox.deadline is not None:
+            ns = inbox.take_deadline(self._clock.time_ns)
+            if ns is not None and self._table is not None:
+                self._table.set_deadline(ns)
+        self.retimer.poll(step, due)
+        return inbox.requested
+
+    @property
+    def next_step(self) -> float:
+        """The next step the driver must take its slow path for (a replayed retime, a
+        look for a request)."""
+        retimer = self.retimer
+        return min(retimer.next_step, retimer.look_step)
+
+    def replay(self, run: Mapping[str, Any]) -> None:
+        """A checkpoint's state on resume (its ``schedule`` and ``clock``): the table
+        takes the schedule it was saved with, and the retimes after its step are replayed
+        there."""
+        self.retimer.resume(run)
+
+    def waiting_bits(self) -> int:
+        """Nothing for other ranks: a host's control runs on one process."""
+        return 0
+
+    def take(self, bits: int) -> None:
+        """Nothing from other ranks (one process)."""
+
+
+def say_preempted(exc: HostPreempted) -> None:
+    """The preemption's one line, on standard error (a ``SystemExit`` prints none)."""
+    print(f"schedtrain: {exc.line}", file=sys.stderr, flush=True)
