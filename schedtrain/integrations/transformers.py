@@ -31,7 +31,7 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.driver import takes_event
-from schedtrain.integrations.hf_control import HFRunControl, InterimControl
+from schedtrain.integrations.hf_control import Preemption
 from schedtrain.integrations.hf_evaluation import AfterEvaluation
 from schedtrain.integrations.hf_strategies import (
     FLAGS,
@@ -52,6 +52,7 @@ from schedtrain.integrations.hf_strategies import (
     mark_best,
     switch_off_strategies,
 )
+from schedtrain.integrations.host_control import HostControl
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -68,6 +69,7 @@ from schedtrain.triggers.protocol import Predicate
 
 if TYPE_CHECKING:
     from schedtrain.spec import Spec
+    from schedtrain.training.control.retime import Retimer
 
 __all__ = ["FLAGS", "ScheduleCallback"]
 
@@ -93,6 +95,10 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
             table (``{"any": [{"latest": 2}, {"best": 1, "monitor": "eval_loss"}]}``);
             ``None``: all (or HF's ``save_total_limit``). Only those saves are pruned,
             never ``state.best_model_checkpoint``.
+        control: run control (``HostControl``): SIGTERM/SIGINT and a cloud's notice save
+            HF's checkpoint and end ``train()`` with exit 75 (``HostPreempted``), the
+            deadline reaches ``before_deadline``, and the schedule is retimed live
+            (``retimer.retime``, or ``schedtrain retime`` on its folder) (``hf_control``).
 
     With ``metric_for_best_model`` set, a save right after an evaluation that gave a new
     ``best_metric`` becomes ``state.best_model_checkpoint``, so ``load_best_model_at_end``
@@ -108,8 +114,7 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
         keep: KeepArg | None = None,
-        preempt_notice: str | None = None,
-        handle_signals: bool = True,
+        control: HostControl | None = None,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(
@@ -130,7 +135,7 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
         self.driver = driver_for(
             schedule, {n: self._bound(n) for n in self.actions}, callbacks,
             host="the HF Trainer", predicates=predicates, time_source=time_source,
-            record=record, global_counts=True, reduce="host")
+            record=record, global_counts=True, reduce="host", control=control)
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         policy = parse_keep(keep)
@@ -156,9 +161,9 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
         self._late = bool(self._watched)
         self._pending: list[str] = []  # events held for on_evaluate
         self._logged: list[Mapping[str, Any]] = []  # what on_log gave while they wait
-        #: signals, notices and live retime (``hf_control``)
-        self.run_control = HFRunControl(InterimControl(
-            self.driver, preempt_notice=preempt_notice, handle_signals=handle_signals))
+        #: a preemption on its way through HF's save (``hf_control``)
+        self._preemption = Preemption(self.driver)
+        self.driver.on_retime = self._retimed
 
     @classmethod
     def from_spec(cls, spec: Spec | str | Path,
@@ -172,6 +177,25 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
 
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
+
+    @property
+    def retimer(self) -> Retimer:
+        """Live retime's Python API: ``retimer.retime(schedule)`` while ``train()`` runs
+        (needs ``control=``)."""
+        if self.driver.control is None:
+            raise ValueError("live retime needs run control: ScheduleCallback(schedule, "
+                             "actions, control=HostControl(run_dir))")
+        return cast(HostControl, self.driver.control).retimer
+
+    def close(self) -> None:
+        """Close the run control a ``train()`` that raised left open (signal handlers,
+        notice poller, the folder's lock); the next ``train()`` does it too."""
+        self._preemption.reopen()
+
+    def _retimed(self) -> None:
+        """A retime changed the triggers: the metrics they read are watched from now."""
+        self._watched = self.driver.metric_names | set(self.keep.monitors if self.keep else ())
+        self._late = self._late or bool(self._watched)
 
     @property
     def firings(self) -> list[Any]:
@@ -192,6 +216,7 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
                 "only with TrainingArguments(include_num_input_tokens_seen=True)")
         # again: a callback added after the Trainer was built had no on_init_end
         switch_off_strategies(args, self._flags)
+        self._preemption.reopen()
         stored: Any = state.stateful_callbacks or {}  # typed as a list, loaded as a dict
         saved = stored.get(type(self).__name__)
         if isinstance(saved, list):
@@ -214,7 +239,6 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
                 precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
                 rank=args.process_index,
                 steps_in_epoch=None if batches is None else -(-batches // accumulate))
-        self.run_control.begin(resumed=state.global_step > 0)
         self._event(args, state, control, kwargs, self.driver.train_start)
 
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
@@ -253,12 +277,13 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
         d = self.driver
         self._hook = (args, state, control, kwargs)
         tokens = state.num_input_tokens_seen - d.clock.token
-        self.run_control.step_end(state, control, True)
         if self._late:
             d.batch_end(0, tokens)
             self._hold(control, d.step_end)
         else:
             d.step(0, tokens)
+        if d.preempt_requested is not None:
+            self._preemption.step_end(state, control)
         hosted = self._hosted
         if hosted is not None and hosted.stop_reason is not None:
             control.should_training_stop = True
@@ -266,7 +291,7 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
-        self.run_control.after_loop(args)  # preempted: exit 75 here, the checkpoint saved
+        self._preemption.leave(args)  # preempted: exit 75 here, its checkpoint saved
         if self._ran_out(state):
             self._event(args, state, control, kwargs,
                         lambda: self._hold(control, self.driver.epoch_end))
@@ -274,7 +299,7 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
         self._decide_pending()
-        self.run_control.preemption.saved(args, state)
+        self._preemption.saved(args, state)
         if self._acted.get("save") != state.global_step:
             return  # not the schedule's save
         folder = Path(args.output_dir or "")
@@ -285,8 +310,7 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
-        self.run_control.after_loop(args)
-        self.run_control.end()
+        self._preemption.leave(args)
         if self.driver.in_epoch and self._ran_out(state):  # resumed from the last step's
             self._event(args, state, control, kwargs, self.driver.epoch_end)  # checkpoint
         self._event(args, state, control, kwargs, self.driver.train_end)

@@ -29,7 +29,7 @@ from test_integrations_transformers import dataset, model
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from schedtrain import Schedule, ScheduleWarning, every, on
-from schedtrain.integrations.hf_control import HostPreempted
+from schedtrain.integrations.host_control import HostControl, HostPreempted
 from schedtrain.integrations.transformers import ScheduleCallback
 from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import Trigger, at, before_deadline
@@ -110,7 +110,7 @@ def test_sigterm_saves_hf_checkpoint_exits_75_and_resumes_as_uninterrupted(
     whole_cb = callback(SCHEDULE, whole_seen)
     whole = train(tmp_path / "whole", [whole_cb])
     seen: list[Row] = []
-    first = callback(SCHEDULE, seen)
+    first = callback(SCHEDULE, seen, control=HostControl())
     with pytest.raises(HostPreempted) as info:
         train(tmp_path / "run", [first, At(step, sigterm)])
     stop = info.value
@@ -118,7 +118,7 @@ def test_sigterm_saves_hf_checkpoint_exits_75_and_resumes_as_uninterrupted(
     assert stop.checkpoint == tmp_path / "run" / f"checkpoint-{step}"
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [f"checkpoint-{step}"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
-    second = callback(SCHEDULE, seen)
+    second = callback(SCHEDULE, seen, control=HostControl())
     resumed = train(tmp_path / "run", [second], resume=True)
     assert counters(first.firings + second.firings) == counters(whole_cb.firings)
     assert seen == whole_seen
@@ -139,7 +139,7 @@ def test_a_notice_from_a_local_server_preempts_and_fires_before_deadline(
     whole_cb = callback(schedule)
     whole = train(tmp_path / "whole", [whole_cb], steps=steps)
     with NoticeServer() as server:
-        first = callback(schedule, preempt_notice=server.url(kind))
+        first = callback(schedule, control=HostControl(preempt_notice=server.url(kind)))
         with pytest.raises(HostPreempted) as info:
             train(tmp_path / "run", [first, At(3, lambda: server.serve_notice(45.0),
                                                pause=0.05)], steps=steps)
@@ -150,7 +150,7 @@ def test_a_notice_from_a_local_server_preempts_and_fires_before_deadline(
                  if f.callback in ("soon", "late")]
         assert fired == [("soon", stop.step)]
         server.deadline = None  # the next machine has no notice
-        second = callback(schedule, preempt_notice=server.url(kind))
+        second = callback(schedule, control=HostControl(preempt_notice=server.url(kind)))
         resumed = train(tmp_path / "run", [second], resume=str(stop.checkpoint), steps=steps)
     rest = [f for f in whole_cb.firings if f.callback == "two"]
     assert counters([f for f in first.firings + second.firings if f.callback == "two"]) \
@@ -162,7 +162,8 @@ SCRIPT = """
 import sys
 sys.path[:0] = {paths!r}
 from test_transformers_control import SCHEDULE, At, callback, sigterm, train
-train({out!r}, [callback(SCHEDULE), At(4, sigterm)])
+from schedtrain.integrations.host_control import HostControl
+train({out!r}, [callback(SCHEDULE, control=HostControl()), At(4, sigterm)])
 print("not reached")
 """
 
@@ -179,8 +180,8 @@ def test_exit_75_reaches_the_shell_with_one_line_and_no_traceback(tmp_path: Path
                                                          "ignore"})
     assert proc.returncode == 75, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "not reached" not in proc.stdout
-    lines = [x for x in proc.stderr.splitlines() if x.startswith("preempted by")]
-    assert lines == [f"preempted by SIGTERM after step 4: checkpoint {tmp_path / 'out'}"
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("schedtrain: preempted")]
+    assert lines == [f"schedtrain: preempted by SIGTERM after step 4: checkpoint {tmp_path / 'out'}"
                      "/checkpoint-4; resume with trainer.train(resume_from_checkpoint=True)"]
 
 
