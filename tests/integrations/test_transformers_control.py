@@ -6,6 +6,7 @@ uninterrupted run's firings and weights; ``before_deadline`` sees the notice's d
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,14 +24,17 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 import torch
 from host_strategies import counters
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from notice_server import NoticeServer
 from test_integrations_transformers import dataset, model
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from schedtrain import Schedule, ScheduleWarning, every, on
+from schedtrain import Schedule, ScheduleWarning, every, on, simulate
 from schedtrain.integrations.host_control import HostControl, HostPreempted
 from schedtrain.integrations.transformers import ScheduleCallback
+from schedtrain.planning.changes import canonical
+from schedtrain.planning.requests import write_request
 from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import Trigger, at, before_deadline
 
@@ -39,9 +43,11 @@ STEPS, PER_EPOCH = 9, 3  # max_steps; rows of one micro-batch each in an epoch
 Row = tuple[object, ...]
 
 
-def callback(schedule: Schedule, seen: list[Row] | None = None, **options: Any
+def callback(schedule: Schedule, seen: list[Row] | None = None,
+             actions: dict[str, Callable[..., None]] | None = None, **options: Any
              ) -> ScheduleCallback:
-    """The schedule's callback, every name bound to an action noting (name, event, step)."""
+    """The schedule's callback, each name bound to ``actions``' or to an action noting
+    (name, event, step)."""
     seen = [] if seen is None else seen
 
     def action(name: str) -> Callable[..., None]:
@@ -51,8 +57,8 @@ def callback(schedule: Schedule, seen: list[Row] | None = None, **options: Any
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ScheduleWarning)
-        return ScheduleCallback(schedule, {n: action(n) for n in schedule.names},
-                                record=True, **options)
+        return ScheduleCallback(schedule, {n: action(n) for n in schedule.names}
+                                | (actions or {}), record=True, **options)
 
 
 def train(out: Path, callbacks: list[Any], *, resume: str | bool | None = None,
@@ -201,3 +207,117 @@ def retimes(draw: st.DrawFn) -> tuple[dict[str, Trigger], dict[str, Trigger], in
     old = draw(st.dictionaries(st.sampled_from("abc"), TRIGGERS, min_size=1, max_size=3))
     new = {n: (t if draw(st.booleans()) else draw(TRIGGERS)) for n, t in old.items()}
     return old, new, draw(st.integers(1, STEPS - 1))
+
+
+def seen_as(firings: Any) -> list[tuple[object, ...]]:
+    return [(f.callback, f.event, f.step, f.epoch) for f in firings]
+
+
+def asking(schedule: Schedule, new: Schedule, folder: Path, by_file: bool,
+           seen: list[Row] | None = None) -> ScheduleCallback:
+    """The callback of ``schedule`` with a control on ``folder``, whose ``ask`` hands it
+    ``new`` (in Python, or as the request ``schedtrain retime`` writes there)."""
+    def ask(args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if by_file:
+            text = canonical(new)
+            assert text is not None
+            write_request(folder, text)
+        else:
+            cb.retimer.retime(new)
+
+    cb = callback(schedule, seen, {"ask": ask}, control=HostControl(folder))
+    return cb
+
+
+@quiet
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(edit=retimes(), by_file=st.booleans())
+@example(edit=({"a": every("2 steps"), "b": every("1 epoch")},
+               {"a": every("3 steps"), "b": every("1 epoch")}, 4), by_file=True)
+@example(edit=({"a": every("4 steps") | on("epoch_end")}, {"a": at("8 steps")}, 3),
+         by_file=False)  # retimed at an epoch's last step
+def test_a_retime_during_train_fires_as_continue_with(
+        edit: tuple[dict[str, Trigger], dict[str, Trigger], int], by_file: bool,
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked at step k (``callback.retimer.retime``, or the folder's request): the firings
+    are ``simulate(old).continue_with(new, at=k)``'s, and the folder's ``run.json`` and
+    ``retimes.json`` say the new schedule (what ``schedtrain retime`` reads)."""
+    import schedtrain.training.control.retime as live
+
+    monkeypatch.setattr(live, "POLL_NS", 0)  # the file is looked for at k itself
+    old, new, step = edit
+    a = Schedule({"ask": at(f"{step} steps"), **old})
+    b = Schedule({"ask": at(f"{step} steps"), **new})
+    folder = tmp_path_factory.mktemp("job")
+    cb = asking(a, b, folder, by_file)
+    train(folder / "out", [cb])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScheduleWarning)
+        predicted = simulate(a, epochs=STEPS // PER_EPOCH, steps_per_epoch=PER_EPOCH
+                             ).continue_with(b, at=step)
+    assert seen_as(cb.firings) == seen_as(predicted)
+    if canonical(a) == canonical(b):
+        return
+    history = json.loads((folder / "retimes.json").read_text())
+    assert [x["step"] for x in history["applied"]] == [step]
+    assert json.loads((folder / "run.json").read_text())["schedule"] == canonical(b)
+
+
+@quiet
+@pytest.mark.parametrize("saved", [2, 6])  # before the retime (step 4), after it
+def test_hf_checkpoint_keeps_the_retime_and_resume_replays_it(
+        saved: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run retimed at step 4 and killed after step 7, resumed with
+    ``resume_from_checkpoint`` from HF's checkpoint at step 2 or 6 (built with the old
+    schedule): it fires as the retimed run did, the retime replayed at its step or taken
+    from the checkpoint."""
+    import schedtrain.training.control.retime as live
+
+    monkeypatch.setattr(live, "POLL_NS", 0)
+    old = Schedule({"ask": at("4 steps"), "a": every("3 steps"), "e": every("1 epoch")})
+    new = Schedule({"ask": at("4 steps"), "a": every("2 steps"), "e": every("1 epoch")})
+    whole = asking(old, new, tmp_path / "whole", by_file=True)
+    reference = train(tmp_path / "whole" / "out", [whole])
+
+    def kill(args: Any, state: Any, control: Any, **kw: Any) -> None:
+        raise KeyError("killed")
+
+    folder = tmp_path / "job"
+    first = asking(old, new, folder, by_file=True)
+    with pytest.raises(KeyError):
+        train(folder / "out", [first, At(8, lambda: kill(None, None, None))],
+              save_strategy="steps", save_steps=2)
+    first.close()
+    assert (folder / "out" / f"checkpoint-{saved}").is_dir()
+    again = callback(old, control=HostControl(folder))
+    resumed = train(folder / "out", [again], resume=str(folder / "out" / f"checkpoint-{saved}"))
+    assert seen_as(again.firings) == [f for f in seen_as(whole.firings)
+                                      if f[2] > saved or (f[2] == saved and f[1] != "step_end")]
+    assert same_weights(weights(resumed), weights(reference))
+
+
+@quiet
+def test_schedtrain_retime_on_the_folder_during_train(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command, run while the Trainer trains (from an action at step 3, the job's
+    process alive and its folder locked), hands the new spec; the run takes it at its
+    next slow-path step and fires the new schedule from there."""
+    import schedtrain.training.control.retime as live
+    from schedtrain.cli.main import main
+
+    monkeypatch.setattr(live, "POLL_NS", 0)
+    old = Schedule({"ask": at("3 steps"), "a": every("4 steps")})
+    new = Schedule({"ask": at("3 steps"), "a": every("1 step")})
+    spec = tmp_path / "new.toml"
+    text = canonical(new)
+    assert text is not None
+    spec.write_text(text)
+    folder = tmp_path / "job"
+    codes: list[int] = []
+    cb = callback(old, actions={"ask": lambda *a, **k: codes.append(
+        main(["retime", str(folder), str(spec)]))}, control=HostControl(folder))
+    train(folder / "out", [cb])
+    assert codes == [0]
+    fired = [f.step for f in cb.firings if f.callback == "a"]
+    assert fired[0] == 4 and fired == list(range(4, STEPS + 1))  # looked for at step 4
