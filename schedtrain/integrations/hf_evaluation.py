@@ -40,6 +40,9 @@ class AfterEvaluation:
     def _stop(self, control: TrainerControl) -> None:
         raise NotImplementedError
 
+    def _drained(self) -> None:
+        raise NotImplementedError
+
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         if self._pending:  # the step's own log: seen after the step, as without evaluation
@@ -82,6 +85,8 @@ class AfterEvaluation:
                 self._pending.append(event)
             else:
                 d.fire(event)
+        if not self._pending:
+            self._drained()
         return ()
 
     def _evaluates(self, event: str) -> bool:
@@ -105,6 +110,8 @@ class AfterEvaluation:
         pending, self._pending = self._pending, []
         for event in pending:
             self.driver.fire(event)
+        if pending:
+            self._drained()
         if self._logged and not self._pending:
             logged, self._logged = self._logged, []
             for logs in logged:

@@ -192,6 +192,14 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
         notice poller, the folder's lock); the next ``train()`` does it too."""
         self._preemption.reopen()
 
+    def _drained(self) -> None:
+        """The held events are decided: run control drained after them (a retime, a
+        preemption: HF saves after its evaluation)."""
+        d = self.driver
+        d.drain_held()
+        if d.preempt_requested is not None and self._hook is not None:
+            self._preemption.step_end(self._hook[1], self._hook[2])
+
     def _retimed(self) -> None:
         """A retime changed the triggers: the metrics they read are watched from now."""
         self._watched = self.driver.metric_names | set(self.keep.monitors if self.keep else ())
@@ -282,8 +290,8 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
             self._hold(control, d.step_end)
         else:
             d.step(0, tokens)
-        if d.preempt_requested is not None:
-            self._preemption.step_end(state, control)
+            if d.preempt_requested is not None:
+                self._preemption.step_end(state, control)
         hosted = self._hosted
         if hosted is not None and hosted.stop_reason is not None:
             control.should_training_stop = True

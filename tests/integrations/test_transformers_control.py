@@ -30,7 +30,7 @@ from notice_server import NoticeServer
 from test_integrations_transformers import dataset, model
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from schedtrain import Schedule, ScheduleWarning, every, on, simulate
+from schedtrain import Schedule, ScheduleWarning, every, on, simulate, when
 from schedtrain.integrations.host_control import HostControl, HostPreempted
 from schedtrain.integrations.transformers import ScheduleCallback
 from schedtrain.planning.changes import canonical
@@ -44,7 +44,7 @@ Row = tuple[object, ...]
 
 
 def callback(schedule: Schedule, seen: list[Row] | None = None,
-             actions: dict[str, Callable[..., None]] | None = None, **options: Any
+             actions: dict[str, Any] | None = None, **options: Any
              ) -> ScheduleCallback:
     """The schedule's callback, each name bound to ``actions``' or to an action noting
     (name, event, step)."""
@@ -180,7 +180,8 @@ def test_exit_75_reaches_the_shell_with_one_line_and_no_traceback(tmp_path: Path
     here = Path(__file__).parent
     script = tmp_path / "user.py"
     script.write_text(textwrap.dedent(SCRIPT.format(
-        paths=[str(here), str(here.parent)], out=str(tmp_path / "out"))))
+        paths=[str(here), str(here.parent), str(here.parent.parent)],  # this checkout's
+        out=str(tmp_path / "out"))))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=300, check=False, env={**os.environ, "PYTHONWARNINGS":
                                                          "ignore"})
@@ -321,3 +322,22 @@ def test_schedtrain_retime_on_the_folder_during_train(tmp_path: Path,
     assert codes == [0]
     fired = [f.step for f in cb.firings if f.callback == "a"]
     assert fired[0] == 4 and fired == list(range(4, STEPS + 1))  # looked for at step 4
+
+
+@quiet
+def test_a_retime_waiting_when_hf_evaluates_after_the_step_applies_after_its_firings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trigger reading the logged loss makes the step end wait for HF's log and
+    evaluation: a retime asked during step 3 still applies after step 3's firings
+    (``continue_with(at=3)``), and ``retimes.json`` says step 3."""
+    import schedtrain.training.control.retime as live
+
+    monkeypatch.setattr(live, "POLL_NS", 0)
+    old = Schedule({"log": every("1 step"), "c": every("3 steps") & when("loss > 0")})
+    new = Schedule({"log": every("1 step"), "c": every("2 steps") & when("loss > 0")})
+    folder = tmp_path / "job"
+    cb = callback(old, actions={"log": "log"}, control=HostControl(folder))
+    train(folder / "out", [cb, At(3, lambda: cb.retimer.retime(new))])
+    assert [f.step for f in cb.firings if f.callback == "c"] == [3, 4, 6, 8]
+    history = json.loads((folder / "retimes.json").read_text())
+    assert [x["step"] for x in history["applied"]] == [3]
