@@ -30,8 +30,9 @@ AUTO_REFUSED: Final = {
     "Lightning": "the decision made after each save lands is in no Lightning checkpoint "
                  "and no log Lightning keeps, so a resumed fit would place its saves "
                  "elsewhere",
-    "the HF Trainer": "the HF Trainer saves (_save_checkpoint) after its callbacks have "
-                      "run, so no callback can time the save",
+    "the HF Trainer": "the cost of HF's save is known at on_save, after the checkpoint's "
+                      "trainer_state.json was written, so a resumed run would lack the "
+                      "interval decided from it",
     "Ignite": "Ignite's Checkpoint is a handler of its own, which the schedule's handler "
               "cannot time",
 }

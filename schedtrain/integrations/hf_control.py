@@ -4,7 +4,8 @@ preemption saved HF's way, then exit 75.
 The driver drains the control at its slow-path step ends (``driver_control``): a retime
 is applied there, a notice's deadline reaches ``before_deadline`` before the step's
 firings, and a preemption asked for (SIGTERM, SIGINT, a cloud's notice) waits in
-``driver.preempt_requested``. At that step end the callback sets ``control.should_save``
+``driver.preempt_requested``. At that step end the schedule fires ``preempt`` and the
+callback sets ``control.should_save``
 and ``control.should_training_stop``: the Trainer writes its own ``checkpoint-STEP``
 (``_save_checkpoint``: weights, optimizer, scheduler, RNG states, ``trainer_state.json``
 holding this callback's state and the schedule with its retimes) and leaves its loop. At
@@ -57,6 +58,7 @@ class Preemption:
         if asked is None or self.signal is not None:
             return
         self.signal, self.step, self.checkpoint = asked, state.global_step, None
+        self.driver.fire("preempt")  # as the own loop: before the checkpoint
         control.should_save = True
         control.should_training_stop = True
 

@@ -164,6 +164,8 @@ class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
         #: a preemption on its way through HF's save (``hf_control``)
         self._preemption = Preemption(self.driver)
         self.driver.on_retime = self._retimed
+        if control is not None:  # on_substep_end and on_step_end report every micro-batch
+            control.reports_every_batch()
 
     @classmethod
     def from_spec(cls, spec: Spec | str | Path,
