@@ -51,16 +51,16 @@ class Preemption:
         self.step = 0
         self.checkpoint: Path | None = None
 
-    def step_end(self, state: TrainerState, control: TrainerControl) -> None:
+    def step_end(self, state: TrainerState, flags: TrainerControl) -> None:
         """After the driver's step end: a preemption it was asked for makes HF save its
-        checkpoint and leave the loop."""
+        checkpoint and leave the loop (``flags``: HF's ``TrainerControl``)."""
         asked = self.driver.preempt_requested
         if asked is None or self.signal is not None:
             return
         self.signal, self.step, self.checkpoint = asked, state.global_step, None
         self.driver.fire("preempt")  # as the own loop: before the checkpoint
-        control.should_save = True
-        control.should_training_stop = True
+        flags.should_save = True
+        flags.should_training_stop = True
 
     def saved(self, args: TrainingArguments, state: TrainerState) -> None:
         """``on_save``: the preemption's checkpoint, where HF wrote it."""

@@ -71,17 +71,17 @@ class AfterEvaluation:
             for logs in logged:  # the training loss HF logged before evaluating
                 self._put({k: v for k, v in logs.items() if k not in evaluated})
 
-    def _hold(self, control: TrainerControl, report: Callable[[], tuple[str, ...]]
+    def _hold(self, flags: TrainerControl, report: Callable[[], tuple[str, ...]]
               ) -> tuple[str, ...]:
         """Report an event HF acts on next; when HF evaluates then, decide it in on_evaluate
-        (the flags HF acts on before evaluating are set now)."""
+        (the flags HF acts on before evaluating are set now; ``flags``: HF's ``TrainerControl``)."""
         if not self._late:
             return report()
         d = self.driver
         for event in d.held(report):
             evaluates = self._evaluates(event)
-            if evaluates or control.should_evaluate:
-                control.should_evaluate = True
+            if evaluates or flags.should_evaluate:
+                flags.should_evaluate = True
                 self._pending.append(event)
             else:
                 d.fire(event)

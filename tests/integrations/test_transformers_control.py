@@ -341,3 +341,42 @@ def test_a_retime_waiting_when_hf_evaluates_after_the_step_applies_after_its_fir
     assert [f.step for f in cb.firings if f.callback == "c"] == [3, 4, 6, 8]
     history = json.loads((folder / "retimes.json").read_text())
     assert [x["step"] for x in history["applied"]] == [3]
+
+
+@quiet
+def test_schedtrain_callbacks_in_the_trainer_are_preempted_and_resumed(tmp_path: Path) -> None:
+    """schedtrain ``Callback`` objects in the Trainer (the hosted driver): a SIGTERM at
+    step 4 is seen there too, their ``after_train`` is told "preempted", their state rides
+    in HF's checkpoint, and the resumed run's firings make up the uninterrupted run's."""
+    from hosted_helpers import Recorder, fired, recorded
+
+    from schedtrain import Scheduled
+    from schedtrain.callbacks import Callback
+
+    class Outcome(Callback):
+        def __init__(self) -> None:
+            self.ended: list[str | None] = []
+
+        def _after_train(self) -> None:
+            self.ended.append(self.trainer.outcome)
+
+    def run(folder: Path, control: HostControl | None, *extra: Any, resume: bool = False
+            ) -> tuple[dict[str, Recorder], Outcome]:
+        bound, recorders = recorded(SCHEDULE)
+        outcome = Outcome()
+        schedule = Schedule([*bound.entries, Scheduled(on("train_end"), outcome, "outcome")])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ScheduleWarning)
+            cb = ScheduleCallback(schedule, control=control)
+        try:
+            train(folder, [cb, *extra], resume=True if resume else None)
+        except HostPreempted as stop:
+            assert (stop.code, stop.step) == (75, 4)
+        return recorders, outcome
+
+    whole, _ = run(tmp_path / "whole", None)
+    first, cut = run(tmp_path / "run", HostControl(), At(4, sigterm))
+    rest, outcome = run(tmp_path / "run", HostControl(), resume=True)
+    assert (cut.ended, outcome.ended) == (["preempted"], ["finished"])
+    assert fired(first) + fired(rest) == fired(whole)
+    assert [r.count for r in rest.values()] == [r.count for r in whole.values()]
