@@ -75,6 +75,7 @@ class Preemption:
         stop = HostPreempted(signal, self.step, self.checkpoint)
         if self.checkpoint is not None:
             stop.line = f"{stop.line}; {HF_RESUME}"
+            stop.args = (stop.line,)
         d = self.driver
         if isinstance(d, CallbackDriver):
             d.exception(stop)  # after_train with outcome "preempted"; control closed
