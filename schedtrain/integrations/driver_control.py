@@ -30,8 +30,9 @@ AUTO_REFUSED: Final = {
     "Lightning": "the decision made after each save lands is in no Lightning checkpoint "
                  "and no log Lightning keeps, so a resumed fit would place its saves "
                  "elsewhere",
-    "the HF Trainer": "the HF Trainer saves (_save_checkpoint) after its callbacks have "
-                      "run, so no callback can time the save",
+    "the HF Trainer": "the cost of HF's save is known at on_save, after the checkpoint's "
+                      "trainer_state.json was written, so a resumed run would lack the "
+                      "interval decided from it",
     "Ignite": "Ignite's Checkpoint is a handler of its own, which the schedule's handler "
               "cannot time",
 }
@@ -81,6 +82,7 @@ class ControlledSteps:
     table: TriggerTable
     clock: LoopClock
     ranks: RankAgreement | None
+    _held: list[str] | None  # the events a host holds (``ScheduleDriver.held``)
 
     def fire(self, event: str) -> tuple[str, ...]:
         raise NotImplementedError
@@ -94,6 +96,7 @@ class ControlledSteps:
         self._inbox: _Inbox | None = None
         self._open: contextlib.ExitStack | None = None
         self._resumed = False
+        self._drain_after: bool | None = None  # a held step end's drain: due or not
         #: the preemption a signal or notice asked for (``"SIGTERM"``...), for the host
         #: to save its own way and exit on; ``None``: none
         self.preempt_requested: str | None = None
@@ -164,8 +167,19 @@ class ControlledSteps:
                 self.table.set_deadline(ns)
                 due = clock.step >= self.table.step_due
         fired = self.fire("step_end") if due else ()
+        if self._held is not None:  # its firings decided later: drained after them
+            self._drain_after = due
+            return fired
         self._drain(due)
         return fired
+
+    def drain_held(self) -> None:
+        """The events a host held (``held``: the HF Trainer decides a step end after its
+        evaluation) are decided: drain what their step end left, after its firings, as
+        an unheld one is (a retime applies from the next step on)."""
+        due, self._drain_after = self._drain_after, None
+        if due is not None:
+            self._drain(due)
 
     def _drain(self, due: bool) -> None:
         control, inbox = self.control, self._inbox

@@ -31,7 +31,7 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -43,6 +43,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.context import HostError
 from schedtrain.integrations.driver import takes_event
+from schedtrain.integrations.hf_control import Preemption
+from schedtrain.integrations.hf_evaluation import AfterEvaluation
 from schedtrain.integrations.hf_strategies import (
     FLAGS,
     STRATEGIES,
@@ -50,6 +52,7 @@ from schedtrain.integrations.hf_strategies import (
     mark_best,
     switch_off_strategies,
 )
+from schedtrain.integrations.host_control import HostControl
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -62,10 +65,11 @@ from schedtrain.integrations.hosted import (
 from schedtrain.integrations.keeping import HostKeep, KeepArg
 from schedtrain.retention import parse_keep
 from schedtrain.schedule.schedule import Schedule
-from schedtrain.triggers.protocol import Point, Predicate
+from schedtrain.triggers.protocol import Predicate
 
 if TYPE_CHECKING:
     from schedtrain.spec import Spec
+    from schedtrain.training.control.retime import Retimer
 
 __all__ = ["FLAGS", "ScheduleCallback"]
 
@@ -73,7 +77,7 @@ _ACTED_ON = ("step_end", "epoch_end")
 _BEFORE_EVALUATION = ("evaluate", "log")  # flags HF acts on before its metrics arrive
 
 
-class ScheduleCallback(TrainerCallback, ExportableState):
+class ScheduleCallback(AfterEvaluation, TrainerCallback, ExportableState):
     """Fire ``schedule`` inside ``transformers.Trainer.train``.
 
     Args:
@@ -91,6 +95,10 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             table (``{"any": [{"latest": 2}, {"best": 1, "monitor": "eval_loss"}]}``);
             ``None``: all (or HF's ``save_total_limit``). Only those saves are pruned,
             never ``state.best_model_checkpoint``.
+        control: run control (``HostControl``): SIGTERM/SIGINT and a cloud's notice save
+            HF's checkpoint and end ``train()`` with exit 75 (``HostPreempted``), the
+            deadline reaches ``before_deadline``, and the schedule is retimed live
+            (``retimer.retime``, or ``schedtrain retime`` on its folder) (``hf_control``).
 
     With ``metric_for_best_model`` set, a save right after an evaluation that gave a new
     ``best_metric`` becomes ``state.best_model_checkpoint``, so ``load_best_model_at_end``
@@ -106,6 +114,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
         keep: KeepArg | None = None,
+        control: HostControl | None = None,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(
@@ -126,7 +135,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self.driver = driver_for(
             schedule, {n: self._bound(n) for n in self.actions}, callbacks,
             host="the HF Trainer", predicates=predicates, time_source=time_source,
-            record=record, global_counts=True, reduce="host")
+            record=record, global_counts=True, reduce="host", control=control)
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
         policy = parse_keep(keep)
@@ -152,6 +161,11 @@ class ScheduleCallback(TrainerCallback, ExportableState):
         self._late = bool(self._watched)
         self._pending: list[str] = []  # events held for on_evaluate
         self._logged: list[Mapping[str, Any]] = []  # what on_log gave while they wait
+        #: a preemption on its way through HF's save (``hf_control``)
+        self._preemption = Preemption(self.driver)
+        self.driver.on_retime = self._retimed
+        if control is not None:  # on_substep_end and on_step_end report every micro-batch
+            control.reports_every_batch()
 
     @classmethod
     def from_spec(cls, spec: Spec | str | Path,
@@ -165,6 +179,33 @@ class ScheduleCallback(TrainerCallback, ExportableState):
 
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
+
+    @property
+    def retimer(self) -> Retimer:
+        """Live retime's Python API: ``retimer.retime(schedule)`` while ``train()`` runs
+        (needs ``control=``)."""
+        if self.driver.control is None:
+            raise ValueError("live retime needs run control: ScheduleCallback(schedule, "
+                             "actions, control=HostControl(run_dir))")
+        return cast(HostControl, self.driver.control).retimer
+
+    def close(self) -> None:
+        """Close the run control a ``train()`` that raised left open (signal handlers,
+        notice poller, the folder's lock); the next ``train()`` does it too."""
+        self._preemption.reopen()
+
+    def _drained(self) -> None:
+        """The held events are decided: run control drained after them (a retime, a
+        preemption: HF saves after its evaluation)."""
+        d = self.driver
+        d.drain_held()
+        if d.preempt_requested is not None and self._hook is not None:
+            self._preemption.step_end(self._hook[1], self._hook[2])
+
+    def _retimed(self) -> None:
+        """A retime changed the triggers: the metrics they read are watched from now."""
+        self._watched = self.driver.metric_names | set(self.keep.monitors if self.keep else ())
+        self._late = self._late or bool(self._watched)
 
     @property
     def firings(self) -> list[Any]:
@@ -185,6 +226,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
                 "only with TrainingArguments(include_num_input_tokens_seen=True)")
         # again: a callback added after the Trainer was built had no on_init_end
         switch_off_strategies(args, self._flags)
+        self._preemption.reopen()
         stored: Any = state.stateful_callbacks or {}  # typed as a list, loaded as a dict
         saved = stored.get(type(self).__name__)
         if isinstance(saved, list):
@@ -250,6 +292,8 @@ class ScheduleCallback(TrainerCallback, ExportableState):
             self._hold(control, d.step_end)
         else:
             d.step(0, tokens)
+            if d.preempt_requested is not None:
+                self._preemption.step_end(state, control)
         hosted = self._hosted
         if hosted is not None and hosted.stop_reason is not None:
             control.should_training_stop = True
@@ -257,6 +301,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
+        self._preemption.leave(args)  # preempted: exit 75 here, its checkpoint saved
         if self._ran_out(state):
             self._event(args, state, control, kwargs,
                         lambda: self._hold(control, self.driver.epoch_end))
@@ -264,6 +309,7 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
         self._decide_pending()
+        self._preemption.saved(args, state)
         if self._acted.get("save") != state.global_step:
             return  # not the schedule's save
         folder = Path(args.output_dir or "")
@@ -274,87 +320,10 @@ class ScheduleCallback(TrainerCallback, ExportableState):
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self._decide_pending()
+        self._preemption.leave(args)
         if self.driver.in_epoch and self._ran_out(state):  # resumed from the last step's
             self._event(args, state, control, kwargs, self.driver.epoch_end)  # checkpoint
         self._event(args, state, control, kwargs, self.driver.train_end)
-
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        if self._pending:  # the step's own log: seen after the step, as without evaluation
-            self._logged.append(dict(logs or {}))
-        else:
-            self._put(logs)
-
-    def on_evaluate(self, args: TrainingArguments, state: TrainerState,
-                    control: TrainerControl, metrics: Mapping[str, Any] | None = None,
-                    **kwargs: Any) -> None:
-        self._put(metrics)
-        key = args.metric_for_best_model
-        if key:  # a new best (as HF decides it, right after this hook)?
-            value = (metrics or {}).get(key if key.startswith("eval_") else f"eval_{key}")
-            old = state.best_metric
-            better = value is not None and (old is None or (
-                value > old if args.greater_is_better else value < old))
-            self._evaluated = (state.global_step, better)
-            if better and self._acted.get("save") == state.global_step:
-                mark_best(args, state)
-        if self._pending:
-            self._hook = (args, state, control, kwargs)
-            evaluated = set(metrics or {})
-            logged, self._logged = self._logged, []
-            self._decide_pending()
-            for logs in logged:  # the training loss HF logged before evaluating
-                self._put({k: v for k, v in logs.items() if k not in evaluated})
-
-    # -- deciding after HF's evaluation -------------------------------------------------------
-    def _hold(self, control: TrainerControl, report: Callable[[], tuple[str, ...]]
-              ) -> tuple[str, ...]:
-        """Report an event HF acts on next; when HF evaluates then, decide it in on_evaluate
-        (the flags HF acts on before evaluating are set now)."""
-        if not self._late:
-            return report()
-        d = self.driver
-        for event in d.held(report):
-            evaluates = self._evaluates(event)
-            if evaluates or control.should_evaluate:
-                control.should_evaluate = True
-                self._pending.append(event)
-            else:
-                d.fire(event)
-        return ()
-
-    def _evaluates(self, event: str) -> bool:
-        """Whether a callback bound to "evaluate" or "log" fires at ``event`` (looked at
-        without changing any trigger's state): sets those flags now, says whether HF
-        evaluates."""
-        d = self.driver
-        table = d.table
-        clock = d.clock
-        listening = set(table.listeners(event))
-        pt = Point(event, clock.now(), clock.previous(event), d.metrics, table.predicates,
-                   table.deadline_ns)
-        evaluates = False
-        for i in self._early:
-            if i in listening and table.nodes[i].explain(pt).value:
-                self._act(table.names[i])
-                evaluates = evaluates or self.actions[table.names[i]] == "evaluate"
-        return evaluates
-
-    def _decide_pending(self) -> None:
-        pending, self._pending = self._pending, []
-        for event in pending:
-            self.driver.fire(event)
-        if self._logged and not self._pending:
-            logged, self._logged = self._logged, []
-            for logs in logged:
-                self._put(logs)
-        if pending and self._hook is not None:
-            self._stop(self._hook[2])
-
-    def _put(self, values: Mapping[str, Any] | None) -> None:
-        for name in self._watched:
-            if values and name in values:
-                self.driver.put(name, values[name], agreed=True)
 
     def _event(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                kwargs: dict[str, Any], report: Callable[[], tuple[str, ...]]) -> None:

@@ -9,7 +9,8 @@ of ``host_agreement``).
   local AWS or GCE metadata server), saved the host's way (exit 75) and resumed the
   host's way, fires what the uninterrupted run fires and ends with the same weights.
 
-A host takes part through an ``Adapter`` (``LIGHTNING`` here; ``ADAPTERS`` by host name):
+A host takes part through an ``Adapter`` (``LIGHTNING`` here, ``TRANSFORMERS`` in
+``host_control_hf``; ``ADAPTERS`` by host name):
 ``run`` trains the host's tiny model over a ``Shape`` with a schedule whose callbacks
 run the given actions, ``control`` given to the host's schedule callback, from the
 host's preemption checkpoint when ``resume``. The schedule's first callback is the
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 
 import torch
 from host_agreement import UNITS, Case, Shape, _quietly, shapes, simulated
+from host_control_hf import TRANSFORMERS
 from host_strategies import counters, host_schedules, host_triggers
 from hypothesis import assume
 from hypothesis import strategies as st
@@ -260,4 +262,4 @@ class LightningAdapter:
 
 
 LIGHTNING = LightningAdapter()
-ADAPTERS: dict[str, Adapter] = {"lightning": LIGHTNING}
+ADAPTERS: dict[str, Adapter] = {"lightning": LIGHTNING, "transformers": TRANSFORMERS}
