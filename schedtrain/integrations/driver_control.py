@@ -53,10 +53,8 @@ def refuse_auto(table: TriggerTable, host: str) -> None:
 
 class _Inbox(Protocol):
     limit: float
-    deadline: float | None
 
     def set_limit(self, limit: float) -> None: ...
-    def take_deadline(self, time_ns: int) -> int | None: ...
 
 
 class Control(Protocol):
@@ -68,6 +66,7 @@ class Control(Protocol):
     def bind(self, *, table: TriggerTable, clock: Any, callbacks: Mapping[str, Any],
              schedule: Schedule | None, metrics: frozenset[str] = ...) -> None: ...
     def open(self, *, fresh: bool, resumed: bool) -> contextlib.AbstractContextManager[None]: ...
+    def collect(self) -> bool: ...
     def drain(self, step: int, due: bool) -> str | None: ...
     @property
     def next_step(self) -> float: ...
@@ -155,17 +154,13 @@ class ControlledSteps:
 
     def slow_step_end(self) -> tuple[str, ...]:
         """A step end past the quiet comparison: its firings where a trigger is due; with
-        run control, a notice's deadline first (the step's triggers see it), ``drain``
-        after."""
-        inbox, clock = self._inbox, self.clock
-        if inbox is None:
+        run control, what this step end's triggers must see first (``collect``: a notice's
+        deadline), ``drain`` after."""
+        control, clock = self.control, self.clock
+        if control is None:
             return self.fire("step_end")
+        control.collect()  # a deadline lowers step_due: its triggers are looked at now
         due = clock.step >= self.table.step_due
-        if inbox.deadline is not None:
-            ns = inbox.take_deadline(clock.time_ns)
-            if ns is not None:
-                self.table.set_deadline(ns)
-                due = clock.step >= self.table.step_due
         fired = self.fire("step_end") if due else ()
         if self._held is not None:  # its firings decided later: drained after them
             self._drain_after = due

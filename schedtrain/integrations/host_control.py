@@ -18,9 +18,9 @@ job's status, pid, schedule and per-batch events), ``retime.json`` (a request),
 run after its checkpoint's step); ``.lock`` while the host trains. The host's own
 checkpoints carry the schedule's text (``driver.state_dict()["schedule"]``).
 
-It is composed of the own loop's parts (``training.control``) behind the API every run
-control owner has (``open``, ``drain``, ``next_step``, ``replay``, ``retimer``,
-``inbox``), so the hosts do not change when that owner does.
+Behind it is the own loop's owner of run control (``training.control.RunControl``), built
+as ``schedtrain train`` builds it: the same inbox, notice poller, retimer and journal, so
+a host's signals, notices and retimes follow the own loop's rules.
 """
 
 from __future__ import annotations
@@ -32,20 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from schedtrain.callbacks.base import Callback
-from schedtrain.distributed.agreement import Alone
 from schedtrain.errors import Preempted
 from schedtrain.planning.changes import canonical
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
-from schedtrain.spec.deadlines import (
-    DEFAULT_SIGNALS,
-    check_deadline,
-    check_notice,
-    check_signals,
-    signals_of,
-)
-from schedtrain.training.control.inbox import Inbox, deadline_on_clock, handle_signals
-from schedtrain.training.control.notice import watch_notices
+from schedtrain.spec.deadlines import DEFAULT_SIGNALS, check_deadline, check_notice, check_signals
+from schedtrain.training.control import RunControl
+from schedtrain.training.control.inbox import Inbox
 from schedtrain.training.control.retime import Retimer
 from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.training.run_dir import RunDirectory
@@ -76,7 +69,10 @@ def _refuse(key: str, why: str | None) -> None:
 
 
 class HostControl:
-    """Run control for a host's schedule (see the module docstring).
+    """Run control for a host's schedule (see the module docstring): the options a host
+    callback is given, and the folder's ``run.json`` and lock around the one owner of run
+    control (``training.control.RunControl``, as ``schedtrain train`` builds it), which
+    the driver binds to its table and clock.
 
     Args:
         run_dir: the folder ``schedtrain retime`` is pointed at (``None``: no retime
@@ -101,11 +97,10 @@ class HostControl:
         if not isinstance(handle_signals, bool):
             _refuse("handle_signals", f"expected True or False, got {handle_signals!r}")
         self.run_dir = None if run_dir is None else Path(run_dir)
-        self.signals = signals_of(preempt_signals)
+        self.signals = tuple(preempt_signals)
         self.handle_signals, self.notice, self.deadline = handle_signals, preempt_notice, deadline
-        self.inbox = Inbox()
         self.directory = None if self.run_dir is None else RunDirectory(self.run_dir)
-        self._retimer: Retimer | None = None
+        self._owner: RunControl | None = None
         self._clock: Any = None
         self._table: TriggerTable | None = None
 
@@ -121,26 +116,36 @@ class HostControl:
         # A callback bound to a host function keeps no state of schedtrain's: a plain
         # Callback stands for it where a retime resets a changed trigger's callback.
         by_name = {n: callbacks.get(n) or Callback() for n in table.names}
-        text = canonical(schedule) if schedule is not None else None
-        self._retimer = Retimer(
-            table=table, change=ScheduleChange(text), callbacks=by_name,
-            predicates=table.predicates or {}, produced=metrics, shape=lambda: None,
-            run_dir=self.run_dir, directory=self.directory, events=None, comm=None,
-            agreement=Alone(clock=clock, inbox=self.inbox),
-            position=lambda: (clock.step, clock.epoch))
+        self._owner = RunControl.build(
+            table=table, callbacks=by_name, position=lambda: (clock.step, clock.epoch),
+            time_ns=lambda: clock.time_ns,
+            change=ScheduleChange(canonical(schedule) if schedule is not None else None),
+            predicates=table.predicates or {}, produced=metrics, run_dir=self.run_dir,
+            directory=self.directory, handle_signals=self.handle_signals,
+            signals=self.signals, notice=self.notice, deadline=self.deadline)
+
+    @property
+    def owner(self) -> RunControl:
+        """The run's control (the driver bound it)."""
+        if self._owner is None:
+            raise RuntimeError("HostControl is not bound yet: give it to a host's schedule "
+                               "callback (control=...) first")
+        return self._owner
+
+    @property
+    def inbox(self) -> Inbox:
+        """The requests from other threads (signals, notices) and the next step drained."""
+        return self.owner.inbox
 
     @property
     def retimer(self) -> Retimer:
         """Live retime's Python API: ``retimer.retime(schedule)`` (the driver bound it)."""
-        if self._retimer is None:
-            raise RuntimeError("HostControl is not bound yet: give it to a host's schedule "
-                               "callback (control=...) first")
-        return self._retimer
+        return self.owner.retimer
 
     def reports_every_batch(self) -> None:
         """The host calls the driver's ``batch_end`` after every micro-batch (Lightning
         does): a retime may add ``batch_end`` triggers (``run.json``'s ``batch_events``)."""
-        self.retimer.fires = ("batch_end",)
+        self.owner.reports_every_batch()
 
     @property
     def schedule_text(self) -> str | None:
@@ -150,29 +155,19 @@ class HostControl:
     # -- the run -------------------------------------------------------------------------
     @contextlib.contextmanager
     def open(self, *, fresh: bool, resumed: bool) -> Iterator[None]:
-        """Around training: the folder locked and said ``running`` in ``run.json``, the
-        signal handlers and the notice poller, the deadline given to the table; a fresh
-        run forgets an earlier run's retimes in the folder. The way it ends is recorded:
-        ``preempted`` (``HostPreempted``), ``failed`` (another exception), ``finished``."""
-        retimer, clock, table = self.retimer, self._clock, self._table
-        assert table is not None
-        directory = self.directory
-        self.inbox.requested = self.inbox.deadline = None
-        self.inbox.woken = False
+        """Around training: the folder locked and said ``running`` in ``run.json``, and
+        run control opened (signals, the notice poller, the deadline to the table; a
+        fresh run forgets an earlier run's retimes in the folder). The way it ends is
+        recorded: ``preempted`` (``HostPreempted``), ``failed`` (another exception),
+        ``finished``."""
+        owner, directory = self.owner, self.directory
         if directory is not None:
             directory.acquire()
         outcome = "failed"
         try:
-            if fresh:  # an earlier run's retimes here are not this run's
-                retimer.forget()
-            ns = deadline_on_clock(None, clock.time_ns, self.deadline)
-            if ns is not None:
-                table.set_deadline(ns)
-            self._record("running")
-            self.inbox.set_limit(self.next_step)
-            signals = (handle_signals(self.inbox, self.signals) if self.handle_signals
-                       else contextlib.nullcontext())
-            with signals, watch_notices(self.inbox, self.notice, None):
+            with owner.open(fresh=fresh, resumed=resumed):
+                self._record("running")
+                owner.inbox.set_limit(self.next_step)
                 try:
                     yield
                 except HostPreempted:
@@ -192,19 +187,20 @@ class HostControl:
                                   schedule=retimer.change.text,
                                   batch_events=list(retimer.fires))
 
-    def drain(self, step: int, due: bool) -> str | None:
-        """After the step's firings, on the slow path: a notice's deadline to the table,
-        retimes replayed at this step, a waiting retime request applied. Returns the name
-        of a requested preemption (``"SIGTERM"``, ``"the AWS preemption notice"``)."""
-        inbox = self.inbox
-        if inbox.deadline is not None:
-            ns = inbox.take_deadline(self._clock.time_ns)
-            if ns is not None and self._table is not None:
-                self._table.set_deadline(ns)
-        self._adopting(lambda: self.retimer.poll(step, due))
-        return inbox.requested
+    def collect(self) -> bool:
+        """Before the step's firings: a notice's deadline to the table (its
+        ``before_deadline`` triggers are looked at there). Returns whether one came."""
+        return self.owner.collect()
 
-    def _adopting(self, change: Callable[[], None]) -> None:
+    def drain(self, step: int, due: bool) -> str | None:
+        """After the step's firings, on the slow path: retimes replayed at this step, a
+        waiting retime request applied. Returns the name of a requested preemption
+        (``"SIGTERM"``, ``"the AWS preemption notice"``)."""
+        owner = self.owner
+        self._adopting(lambda: owner.drain(step, due))
+        return owner.inbox.requested
+
+    def _adopting(self, change: Callable[[], object]) -> None:
         """``change`` (a retime applied, or a checkpoint's schedule taken); a table that
         adopted another schedule fires ``batch_end`` where the new one listens (a host
         reports every batch end, or its retimes add none: ``reports_every_batch``)."""
@@ -219,14 +215,13 @@ class HostControl:
     def next_step(self) -> float:
         """The next step the driver must take its slow path for (a replayed retime, a
         look for a request)."""
-        retimer = self.retimer
-        return min(retimer.next_step, retimer.look_step)
+        return self.owner.next_step
 
     def replay(self, run: Mapping[str, Any]) -> None:
         """A checkpoint's state on resume (its ``schedule`` and ``clock``): the table
         takes the schedule it was saved with, and the retimes after its step are replayed
         there."""
-        self._adopting(lambda: self.retimer.resume(run))
+        self._adopting(lambda: self.owner.replay(run))
 
     def waiting_bits(self) -> int:
         """Nothing for other ranks: a host's control runs on one process."""

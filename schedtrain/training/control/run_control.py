@@ -133,12 +133,20 @@ class RunControl:
         elif not resumed:
             self.journal.start_over()
         self.retimer.poll(self.retimer.position()[0], due=False, replay_only=True)
-        self.table.deadline_ns = deadline_on_clock(self.comm, self.time_ns(), self.deadline)
+        ns = deadline_on_clock(self.comm, self.time_ns(), self.deadline)
+        self.table.deadline_ns = None  # this fit's own: a host's table is attached already
+        if ns is not None:
+            self.table.set_deadline(ns)
         with contextlib.ExitStack() as stack:
             if self.signals is not None:
                 stack.enter_context(handle_signals(inbox, self.signals))
             stack.enter_context(watch_notices(inbox, self.notice, self.comm))
             yield
+
+    def reports_every_batch(self) -> None:
+        """The loop (a host) reports every batch end: a retime may add ``batch_end``
+        triggers (``run.json``'s ``batch_events``, which the retime command reads)."""
+        self.retimer.fires = ("batch_end",)
 
     def start_over(self) -> None:
         """The run starts over in its directory (nothing valid to resume): its journal's
