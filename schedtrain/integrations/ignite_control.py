@@ -139,8 +139,8 @@ class IgniteControl:
         asked for (``handle.retimer.retime``, a request file) is taken after this step, as
         the own loop does; then act on a preemption the driver was asked for."""
         driver = self.driver
-        if acted:  # the driver drained before Ignite's actions ran: once more after them
-            driver._drain(False)
+        if acted:  # the driver drained before Ignite's actions ran: retimes once more
+            self._retimes(driver.clock.step)
         found = driver.preempt_requested
         if found is None or self.preempted is not None:
             return
@@ -148,6 +148,19 @@ class IgniteControl:
         # The iteration's other handlers run, then TERMINATE's: the save comes after them.
         engine.terminate(skip_completed=True)
         engine.add_event_handler(Events.TERMINATE, self._save_and_exit)
+
+    def _retimes(self, step: int) -> None:
+        """A retime asked for by this step's actions, applied after the step. A signal
+        or notice that came meanwhile waits for the next step end, whose triggers see
+        its deadline (as in the own loop)."""
+        driver, control = self.driver, self.driver.control
+        assert control is not None
+        table = driver.table
+        triggers = table.triggers
+        control.retimer.poll(step, False)  # type: ignore[attr-defined]
+        if table.triggers is not triggers:
+            driver.on_retime()
+        control.inbox.set_limit(control.next_step)
 
     def _terminated(self, engine: Engine) -> None:
         """The user's ``terminate(skip_completed=True)``: no COMPLETED (no train_end)
@@ -191,7 +204,6 @@ class IgniteControl:
         if isinstance(exc, HostPreempted):
             raise exc
         self.driver.close_control(exc)
-        handlers = engine._event_handlers.get(Events.EXCEPTION_RAISED, [])
-        if all(h is self._raised or getattr(h, "__wrapped__", None) == self._raised
-               for h, _, _ in handlers):
+        # Ignite's own handlers read the table of handlers so (handlers.time_profilers)
+        if all(h == self._raised for h, _, _ in engine._event_handlers[Events.EXCEPTION_RAISED]):
             raise exc
