@@ -286,3 +286,18 @@ def test_what_a_preemption_cannot_save_with_is_refused_in_one_line(
     with pytest.raises((TypeError, ValueError), match=message) as info:
         attach_schedule(Engine(lambda e, b: None), schedule(), record=True, **kwargs)
     assert "\n" not in str(info.value) and len(str(info.value)) <= 300
+
+
+@pytest.mark.parametrize("name", ["save", "a-callback-named-at-length-" * 8])
+def test_every_auto_is_refused_saying_why_for_ignite(name: str) -> None:
+    """The save could be timed around its action, but the interval it decides comes after
+    its Checkpoint is written: a resume would lose it. One line, naming the callback."""
+    from schedtrain.triggers import auto_every
+
+    with pytest.raises(ValueError, match=r"every\('auto'\) picks a checkpoint") as info:
+        attach_schedule(Engine(lambda e, b: None), Schedule({name: auto_every() | on(
+            "train_end")}), {name: lambda e: None}, control=HostControl())
+    line = str(info.value)
+    assert "\n" not in line and len(line) <= 300 and line.startswith("callback '")
+    if len(name) < 20:
+        assert "under a host (Ignite) a resume from it would lose that decision" in line
