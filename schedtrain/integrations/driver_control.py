@@ -83,7 +83,10 @@ class ControlledSteps:
         """A loaded state (checked): the schedule it was saved with, and the retimes after
         its step (before the triggers' states are loaded: they are that schedule's)."""
         assert self.control is not None
+        triggers = self.table.triggers
         self.control.replay(state)
+        if self.table.triggers is not triggers:  # the checkpoint's schedule, adopted
+            self.on_retime()
 
     def open_control(self) -> None:
         """Open run control for training (at ``train_start``, once the ranks are known)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,11 @@ class HostControl:
                                "callback (control=...) first")
         return self._retimer
 
+    def reports_every_batch(self) -> None:
+        """The host calls the driver's ``batch_end`` after every micro-batch (Lightning
+        does): a retime may add ``batch_end`` triggers (``run.json``'s ``batch_events``)."""
+        self.retimer.fires = ("batch_end",)
+
     @property
     def schedule_text(self) -> str | None:
         """The schedule the run runs now (canonical TOML; ``None``: no stored form)."""
@@ -196,8 +201,19 @@ class HostControl:
             ns = inbox.take_deadline(self._clock.time_ns)
             if ns is not None and self._table is not None:
                 self._table.set_deadline(ns)
-        self.retimer.poll(step, due)
+        self._adopting(lambda: self.retimer.poll(step, due))
         return inbox.requested
+
+    def _adopting(self, change: Callable[[], None]) -> None:
+        """``change`` (a retime applied, or a checkpoint's schedule taken); a table that
+        adopted another schedule fires ``batch_end`` where the new one listens (a host
+        reports every batch end, or its retimes add none: ``reports_every_batch``)."""
+        table = self._table
+        assert table is not None
+        before = table.triggers
+        change()
+        if table.triggers is not before:
+            table.needs_batch_end = bool(table.listeners("batch_end"))
 
     @property
     def next_step(self) -> float:
@@ -210,7 +226,7 @@ class HostControl:
         """A checkpoint's state on resume (its ``schedule`` and ``clock``): the table
         takes the schedule it was saved with, and the retimes after its step are replayed
         there."""
-        self.retimer.resume(run)
+        self._adopting(lambda: self.retimer.resume(run))
 
     def waiting_bits(self) -> int:
         """Nothing for other ranks: a host's control runs on one process."""

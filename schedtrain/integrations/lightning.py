@@ -39,8 +39,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'schedtrain[lightning]'") from exc
 
 from schedtrain.checkpoints.files import remove
-from schedtrain.integrations.driver import refuse_unknown_actions, takes_event
+from schedtrain.integrations.driver import takes_event
 from schedtrain.integrations.driver_state import check_nesting, host_state, latest_values
+from schedtrain.integrations.host_control import HostControl
 from schedtrain.integrations.hosted import (
     CallbackDriver,
     check_bound,
@@ -50,11 +51,20 @@ from schedtrain.integrations.hosted import (
     split_actions,
 )
 from schedtrain.integrations.keeping import KeepArg, host_keeps, load_keeps, save_kept
+from schedtrain.integrations.lightning_control import (
+    check_control,
+    forget_preempted,
+    preempt,
+    resume_path,
+    retimer_of,
+)
 from schedtrain.integrations.lightning_loop import (
     VALIDATE_KNOWN,
+    VERBS,
+    Hook,
     batch_size,
+    check_bindings,
     check_resumed,
-    check_version,
     precision_name,
     set_log_every,
     step_counter,
@@ -62,6 +72,7 @@ from schedtrain.integrations.lightning_loop import (
     validate,
 )
 from schedtrain.schedule.schedule import Schedule
+from schedtrain.training.control.retime import Retimer
 from schedtrain.triggers.protocol import Predicate
 
 if TYPE_CHECKING:
@@ -69,38 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VALIDATE_KNOWN", "VERBS", "ScheduleCallback", "batch_size"]
 
-#: What a callback of the schedule may be bound to, besides a function.
-VERBS = ("validate", "log", "checkpoint", "stop")
-#: Where Lightning acts on a verb: only the schedule's step ends and epoch ends, or only
-#: its step ends (the loggers get a step's values after its on_train_batch_end).
-_ACTS_AT = {"validate": ("step_end", "epoch_end"), "log": ("step_end",)}
-_EVENTS = ("train_start", "epoch_start", "batch_end", "step_end", "epoch_end", "train_end")
-Hook = Callable[["pl.Trainer", "pl.LightningModule"], Any]
 Counter = Callable[[Any], int]
-
-
-def _check_bindings(schedule: Schedule, actions: Mapping[str, Hook | str]) -> None:
-    refuse_unknown_actions(schedule.names, actions)
-    for name, action in actions.items():
-        if isinstance(action, str):
-            if action not in VERBS:
-                raise ValueError(f"actions[{name!r}]: unknown Lightning verb {action!r}; "
-                                 f"expected a function (trainer, pl_module) or one of {VERBS}")
-            acts_at = _ACTS_AT.get(action)
-            if acts_at is not None:
-                check_version(name, action, str(getattr(pl, "__version__", "unknown")))
-                events = schedule[name].events()
-                wrong = sorted(e for e in _EVENTS if e in events and e not in acts_at)
-                if wrong:
-                    what = ("runs Lightning's validation loop, which runs" if action ==
-                            "validate" else "sends the step's self.log values to the loggers, "
-                            "which Lightning does (on_epoch values: at every epoch end itself)")
-                    raise ValueError(
-                        f"actions[{name!r}] = {action!r} {what} only at {' and '.join(acts_at)}"
-                        f"; the trigger {schedule[name]!r} can also fire at {wrong}")
-        elif not callable(action):
-            raise TypeError(f"actions[{name!r}] must be a function (trainer, pl_module) or "
-                            f"one of {VERBS}, got {action!r}")
 
 
 class ScheduleCallback(pl.Callback):
@@ -122,6 +102,8 @@ class ScheduleCallback(pl.Callback):
         record: keep every firing in ``firings``.
         keep: a ``"checkpoint"`` callback's name -> which of its own files to keep (a
             retention policy, ``N`` or its TOML table; default: all).
+        control: ``HostControl(RUN_DIR, ...)``: signals, cloud notices (a preemption saves
+            and exits 75: ``lightning_control``) and live retime (``retimer``).
 
     Metrics that the schedule's conditions and metric triggers name are read from
     ``trainer.callback_metrics`` at each step end where a trigger is evaluated (every step
@@ -143,11 +125,13 @@ class ScheduleCallback(pl.Callback):
         time_source: Callable[[], int] = perf_counter_ns,
         record: bool = False,
         keep: Mapping[str, KeepArg | None] | None = None,
+        control: HostControl | None = None,
     ) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a schedtrain Schedule, got {schedule!r}")
+        self.control = check_control(control)
         self.actions, callbacks = split_actions(actions)
-        _check_bindings(schedule, self.actions)
+        check_bindings(schedule, self.actions)
         check_bound(schedule, [*self.actions, *callbacks], record=record)
         for counter, given in (("sample", samples), ("token", tokens)):
             if given is None:
@@ -160,12 +144,13 @@ class ScheduleCallback(pl.Callback):
         self.driver = driver_for(
             schedule, {n: self._bound(n) for n in self.actions}, callbacks, host="Lightning",
             gives=("loss", "exception"), predicates=predicates, time_source=time_source,
-            record=record)
+            record=record, control=self.control)
         #: the driver, when it runs schedtrain callbacks
         self._hosted = self.driver if isinstance(self.driver, CallbackDriver) else None
-        self._watched = sorted(self.driver.metric_names)
-        #: a step end reads nothing from Lightning: batch_end and step_end in one call
-        self._plain = self._hosted is None and not self._watched
+        self._retimed()
+        self.driver.on_retime = self._retimed
+        if self.control is not None:  # each batch end reaches the driver
+            self.control.reports_every_batch()
         self._state_key = self._generate_state_key(callbacks=list(self.driver.table.names))
         self._last_read: dict[str, float] = {}
         self._host: tuple[pl.Trainer, pl.LightningModule] | None = None
@@ -188,6 +173,22 @@ class ScheduleCallback(pl.Callback):
 
     def _bound(self, name: str) -> Callable[[], None]:
         return lambda: self._act(name)
+
+    def _retimed(self) -> None:
+        """What the schedule reads (again after a retime); ``_plain``: nothing to read."""
+        self._watched = sorted(self.driver.metric_names)
+        self._plain = self._hosted is None and not self._watched
+
+    @property
+    def retimer(self) -> Retimer:
+        """Live retime's Python API (with ``control``): ``retimer.retime(schedule)``."""
+        return retimer_of(self.control)
+
+    @property
+    def resume_path(self) -> str | None:
+        """Lightning's checkpoint of a preempted fit in the run folder, for
+        ``trainer.fit(..., ckpt_path=callback.resume_path)``; ``None``: none (a fresh fit)."""
+        return resume_path(self.control)
 
     @property
     def firings(self) -> list[Any]:
@@ -287,6 +288,9 @@ class ScheduleCallback(pl.Callback):
                 d.step_end()
         if self._deferred or self._hosted is not None:
             self._finish(trainer)
+        if d.preempt_requested is not None:  # a signal or notice, seen at this step end
+            self._event(trainer, pl_module, lambda: d.fire("preempt"))
+            preempt(trainer, d, self.control)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Not an epoch cut by max_steps or should_stop: its last batch was the last one.
@@ -300,6 +304,7 @@ class ScheduleCallback(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._event(trainer, pl_module, lambda: self._late_end(trainer) + self.driver.train_end())
+        forget_preempted(trainer, self.control)
 
     def _late_end(self, trainer: pl.Trainer) -> tuple[str, ...]:
         """Resumed from a checkpoint of the fit's last batch (before its epoch end),
@@ -315,6 +320,8 @@ class ScheduleCallback(pl.Callback):
                      exception: BaseException) -> None:
         if self._hosted is not None:
             self._hosted.exception(exception)
+        else:
+            self.driver.close_control(exception)
 
     # -- firing ------------------------------------------------------------------------------
     def _event(self, trainer: pl.Trainer, pl_module: pl.LightningModule,

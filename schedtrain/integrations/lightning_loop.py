@@ -4,17 +4,27 @@ names (the verbs that need them are refused on others, in one line)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.integrations.driver import ScheduleDriver, refuse_unknown_actions
 from schedtrain.integrations.driver_state import DriverStateError
+from schedtrain.schedule.schedule import Schedule
 
-__all__ = ["VALIDATE_KNOWN", "batch_size", "check_resumed", "check_version", "precision_name",
-           "set_log_every", "step_counter", "synced", "validate"]
+__all__ = ["VALIDATE_KNOWN", "VERBS", "Hook", "batch_size", "check_bindings", "check_resumed",
+           "check_version", "precision_name", "set_log_every", "step_counter", "synced",
+           "validate"]
+
+#: What a callback of the schedule may be bound to, besides a function.
+VERBS = ("validate", "log", "checkpoint", "stop")
+#: Where Lightning acts on a verb: only the schedule's step ends and epoch ends, or only
+#: its step ends (the loggers get a step's values after its on_train_batch_end).
+_ACTS_AT = {"validate": ("step_end", "epoch_end"), "log": ("step_end",)}
+_EVENTS = ("train_start", "epoch_start", "batch_end", "step_end", "epoch_end", "train_end")
+Hook = Callable[["pl.Trainer", "pl.LightningModule"], Any]
 
 
 def set_log_every(trainer: pl.Trainer, n: int) -> None:
@@ -156,3 +166,29 @@ def batch_size(batch: Any) -> int:
         if n:
             return n
     return 0
+
+
+def check_bindings(schedule: Schedule, actions: Mapping[str, Hook | str]) -> None:
+    """Refuse an action that is neither a function nor a verb, or a verb bound to a
+    trigger that fires where Lightning cannot act on it."""
+    refuse_unknown_actions(schedule.names, actions)
+    for name, action in actions.items():
+        if isinstance(action, str):
+            if action not in VERBS:
+                raise ValueError(f"actions[{name!r}]: unknown Lightning verb {action!r}; "
+                                 f"expected a function (trainer, pl_module) or one of {VERBS}")
+            acts_at = _ACTS_AT.get(action)
+            if acts_at is not None:
+                check_version(name, action, str(getattr(pl, "__version__", "unknown")))
+                events = schedule[name].events()
+                wrong = sorted(e for e in _EVENTS if e in events and e not in acts_at)
+                if wrong:
+                    what = ("runs Lightning's validation loop, which runs" if action ==
+                            "validate" else "sends the step's self.log values to the loggers, "
+                            "which Lightning does (on_epoch values: at every epoch end itself)")
+                    raise ValueError(
+                        f"actions[{name!r}] = {action!r} {what} only at {' and '.join(acts_at)}"
+                        f"; the trigger {schedule[name]!r} can also fire at {wrong}")
+        elif not callable(action):
+            raise TypeError(f"actions[{name!r}] must be a function (trainer, pl_module) or "
+                            f"one of {VERBS}, got {action!r}")
