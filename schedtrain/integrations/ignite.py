@@ -128,6 +128,8 @@ def attach_schedule(
                         gives=("loss",) if loss is not None else (), predicates=predicates,
                         record=record, reduce=reduce,
                         time_source=time_source, control=control)
+    if control is not None:  # every ITERATION_COMPLETED is a batch_end: a retime may add some
+        control.reports_every_batch()
     if isinstance(driver, CallbackDriver):
         driver.context.bind(model=model, optimizer=optimizer)
     handle = ScheduleHandle(driver, batches_per_step=batches_per_step, samples=samples,

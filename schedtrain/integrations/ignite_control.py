@@ -95,6 +95,17 @@ def check_to_save(to_save: object, save_handler: object, run_dir: Path | None) -
                         f"BaseSaveHandler (DiskSaver...), got {save_handler!r}"[:300])
 
 
+def _last(engine: Engine) -> bool:
+    """Whether this is the run's last iteration: there a preemption lets the run complete
+    (its end's handlers are all that is left), since Ignite runs an engine resumed at its
+    last iteration again from the start."""
+    st = engine.state
+    total = st.max_iters
+    if total is None and st.epoch_length is not None and st.max_epochs is not None:
+        total = st.epoch_length * st.max_epochs
+    return total is not None and st.iteration >= total
+
+
 class _DropRepeat(logging.Filter):
     """Drops Ignite's own error line for the preemption's exit (its line was said once),
     then takes itself off the logger."""
@@ -152,32 +163,36 @@ class IgniteControl:
             engine.add_event_handler(Events.EXCEPTION_RAISED, self._raised)
 
     def step_ended(self, engine: Engine, *, acted: bool) -> None:
-        """After a step end's firings and actions (``acted``: an action ran): a retime one
-        asked for (``handle.retimer.retime``, a request file) is taken after this step, as
-        the own loop does; then act on a preemption the driver was asked for."""
+        """After a step end's firings and actions (``acted``: an action ran): what those
+        actions asked for is taken after this step, as the own loop does (a retime by
+        ``handle.retimer.retime`` or the request file, a SIGTERM); then act on a
+        preemption the driver was asked for."""
         driver = self.driver
-        if acted:  # the driver drained before Ignite's actions ran: retimes once more
-            self._retimes(driver.clock.step)
+        if acted:  # the driver drained before Ignite's actions ran: once more after them
+            self._drain_after_actions(driver.clock.step)
         found = driver.preempt_requested
-        if found is None or self.preempted is not None:
+        if found is None or self.preempted is not None or _last(engine):
             return
         self.preempted = found
         # The iteration's other handlers run, then TERMINATE's: the save comes after them.
         engine.terminate(skip_completed=True)
         engine.add_event_handler(Events.TERMINATE, self._save_and_exit)
 
-    def _retimes(self, step: int) -> None:
-        """A retime asked for by this step's actions, applied after the step. A signal
-        or notice that came meanwhile waits for the next step end, whose triggers see
-        its deadline (as in the own loop)."""
+    def _drain_after_actions(self, step: int) -> None:
+        """Drain run control after this step's actions. A signal that came meanwhile
+        preempts here; a notice waits for the next step end, whose triggers see its
+        deadline (``before_deadline`` fires where the run stops, as in the own loop)."""
         driver, control = self.driver, self.driver.control
         assert control is not None
-        table = driver.table
+        inbox, table = control.inbox, driver.table
+        notice = inbox.deadline is not None
         triggers = table.triggers
-        control.retimer.poll(step, False)  # type: ignore[attr-defined]
+        found = control.drain(step, False)
         if table.triggers is not triggers:
             driver.on_retime()
-        control.inbox.set_limit(control.next_step)
+        inbox.set_limit(control.next_step)
+        if found is not None and not notice and driver.preempt_requested is None:
+            driver.preempt_requested = found
 
     def _terminated(self, engine: Engine) -> None:
         """The user's ``terminate(skip_completed=True)``: no COMPLETED (no train_end)
