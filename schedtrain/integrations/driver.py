@@ -38,14 +38,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain.clock import LoopClock
 from schedtrain.distributed.vocabulary import REDUCE_OPS
-from schedtrain.integrations.driver_control import Control, ControlledSteps
+from schedtrain.integrations.driver_control import Control, ControlledSteps, refuse_auto
 from schedtrain.integrations.driver_state import check_driver_state, check_seen, load_part
 from schedtrain.integrations.values import HOST, LatestValues
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import Runner, TriggerTable
 from schedtrain.time import Timestamp
-from schedtrain.triggers.auto import auto_parts
 from schedtrain.triggers.protocol import Predicate
 
 if TYPE_CHECKING:
@@ -68,17 +67,6 @@ def takes_event(fn: Callable[..., object]) -> bool:
         return False
     return found is not None and found.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                 inspect.Parameter.KEYWORD_ONLY)
-
-
-def _refuse_auto(table: TriggerTable) -> None:
-    """``every("auto")`` is fed by the measured cost of each save, which only schedtrain's
-    ``Trainer`` measures: under a host it would stay at its first step, so it is refused."""
-    for name, trigger in zip(table.names, table.triggers, strict=True):
-        if auto_parts(trigger):
-            raise ValueError(
-                f"callback {name!r}: every('auto') picks a checkpoint interval from the "
-                "measured cost of each save, which only schedtrain's Trainer measures; "
-                "under a host give the interval (such as every(500, 'steps'))")
 
 
 def refuse_unknown_actions(names: Iterable[str], actions: Iterable[str]) -> None:
@@ -128,6 +116,7 @@ class ScheduleDriver(ControlledSteps):
         global_counts: on several processes, the samples and tokens reported are already
             summed over ranks (not summed again).
         control: run control (``HostControl``): signals, notices, deadline, live retime.
+        host: the host's name, for messages (a host module passes its own).
     """
 
     def __init__(
@@ -141,6 +130,7 @@ class ScheduleDriver(ControlledSteps):
         reduce: Mapping[str, str] | str | None = None,
         global_counts: bool = False,
         control: Control | None = None,
+        host: str = "your loop",
     ) -> None:
         ops = {"": reduce} if isinstance(reduce, str) else (reduce or {})
         for name, op in ops.items():
@@ -154,7 +144,7 @@ class ScheduleDriver(ControlledSteps):
             self.table = schedule
         else:
             raise TypeError(f"expected a Schedule or a TriggerTable, got {schedule!r}")
-        _refuse_auto(self.table)
+        refuse_auto(self.table, host)
         self.clock = LoopClock(time_source)
         self.metrics = LatestValues()
         self.firings: list[Firing] = []

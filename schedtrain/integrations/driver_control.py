@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from schedtrain.clock import LoopClock
@@ -21,7 +21,33 @@ if TYPE_CHECKING:
     from schedtrain.schedule.schedule import Schedule
     from schedtrain.schedule.table import TriggerTable
 
-__all__ = ["Control", "ControlledSteps"]
+__all__ = ["AUTO_REFUSED", "Control", "ControlledSteps", "refuse_auto"]
+
+#: Why each host cannot pace ``every("auto")``: it needs each save's measured cost, and
+#: a resumed run must replay the interval decided after a save its checkpoint was taken
+#: before (the own loop reads it back from events.jsonl).
+AUTO_REFUSED: Final = {
+    "Lightning": "the decision made after each save lands is in no Lightning checkpoint "
+                 "and no log Lightning keeps, so a resumed fit would place its saves "
+                 "elsewhere",
+    "the HF Trainer": "the HF Trainer saves (_save_checkpoint) after its callbacks have "
+                      "run, so no callback can time the save",
+    "Ignite": "Ignite's Checkpoint is a handler of its own, which the schedule's handler "
+              "cannot time",
+}
+_OWN_LOOP = "your loop saves its own way, which the driver cannot time"
+
+
+def refuse_auto(table: TriggerTable, host: str) -> None:
+    """Refuse ``every("auto")`` in ``host`` (its name), saying why there (one line)."""
+    from schedtrain.triggers.auto import auto_parts
+
+    for name, trigger in zip(table.names, table.triggers, strict=True):
+        if auto_parts(trigger):
+            raise ValueError(
+                f"callback {name!r}: every('auto') paces saves by their measured cost, and "
+                f"{AUTO_REFUSED.get(host, _OWN_LOOP)}: give the interval, such as "
+                "every(500, 'steps')")
 
 
 class _Inbox(Protocol):

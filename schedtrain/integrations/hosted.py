@@ -142,7 +142,7 @@ def driver_for(schedule: Schedule, actions: Mapping[str, Action], callbacks: Map
                               reduce=reduce, global_counts=global_counts, control=control)
     return ScheduleDriver(schedule, actions=actions, predicates=predicates,
                           time_source=time_source, record=record, reduce=reduce,
-                          global_counts=global_counts, control=control)
+                          global_counts=global_counts, control=control, host=host)
 
 
 class CallbackDriver(ScheduleDriver):
@@ -196,7 +196,7 @@ class CallbackDriver(ScheduleDriver):
                      for n, e in zip(self.callbacks, entries, strict=True)})
         super().__init__(schedule, actions=runs, predicates=predicates,
                          time_source=time_source, record=record, reduce=reduce,
-                         global_counts=global_counts, control=control)
+                         global_counts=global_counts, control=control, host=host)
         store = MetricStore(self.clock.now, history_limit=history_limit)
         self.metrics = store  # type: ignore[assignment]  # a MetricsView with put, as LatestValues
         self.table.attach(self.clock, store,

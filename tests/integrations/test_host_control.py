@@ -26,12 +26,14 @@ from notice_server import NoticeServer
 import schedtrain.training.control.retime as live
 from schedtrain import Schedule, ScheduleWarning, Unit, at, every, on, simulate
 from schedtrain.integrations.driver import ScheduleDriver
+from schedtrain.integrations.driver_control import AUTO_REFUSED
 from schedtrain.integrations.driver_state import DriverStateError
 from schedtrain.integrations.host_control import HostControl, HostPreempted
 from schedtrain.planning.changes import canonical
-from schedtrain.planning.requests import live_refusal, read_history
+from schedtrain.planning.requests import LOOK_STEPS, live_refusal, read_history
 from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import before_deadline
+from schedtrain.triggers.auto import auto_every
 
 UNITS = [Unit.STEP, Unit.EPOCH]
 EPOCHS, STEPS = 3, 5
@@ -220,3 +222,28 @@ def test_a_signal_is_held_until_the_step_end_and_handlers_come_back(tmp_path: Pa
     assert d.preempt_requested == "SIGTERM"
     d.train_end()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("host", ["Lightning", "the HF Trainer", "Ignite", "your loop"])
+def test_every_auto_is_refused_in_one_line_saying_why_for_the_host(host: str) -> None:
+    with pytest.raises(ValueError) as found:
+        ScheduleDriver(Schedule({"save": auto_every()}), host=host)
+    line = str(found.value)
+    assert "\n" not in line and len(line) <= 300
+    assert line.startswith("callback 'save': every('auto') paces saves by their measured")
+    assert (AUTO_REFUSED.get(host) or "your loop saves its own way") in line
+
+
+def test_with_control_a_quiet_step_still_drains_nothing(tmp_path: Path) -> None:
+    """The control is drained only where a trigger is due and every ``LOOK_STEPS`` steps
+    (a request file is looked for), never on the quiet steps between."""
+    control = HostControl(tmp_path)
+    d = driver(Schedule({"save": every("100 steps")}), control)
+    drained: list[int] = []
+    inner = control.drain
+    control.drain = lambda step, due: drained.append(step) or inner(step, due)  # type: ignore[method-assign]
+    d.train_start()
+    for _ in range(300):
+        d.step()
+    d.train_end()
+    assert drained == [100, 200, LOOK_STEPS, 300]
