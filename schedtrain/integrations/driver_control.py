@@ -32,22 +32,24 @@ AUTO_REFUSED: Final = {
                  "elsewhere",
     "the HF Trainer": "the HF Trainer saves (_save_checkpoint) after its callbacks have "
                       "run, so no callback can time the save",
-    "Ignite": "Ignite's Checkpoint is a handler of its own, which the schedule's handler "
-              "cannot time",
+    "Ignite": "an Ignite Checkpoint it runs could be timed, but the interval decided from "
+              "it comes after that Checkpoint is written, so a resume from it would save "
+              "elsewhere",
 }
 _OWN_LOOP = "your loop saves its own way, which the driver cannot time"
 
 
 def refuse_auto(table: TriggerTable, host: str) -> None:
     """Refuse ``every("auto")`` in ``host`` (its name), saying why there (one line)."""
+    from schedtrain.errors import one_line
     from schedtrain.triggers.auto import auto_parts
 
     for name, trigger in zip(table.names, table.triggers, strict=True):
         if auto_parts(trigger):
-            raise ValueError(
+            raise ValueError(one_line(  # a long name is shortened, not the line broken
                 f"callback {name!r}: every('auto') paces saves by their measured cost, and "
                 f"{AUTO_REFUSED.get(host, _OWN_LOOP)}: give the interval, such as "
-                "every(500, 'steps')")
+                "every(500, 'steps')"))
 
 
 class _Inbox(Protocol):

@@ -50,7 +50,7 @@ from schedtrain.integrations.hosted import (
     spec_bindings,
     split_actions,
 )
-from schedtrain.integrations.ignite_control import SaveHandler, check_to_save, refuse_auto
+from schedtrain.integrations.ignite_control import SaveHandler, check_to_save
 from schedtrain.integrations.ignite_handle import EVENTS, Counter, MetricSource, ScheduleHandle
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.triggers.base import Trigger
@@ -122,7 +122,6 @@ def attach_schedule(
     own, callbacks = split_actions(actions)
     check_bound(schedule, [*own, *callbacks], record=record)
     _refuse_uncounted(schedule, samples, tokens)
-    refuse_auto(schedule)
     check_to_save(to_save, save_handler, None if control is None else control.run_dir)
     driver = driver_for(schedule, {}, callbacks, host="Ignite",
                         gives=("loss",) if loss is not None else (), predicates=predicates,

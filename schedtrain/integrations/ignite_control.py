@@ -33,17 +33,13 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 from ignite.handlers.checkpoint import BaseSaveHandler
 
-from schedtrain.errors import one_line
 from schedtrain.integrations.host_control import HostPreempted, say_preempted
 from schedtrain.integrations.hosted import CallbackDriver
-from schedtrain.schedule.schedule import Schedule
-from schedtrain.triggers.auto import auto_parts
 
 if TYPE_CHECKING:
     from schedtrain.integrations.driver import ScheduleDriver
 
-__all__ = ["PREEMPTED_PREFIX", "SCHEDULE_KEY", "IgniteControl", "SaveHandler", "check_to_save",
-           "refuse_auto"]
+__all__ = ["PREEMPTED_PREFIX", "SCHEDULE_KEY", "IgniteControl", "SaveHandler", "check_to_save"]
 
 #: The key of the schedule's state in ``handle.to_save`` (and so in the checkpoints).
 SCHEDULE_KEY: Final = "schedule"
@@ -52,19 +48,6 @@ PREEMPTED_PREFIX: Final = "preempted"
 
 SaveHandler = str | Path | BaseSaveHandler
 """Where a preemption's checkpoint goes: a folder, or an Ignite save handler."""
-
-
-def refuse_auto(schedule: Schedule) -> None:
-    """Refuse ``every("auto")``, saying why for Ignite: the save could be timed around its
-    action, but the interval that measurement decides comes after the save's
-    ``Checkpoint`` is written, so a resume from that file would not know it."""
-    for e in schedule.entries:
-        if auto_parts(e.trigger):
-            raise ValueError(one_line(
-                f"callback {e.default_name()!r}: every('auto') picks a checkpoint interval "
-                "from each save's measured cost, known only once that save's Checkpoint is "
-                "written; under a host (Ignite) a resume from it would lose that decision "
-                "and save elsewhere: give the interval (every(500, 'steps'))", 300))
 
 
 def check_to_save(to_save: object, save_handler: object, run_dir: Path | None) -> None:
