@@ -143,6 +143,15 @@ class ControlledSteps:
         else:
             stack.__exit__(type(exc), exc, exc.__traceback__)
 
+    @property
+    def due_step(self) -> float:
+        """The first step whose end is not quiet: the table's next due step, or the
+        control's, which a signal or a notice lowers to 0 at any time (a host that skips
+        quiet steps, as Ignite's filter does, reads it at each step)."""
+        inbox = self._inbox
+        due = self.table.step_due
+        return due if inbox is None else min(due, inbox.limit)
+
     def slow_step_end(self) -> tuple[str, ...]:
         """A step end past the quiet comparison: its firings where a trigger is due; with
         run control, a notice's deadline first (the step's triggers see it), ``drain``

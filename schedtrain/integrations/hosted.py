@@ -311,9 +311,10 @@ class CallbackDriver(ScheduleDriver):
         self._at_step = (clock.batch, clock.sample, clock.token)
         if self._step_hooks:
             self._run_hooks("_trigger_step")
-        if clock.step < self.table.step_due:
+        if clock.step < self.table.step_due and (self._inbox is None
+                                                 or clock.step < self._inbox.limit):
             return ()
-        return self.fire("step_end")
+        return self.slow_step_end()
 
     def step(self, samples: int = 0, tokens: int = 0) -> tuple[str, ...]:
         """``batch_end`` then ``step_end``."""

@@ -9,7 +9,9 @@ returns what was compared and raises ``AssertionError`` when the firings (every 
 but time) or the host step each action saw differ from ``simulate()``'s.
 
 Shared by ``tests/test_host_agreement_table.py`` (hypothesis, a few cases per host) and
-``benchmarks/host_agreement.py`` (many, as a table).
+``benchmarks/host_agreement.py`` (many, as a table). Run control's cases (a live retime
+against ``continue_with``, a preemption by a signal or a cloud notice saved and resumed
+the host's way) are in ``host_control_cases.py``, one adapter per host.
 """
 
 from __future__ import annotations

@@ -247,3 +247,56 @@ def test_with_control_a_quiet_step_still_drains_nothing(tmp_path: Path) -> None:
         d.step()
     d.train_end()
     assert drained == [100, 200, LOOK_STEPS, 300]
+
+
+def test_schedtrain_callbacks_in_a_host_take_the_same_control(tmp_path: Path) -> None:
+    """A ``CallbackDriver`` (schedtrain callbacks inside a host): a retime applies at the
+    step's end, a callback whose trigger changed starts afresh, a signal is held for the
+    host, and a preemption runs ``after_train`` with the outcome "preempted"."""
+    from schedtrain.callbacks import Callback
+    from schedtrain.integrations.hosted import CallbackDriver
+
+    class Seen(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.steps: list[int] = []
+            self.outcome: str | None = None
+
+        def _trigger(self) -> None:
+            self.steps.append(self.trainer.clock.step)
+
+        def _after_train(self) -> None:
+            self.outcome = self.trainer.outcome
+
+    seen = Seen()
+    control = HostControl(tmp_path)
+    d = CallbackDriver(Schedule({"seen": every("2 steps")}), {"seen": seen}, control=control)
+    d.train_start()
+    d.epoch_start()
+    for step in range(1, 11):
+        d.step()
+        if step == 4:
+            control.retimer.retime(Schedule({"seen": every("3 steps")}))
+        if step == 9:
+            assert d.preempt_requested is None
+            os.kill(os.getpid(), signal.SIGTERM)
+    # asked after step 4: taken at 6, the next due step; then every 3 steps, afresh
+    assert seen.steps == [2, 4, 6, 9]
+    assert d.preempt_requested == "SIGTERM"
+    d.exception(HostPreempted("SIGTERM", 10, None))
+    assert seen.outcome == "preempted"
+    assert '"status": "preempted"' in (tmp_path / "run.json").read_text()
+
+
+def test_due_step_is_lowered_by_a_signal(tmp_path: Path) -> None:
+    d = driver(Schedule({"a": every("100 steps")}), HostControl(tmp_path))
+    d.train_start()
+    d.step()
+    assert d.due_step == 100
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert d.due_step == 0
+    d.step()
+    assert d.preempt_requested == "SIGTERM"
+    d.train_end()
+    plain = ScheduleDriver(Schedule({"a": every("100 steps")}))
+    assert plain.due_step == plain.table.step_due
