@@ -328,3 +328,32 @@ def test_a_sigterm_from_an_action_preempts_at_its_step_but_not_the_last(
         run.engine.run(data(), max_epochs=EPOCHS)
     assert info.value.step == stops and completed == []
     assert (tmp_path / "checkpoints" / f"preempted_checkpoint_{stops}.pt").exists()
+
+
+def test_schedtrain_callbacks_in_the_engine_end_as_preempted(tmp_path: Path) -> None:
+    """A schedtrain ``Callback`` in the schedule (a ``CallbackDriver``): a SIGTERM from
+    an action preempts at that step, the callback's ``after_train`` runs with the outcome
+    "preempted", and its state rides in the preemption's checkpoint."""
+    import os
+
+    import torch
+    from hosted_helpers import Recorder
+    from ignite.engine import DeterministicEngine
+
+    outcomes: list[str | None] = []
+
+    class Ends(Recorder):
+        def _after_train(self) -> None:
+            outcomes.append(self.trainer.outcome)
+
+    rec = Ends()
+    engine = DeterministicEngine(lambda e, b: 0.0)
+    attach_schedule(engine, Schedule({"rec": every("2 steps"), "term": at("5 steps")}),
+                    {"rec": rec, "term": lambda _: os.kill(os.getpid(), signal.SIGTERM)},
+                    control=HostControl(tmp_path), to_save={"trainer": engine})
+    with pytest.raises(HostPreempted) as info:
+        engine.run(data(), max_epochs=EPOCHS)
+    assert info.value.step == 5 and outcomes == ["preempted"] and rec.count == 2
+    saved = torch.load(tmp_path / "checkpoints" / "preempted_checkpoint_5.pt",
+                       weights_only=False)
+    assert saved["schedule"]["callbacks"]["rec"] == {"count": 2}
