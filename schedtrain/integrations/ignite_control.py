@@ -25,7 +25,7 @@ it at the step ends it evaluates; what is Ignite's is here:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -113,11 +113,14 @@ class IgniteControl:
             none is written).
         save_handler: where it goes (``None``: ``RUN_DIR/checkpoints``).
         schedule: the object saved under ``"schedule"`` (the ``ScheduleHandle``).
+        run_actions: runs the engine's actions of the callbacks that fired (``preempt``).
     """
 
     def __init__(self, driver: ScheduleDriver, to_save: Mapping[str, Any] | None,
-                 save_handler: SaveHandler | None, schedule: Any) -> None:
+                 save_handler: SaveHandler | None, schedule: Any,
+                 run_actions: Callable[[Engine, tuple[str, ...]], None]) -> None:
         self.driver = driver
+        self._run_actions = run_actions
         self._to_save = None if to_save is None else {**to_save, SCHEDULE_KEY: schedule}
         self._save_handler = save_handler
         #: the preemption being acted on (``"SIGTERM"``...; ``None``: none)
@@ -186,7 +189,7 @@ class IgniteControl:
     def _save_and_exit(self, engine: Engine) -> None:
         engine.remove_event_handler(self._save_and_exit, Events.TERMINATE)
         driver, step = self.driver, self.driver.clock.step
-        driver.fire("preempt")
+        self._run_actions(engine, driver.fire("preempt"))  # before the save, as the own loop
         self.checkpoint = self._save(engine)
         exc = HostPreempted(self.preempted or "?", step, self.checkpoint)
         if isinstance(driver, CallbackDriver):

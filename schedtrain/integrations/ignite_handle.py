@@ -59,7 +59,7 @@ class ScheduleHandle:
                  to_save: Mapping[str, Any] | None = None,
                  save_handler: SaveHandler | None = None) -> None:
         self.driver = driver
-        self._control = IgniteControl(driver, to_save, save_handler, self)
+        self._control = IgniteControl(driver, to_save, save_handler, self, self._run)
         self._hosted = driver if isinstance(driver, CallbackDriver) else None
         self._loss = loss if self._hosted is not None and self._hosted.wants_loss else None
         self.batches_per_step = _whole("batches_per_step", batches_per_step)
@@ -148,6 +148,10 @@ class ScheduleHandle:
         hosted = self._hosted
         if hosted is not None and hosted.stop_reason is not None and event != "COMPLETED":
             engine.terminate()
+        self._run(engine, fired)
+
+    def _run(self, engine: Engine, fired: tuple[str, ...]) -> None:
+        """The actions of what fired, in order."""
         for name in fired:
             action = self._actions.get(name)
             if action is not None:

@@ -308,25 +308,29 @@ def test_every_auto_is_refused_saying_why_for_ignite(name: str) -> None:
 def test_a_sigterm_from_an_action_preempts_at_its_step_but_not_the_last(
         at_step: int, stops: int | None, tmp_path: Path) -> None:
     """A signal while a step end's actions run preempts at that step (no deadline to
-    wait for); at the run's last step the run completes instead (exit 0): Ignite would
-    run an engine resumed at its last iteration again from the start."""
+    wait for), ``preempt`` firing with its action; at the run's last step the run
+    completes instead (exit 0): Ignite would run an engine resumed at its last iteration
+    again from the start."""
     import os
 
     def term(_: Engine) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     completed: list[int] = []
-    sched = Schedule({"term": at(f"{at_step} steps"), "tick": every("4 steps")})
+    sched = Schedule({"term": at(f"{at_step} steps"), "tick": every("4 steps"),
+                      "last": on("preempt")})
     run = build(tmp_path, sched, {"term": term})
     run.engine.add_event_handler(Events.COMPLETED, lambda e: completed.append(e.state.iteration))
     if stops is None:
         run.engine.run(data(), max_epochs=EPOCHS)
         assert completed == [STEPS] and run_json(tmp_path)["status"] == "finished"
         assert not (tmp_path / "checkpoints").exists()
+        assert ("last", "preempt", STEPS) not in run.fired
         return
     with pytest.raises(HostPreempted) as info:
         run.engine.run(data(), max_epochs=EPOCHS)
     assert info.value.step == stops and completed == []
+    assert run.fired[-1] == ("last", "preempt", stops)  # its action ran, before the save
     assert (tmp_path / "checkpoints" / f"preempted_checkpoint_{stops}.pt").exists()
 
 
