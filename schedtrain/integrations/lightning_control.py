@@ -19,6 +19,7 @@ from typing import Final
 
 import lightning.pytorch as pl
 
+from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.driver import ScheduleDriver
 from schedtrain.integrations.host_control import HostControl, HostPreempted, say_preempted
 from schedtrain.training.control.retime import Retimer
@@ -108,5 +109,4 @@ def _loader_spent(trainer: pl.Trainer) -> Iterator[None]:
 def forget_preempted(trainer: pl.Trainer, control: HostControl | None) -> None:
     """A finished fit: its preemption checkpoint is older than what it trained."""
     if control is not None and trainer.is_global_zero:
-        with contextlib.suppress(FileNotFoundError):
-            _path(control).unlink()
+        remove(_path(control))  # the checkpoint owner's delete, as the verb's pruning

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("lightning")
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -205,3 +206,37 @@ def test_lightning_refuses_every_auto_and_a_control_without_a_folder() -> None:
                          control=HostControl(None))
     with pytest.raises(ValueError, match=r"^live retime needs run control"):
         ScheduleCallback(Schedule({"a": every("2 steps")}), {"a": "stop"}).retimer.retime("")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_schedtrain_callbacks_in_lightning_are_preempted_and_resumed(tmp_path: Path) -> None:
+    """A schedtrain ``Callback`` in the schedule: SIGTERM at step 3 -> exit 75 with its
+    ``after_train`` told "preempted"; the resume goes on from step 3."""
+    from schedtrain.callbacks import Callback
+
+    class Seen(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.steps: list[int] = []
+            self.outcome: str | None = None
+
+        def _trigger(self) -> None:
+            self.steps.append(self.trainer.clock.step)
+            if self.trainer.clock.step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        def _after_train(self) -> None:
+            self.outcome = self.trainer.outcome
+
+    def fit(seen: Seen) -> int:
+        cb = ScheduleCallback(Schedule({"seen": every("1 step")}), {"seen": seen},
+                              control=HostControl(tmp_path))
+        try:
+            trainer([cb], max_epochs=1).fit(Module(), loader(6, 2), ckpt_path=cb.resume_path)
+        except SystemExit as stop:
+            return int(stop.code or 0)
+        return 0
+
+    first, second = Seen(), Seen()
+    assert fit(first) == 75 and (first.steps, first.outcome) == ([1, 2, 3], "preempted")
+    assert fit(second) == 0 and (second.steps, second.outcome) == ([4, 5, 6], "finished")
