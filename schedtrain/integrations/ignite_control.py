@@ -141,6 +141,23 @@ class IgniteControl:
         """Follow the ends of ``engine``'s runs (after the schedule's own handlers)."""
         engine.add_event_handler(Events.STARTED, self._started)
         engine.add_event_handler(Events.TERMINATE, self._terminated)
+        engine.add_event_handler(Events.COMPLETED, self._completed)
+
+    def _completed(self, _: Engine) -> None:
+        """A completed run: the preemption checkpoints in its save folder are older than
+        what it trained (another kind of save handler cannot be listed: they stay)."""
+        if self._to_save is None:
+            return
+        given = self._save_handler
+        if isinstance(given, DiskSaver):
+            folder = given.dirname
+        elif given is None or isinstance(given, str | Path):
+            folder = self._folder()
+        else:
+            return
+        if folder.is_dir():  # not made here for nothing
+            for old in sorted(folder.glob(f"{PREEMPTED_PREFIX}_*")):
+                old.unlink(missing_ok=True)
 
     # -- the engine's events ---------------------------------------------------------------
     def _started(self, engine: Engine) -> None:
@@ -200,17 +217,26 @@ class IgniteControl:
         engine.logger.addFilter(_DropRepeat(engine.logger, exc.line))
         raise exc
 
+    def _folder(self) -> Path:
+        """The folder given as ``save_handler`` (by default ``RUN_DIR/checkpoints``)."""
+        given = self._save_handler
+        if given is None:
+            run_dir = getattr(self.driver.control, "run_dir", None)
+            assert run_dir is not None  # checked by check_to_save
+            return Path(run_dir) / "checkpoints"
+        assert isinstance(given, str | Path)
+        return Path(given)
+
+    def _handler(self) -> BaseSaveHandler:
+        given = self._save_handler
+        if isinstance(given, BaseSaveHandler):
+            return given
+        return DiskSaver(self._folder(), require_empty=False)  # the user's may be there too
+
     def _save(self, engine: Engine) -> str | Path | None:
         if self._to_save is None:
             return None
-        handler = self._save_handler
-        if handler is None:
-            run_dir = getattr(self.driver.control, "run_dir", None)
-            assert run_dir is not None  # checked by check_to_save
-            handler = Path(run_dir) / "checkpoints"
-        if not isinstance(handler, BaseSaveHandler):  # the user's checkpoints may be there
-            handler = DiskSaver(handler, require_empty=False)
-        ckpt = Checkpoint(self._to_save, handler, filename_prefix=PREEMPTED_PREFIX,
+        ckpt = Checkpoint(self._to_save, self._handler(), filename_prefix=PREEMPTED_PREFIX,
                           n_saved=None, global_step_transform=lambda e, _: e.state.iteration)
         ckpt(engine)
         return ckpt.last_checkpoint

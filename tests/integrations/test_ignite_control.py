@@ -172,7 +172,8 @@ def test_a_notice_is_saved_by_ignites_checkpoint_and_resumes_exactly(
     """A notice from a local metadata server (45 s left on AWS; GCE's 30 s) ends the
     engine at the next step end: ``before_deadline("60 s")`` fires there, ``"20 s"``
     never; Ignite's Checkpoint is written, the exit is 75; ``Checkpoint.load_objects``
-    then ``engine.run`` fires and trains what the uninterrupted run did."""
+    then ``engine.run`` fires and trains what the uninterrupted run did, and once it
+    completes, the preemption's checkpoint is removed."""
     monkeypatch.setenv(POLL_ENV, "0.02")
     reference = build(tmp_path / "reference")
     reference.engine.run(data(), max_epochs=EPOCHS)
@@ -205,6 +206,7 @@ def test_a_notice_is_saved_by_ignites_checkpoint_and_resumes_exactly(
     assert again.fired == [f for f in reference.fired if f[2] > PREEMPT_AT]
     assert again.digest() == reference.digest()
     assert run_json(run_dir)["status"] == "finished"
+    assert not ckpt.exists()  # older than what the completed run trained
 
 
 def _job(*args: str) -> subprocess.CompletedProcess[str]:
