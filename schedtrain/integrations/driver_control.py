@@ -82,6 +82,7 @@ class ControlledSteps:
 
     table: TriggerTable
     clock: LoopClock
+    _started: bool
     ranks: RankAgreement | None
 
     def fire(self, event: str) -> tuple[str, ...]:
@@ -127,7 +128,10 @@ class ControlledSteps:
                              "ranks at different steps; leave it out of multi-process runs")
         self.preempt_requested = None
         stack = contextlib.ExitStack()
-        stack.enter_context(control.open(fresh=not self._resumed, resumed=self._resumed))
+        # A driver that started before goes on (Ignite runs a terminated engine on): its
+        # retimes are this run's, not an earlier run's to forget.
+        fresh = not (self._resumed or self._started)
+        stack.enter_context(control.open(fresh=fresh, resumed=self._resumed))
         self._open = stack
         if self._resumed:  # a retime applied at the checkpoint's step, after it was taken
             self._drain(False)

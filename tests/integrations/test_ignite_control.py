@@ -363,3 +363,16 @@ def test_schedtrain_callbacks_in_the_engine_end_as_preempted(tmp_path: Path) -> 
     saved = torch.load(tmp_path / "checkpoints" / "preempted_checkpoint_5.pt",
                        weights_only=False)
     assert saved["schedule"]["callbacks"]["rec"] == {"count": 2}
+
+
+def test_an_engine_run_on_after_terminate_keeps_its_retimes(tmp_path: Path) -> None:
+    """Ignite runs a terminated engine on from where it stopped: the run control opens
+    again as the same run's (its retimes kept), not as a fresh one's (forgotten)."""
+    sched = Schedule({"ask": at("6 steps"), "a": every("3 steps"), "stop": at("8 steps")})
+    new = Schedule({"ask": at("6 steps"), "a": every("4 steps"), "stop": at("8 steps")})
+    run = build(tmp_path, sched, {"ask": lambda _: run.handle.retimer.retime(new),
+                                  "stop": lambda e: e.terminate(skip_completed=True)})
+    run.engine.run(data(), max_epochs=EPOCHS)
+    run.engine.run(data(), max_epochs=EPOCHS)
+    assert (tmp_path / "retimes.json").exists()
+    assert run_json(tmp_path)["schedule"] == canonical(new)
