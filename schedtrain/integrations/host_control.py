@@ -33,6 +33,7 @@ from typing import Any
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.distributed.agreement import Alone
+from schedtrain.errors import Preempted
 from schedtrain.planning.changes import canonical
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
@@ -55,19 +56,18 @@ __all__ = ["EXIT_PREEMPTED", "HostControl", "HostPreempted"]
 EXIT_PREEMPTED = 75
 
 
-class HostPreempted(SystemExit):
+class HostPreempted(Preempted, SystemExit):
     """A host run preempted (a signal, a cloud notice) after its step and the host's own
-    checkpoint: the process exits 75 with one line said, no traceback. A ``SystemExit``,
-    so a script that catches ``Exception`` still exits."""
+    checkpoint: the process exits 75 with one line said, no traceback. A ``SystemExit``
+    (a script that catches ``Exception`` broadly still exits: Python reads its ``code``),
+    and the own loop's ``Preempted`` (``except schedtrain.Error`` catches it)."""
 
     def __init__(self, signal: str, step: int, checkpoint: str | Path | None) -> None:
-        super().__init__(EXIT_PREEMPTED)
-        self.signal, self.step, self.checkpoint = signal, step, checkpoint
+        super().__init__(signal, step, checkpoint)
         where = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint"
         self.line = f"preempted by {signal} after step {step}: {where}"
-
-    def __str__(self) -> str:
-        return self.line
+        self.args = (self.line,)
+        self.code = EXIT_PREEMPTED  # what the interpreter exits with
 
 
 def _refuse(key: str, why: str | None) -> None:
