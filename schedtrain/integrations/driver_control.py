@@ -33,22 +33,24 @@ AUTO_REFUSED: Final = {
     "the HF Trainer": "the cost of HF's save is known at on_save, after the checkpoint's "
                       "trainer_state.json was written, so a resumed run would lack the "
                       "interval decided from it",
-    "Ignite": "Ignite's Checkpoint is a handler of its own, which the schedule's handler "
-              "cannot time",
+    "Ignite": "an Ignite Checkpoint it runs could be timed, but the interval decided from "
+              "it comes after that Checkpoint is written, so a resume from it would save "
+              "elsewhere",
 }
 _OWN_LOOP = "your loop saves its own way, which the driver cannot time"
 
 
 def refuse_auto(table: TriggerTable, host: str) -> None:
     """Refuse ``every("auto")`` in ``host`` (its name), saying why there (one line)."""
+    from schedtrain.errors import one_line
     from schedtrain.triggers.auto import auto_parts
 
     for name, trigger in zip(table.names, table.triggers, strict=True):
         if auto_parts(trigger):
-            raise ValueError(
+            raise ValueError(one_line(  # a long name is shortened, not the line broken
                 f"callback {name!r}: every('auto') paces saves by their measured cost, and "
                 f"{AUTO_REFUSED.get(host, _OWN_LOOP)}: give the interval, such as "
-                "every(500, 'steps')")
+                "every(500, 'steps')"))
 
 
 class _Inbox(Protocol):
@@ -80,6 +82,7 @@ class ControlledSteps:
 
     table: TriggerTable
     clock: LoopClock
+    _started: bool
     ranks: RankAgreement | None
     _held: list[str] | None  # the events a host holds (``ScheduleDriver.held``)
 
@@ -127,7 +130,10 @@ class ControlledSteps:
                              "ranks at different steps; leave it out of multi-process runs")
         self.preempt_requested = None
         stack = contextlib.ExitStack()
-        stack.enter_context(control.open(fresh=not self._resumed, resumed=self._resumed))
+        # A driver that started before goes on (Ignite runs a terminated engine on): its
+        # retimes are this run's, not an earlier run's to forget.
+        fresh = not (self._resumed or self._started)
+        stack.enter_context(control.open(fresh=fresh, resumed=self._resumed))
         self._open = stack
         if self._resumed:  # a retime applied at the checkpoint's step, after it was taken
             self._drain(False)

@@ -195,10 +195,12 @@ class HostControl:
     def drain(self, step: int, due: bool) -> str | None:
         """After the step's firings, on the slow path: retimes replayed at this step, a
         waiting retime request applied. Returns the name of a requested preemption
-        (``"SIGTERM"``, ``"the AWS preemption notice"``)."""
-        owner = self.owner
-        self._adopting(lambda: owner.drain(step, due))
-        return owner.inbox.requested
+        (``"SIGTERM"``, ``"the AWS preemption notice"``) once a step end's triggers have
+        seen its deadline (a notice that came during the firings waits for the next step
+        end, as in the own loop), else ``None``."""
+        found: list[str | None] = []
+        self._adopting(lambda: found.append(self.owner.drain(step, due)))
+        return found[0]
 
     def _adopting(self, change: Callable[[], object]) -> None:
         """``change`` (a retime applied, or a checkpoint's schedule taken); a table that

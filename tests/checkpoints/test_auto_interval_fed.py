@@ -104,6 +104,6 @@ def _ignite(schedule: Schedule) -> Any:
 @given(trigger=with_auto())
 def test_auto_under_a_host_is_refused(host: Any, trigger: Trigger) -> None:
     """A host's own save is not measured: the interval would never be decided."""
-    with pytest.raises(ValueError, match=r"callback 'cb': every\('auto'\) picks a "
-                                         r"checkpoint interval .* under a host"):
+    with pytest.raises(ValueError, match=r"callback 'cb': every\('auto'\) paces saves by "
+                                         r"their measured cost, and .*: give the interval"):
         host(Schedule({"cb": trigger}))

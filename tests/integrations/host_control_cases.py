@@ -263,3 +263,61 @@ class LightningAdapter:
 
 LIGHTNING = LightningAdapter()
 ADAPTERS: dict[str, Adapter] = {"lightning": LIGHTNING, "transformers": TRANSFORMERS}
+
+
+class IgniteAdapter:
+    """Ignite: ``attach_schedule(..., control=..., to_save=...)`` on a
+    ``DeterministicEngine`` (it resumes its data at the saved iteration); the preemption
+    is Ignite's ``Checkpoint`` in ``RUN_DIR/checkpoints``, resumed with
+    ``Checkpoint.load_objects(handle.to_save, ...)`` then ``engine.run``."""
+
+    host = "ignite"
+
+    def run(self, schedule: Schedule, shape: Shape, folder: Path, *,
+            control: HostControl | None, actions: Actions, resume: bool = False) -> Ran:
+        from ignite.engine import DeterministicEngine, Engine
+        from ignite.handlers import Checkpoint
+
+        from schedtrain.integrations.ignite import attach_schedule
+
+        s = shape
+        g = torch.Generator().manual_seed(0)
+        batches = [torch.randn(n, 2, generator=g) for n in s.rows_per_batch()]
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+        def train_step(engine: Engine, batch: torch.Tensor) -> float:
+            loss = model(batch).pow(2).mean() / s.accum
+            loss.backward()
+            if engine.state.iteration % s.accum == 0:  # batches_per_step's rule
+                opt.step()
+                opt.zero_grad()
+            return float(loss.item())
+
+        engine = DeterministicEngine(train_step)
+
+        def act(name: str) -> Callable[[Engine], None]:
+            return lambda _: actions.get(name, lambda: None)()
+
+        handle = attach_schedule(
+            engine, schedule, {n: act(n) for n in schedule.names}, batches_per_step=s.accum,
+            samples=lambda b: b.shape[0], tokens=lambda b: b.numel(), record=True,
+            control=control, to_save=None if control is None else {
+                "model": model, "optimizer": opt, "trainer": engine})
+        if resume:
+            found = sorted((folder / "checkpoints").glob("preempted_checkpoint_*.pt"),
+                           key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+            assert found, "no preemption checkpoint to resume from"
+            Checkpoint.load_objects(handle.to_save, torch.load(found[-1], weights_only=False))
+        code = 0
+        try:
+            engine.run(batches, max_epochs=s.epochs)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        return Ran(list(handle.driver.firings), code,
+                   [p.detach().clone() for p in model.parameters()])
+
+
+IGNITE = IgniteAdapter()
+ADAPTERS["ignite"] = IGNITE
