@@ -33,6 +33,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 from ignite.handlers.checkpoint import BaseSaveHandler
 
+from schedtrain.checkpoints.files import remove
 from schedtrain.integrations.host_control import HostPreempted, say_preempted
 from schedtrain.integrations.hosted import CallbackDriver
 
@@ -157,7 +158,7 @@ class IgniteControl:
             return
         if folder.is_dir():  # not made here for nothing
             for old in sorted(folder.glob(f"{PREEMPTED_PREFIX}_*")):
-                old.unlink(missing_ok=True)
+                remove(old)  # the checkpoint owner's delete
 
     # -- the engine's events ---------------------------------------------------------------
     def _started(self, engine: Engine) -> None:
