@@ -45,15 +45,17 @@ class Unit(enum.Enum):
     MINUTE = "min"
     HOUR = "h"
 
+    # The properties read `_value_` and tables keyed by it: `self.value` and a member's
+    # hash go through Python-level enum code, and parsing a spec asks these per trigger.
     @property
     def counter(self) -> str:
         """The ``Timestamp`` field this unit reads."""
-        return "time_ns" if self in _SCALE else self.value
+        return _COUNTER.get(self._value_, self._value_)
 
     @property
     def scale(self) -> int:
         """How many counter units one of this unit is (60 * 10^9 ns for minutes)."""
-        return _SCALE.get(self, 1)
+        return _SCALE_OF.get(self._value_, 1)
 
     @property
     def event(self) -> str:
@@ -67,7 +69,7 @@ class Unit(enum.Enum):
     @property
     def is_time(self) -> bool:
         """Whether this is wall time (s, min, h)."""
-        return self in _SCALE
+        return self._value_ in _SCALE_OF
 
     @property
     def is_integral(self) -> bool:
@@ -100,6 +102,8 @@ class Unit(enum.Enum):
 
 _SCALE: Final = {Unit.SECOND: NS_PER_SECOND, Unit.MINUTE: 60 * NS_PER_SECOND,
                  Unit.HOUR: 3600 * NS_PER_SECOND}
+_SCALE_OF: Final = {u.value: scale for u, scale in _SCALE.items()}
+_COUNTER: Final = dict.fromkeys(_SCALE_OF, "time_ns")
 _SPELLINGS: Final = {
     "step": Unit.STEP, "steps": Unit.STEP,
     "batch": Unit.BATCH, "batches": Unit.BATCH,
@@ -215,26 +219,33 @@ class Time:
                 f"invalid time {text!r}: expected '<number> <unit>' such as '500 steps', "
                 "'2 epochs', '1e6 tokens' or '30 min'"
             )
-        try:
-            unit = Unit.parse(match["unit"])
-        except ValueError as exc:
-            raise ValueError(f"invalid time {text!r}: {exc}") from None
-        huge = number_text(match["num"])
+        num, suffix, unit_text = match.group("num", "suffix", "unit")
+        unit = _SPELLINGS.get(unit_text)
+        if unit is None:
+            try:
+                unit = Unit.parse(unit_text)
+            except ValueError as exc:
+                raise ValueError(f"invalid time {text!r}: {exc}") from None
+        huge = number_text(num)
         if huge is not None:
             raise ValueError(f"invalid time {shorten(text)!r}: {huge}; at most {MAX_COUNT} "
                              f"{'ns' if unit.is_time else unit.spell(2)}")
-        digits = match["num"].replace("_", "")
-        scale = _SUFFIX.get(match["suffix"], 1)
+        digits = num.replace("_", "")
+        scale = _SUFFIX.get(suffix, 1)
         # Fraction reads the decimal exactly; plain integers (most times) skip it.
         number = int(digits) * scale if digits.isdigit() else Fraction(digits) * scale
-        if unit.is_integral and isinstance(number, Fraction) and number.denominator != 1:
+        unit_scale = unit.scale
+        if isinstance(number, Fraction) and number.denominator != 1 and unit.is_integral:
             raise ValueError(f"invalid time {text!r}: {float(number):g} {unit.spell(2)} is not "
                              f"a whole number of {unit.spell(2)}")
-        base = round(number * unit.scale)
+        base = round(number * unit_scale)
         if base > MAX_COUNT:
             raise ValueError(f"invalid time {text!r}: too large, at most {MAX_COUNT} "
                              f"{'ns' if unit.is_time else unit.spell(2)}")
-        return cls.from_base(base, unit)
+        # from_base's work, without its checks: the unit is a Unit and 0 <= base here
+        t = cls.__new__(cls)
+        t.__attrs_init__(base if unit_scale == 1 else _value_from_base(base, unit), unit, base)
+        return t
 
     @property
     def counter(self) -> str:

@@ -16,6 +16,7 @@ import attrs
 from schedtrain.errors import Error
 from schedtrain.planning.stops import stop_rules
 from schedtrain.retention import Best, SaverKind, parse_keep, saver_keep
+from schedtrain.schedule.collector import collector_paused
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.table import TriggerTable
 from schedtrain.simulation.files import SaveFiles, SaverFiles, planned_files
@@ -108,6 +109,7 @@ def _deadline(spec: Spec) -> Time | None:
     return Time(max(end - now, 0.0), "s")
 
 
+@collector_paused()  # the simulation and the firings it keeps (see simulate())
 def plan_spec(
     spec: Spec,
     metrics: Iterable[MetricRecord] | None = None,

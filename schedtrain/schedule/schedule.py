@@ -83,7 +83,8 @@ def _to_entries(value: Mapping[str, Trigger] | Iterable[Scheduled]) -> tuple[Sch
             n += 1
             name = f"{base}#{n}"
         used.add(name)
-        entries.append(attrs.evolve(item, name=name))
+        # A named entry is kept as it is: evolving it would build and check it again.
+        entries.append(item if item.name == name else attrs.evolve(item, name=name))
     return tuple(entries)
 
 

@@ -22,6 +22,7 @@ from schedtrain.clock import Clock, step_back
 from schedtrain.errors import describe
 from schedtrain.events import BOUNDED_EVENTS, EventSet
 from schedtrain.readback import PartStateError, printable
+from schedtrain.schedule.collector import collector_paused
 from schedtrain.schedule.dues import DueBook
 from schedtrain.time import Timestamp
 from schedtrain.triggers.base import Trigger
@@ -108,9 +109,10 @@ class TriggerTable:
         self.names: tuple[str, ...] = tuple(n for n, _ in entries)
         self.triggers: tuple[Trigger, ...] = tuple(t for _, t in entries)
         self.events = events
-        self.nodes: tuple[Node, ...] = tuple(t.compile() for t in self.triggers)
-        self._shared = _share_groups(self.triggers)
-        self._event_sets: tuple[EventSet, ...] = tuple(t.events() for t in self.triggers)
+        with collector_paused():  # a node, a group and an event set per callback
+            self.nodes: tuple[Node, ...] = tuple(t.compile() for t in self.triggers)
+            self._shared = _share_groups(self.triggers)
+            self._event_sets: tuple[EventSet, ...] = tuple(t.events() for t in self.triggers)
         self._listeners: dict[str, tuple[int, ...]] = {}
         self.warnings = warnings
         self.predicates = predicates
@@ -172,10 +174,12 @@ class TriggerTable:
         if predicates is not None:
             self.predicates = predicates
         now = clock.now()
-        for event in BOUNDED_EVENTS:
-            last = last_step_end if event == "step_end" and last_step_end is not None else now
-            book = self._books[event] = DueBook(len(self.nodes), self._shared)
-            book.set(self._bounds(event, last, self.listeners(event)))
+        with collector_paused():  # per callback and event, a due vector and its entries
+            for event in BOUNDED_EVENTS:
+                last = (last_step_end if event == "step_end" and last_step_end is not None
+                        else now)
+                book = self._books[event] = DueBook(len(self.nodes), self._shared)
+                book.set(self._bounds(event, last, self.listeners(event)))
         self._update_step_due()
 
     def _update_step_due(self) -> None:

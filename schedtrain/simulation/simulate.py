@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from schedtrain.errors import ScheduleError
+from schedtrain.schedule.collector import collector_paused
 from schedtrain.schedule.firings import Firing, FiringLog
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
@@ -326,7 +327,8 @@ def simulate(
         return Simulation(s, shape, metrics=metrics, predicates=predicates, events=events,
                           sanity_eval=sanity_eval, deadline=deadline)
 
-    firings = make(schedule).run()
+    with collector_paused():  # the table and the firings it builds all stay alive
+        firings = make(schedule).run()
     if not isinstance(schedule, Schedule):  # a compiled table: nothing to retime
         return firings
     return SimulatedRun(firings, schedule, make)

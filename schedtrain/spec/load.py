@@ -16,6 +16,7 @@ import attrs
 from schedtrain.errors import Problem, SpecError
 from schedtrain.imports import add_user_paths
 from schedtrain.schedule.analysis import analyze
+from schedtrain.schedule.collector import collector_paused
 from schedtrain.spec.callbacks import read_callback
 from schedtrain.spec.direction import direction_notes
 from schedtrain.spec.document import parse_toml, read_document
@@ -55,6 +56,11 @@ def loads_spec(text: str, file: str = "<string>", *, imports: bool = False,
         SpecError: listing every problem with its key path (and line and column for
             TOML syntax errors).
     """
+    with collector_paused():  # everything loading builds stays alive: nothing to collect
+        return _loads_spec(text, file, imports=imports, schedule_only=schedule_only)
+
+
+def _loads_spec(text: str, file: str, *, imports: bool, schedule_only: bool) -> Spec:
     if imports:
         # Validate everything first: no module a spec names is imported (and run) for a
         # spec that is refused anyway.
@@ -75,7 +81,8 @@ def read_spec(data: dict[str, Any], file: str = "<string>", *,
     Raises:
         SpecError: listing every problem with its key path.
     """
-    return _spec(data, file, Problems(file, False), schedule_only=schedule_only)
+    with collector_paused():
+        return _spec(data, file, Problems(file, False), schedule_only=schedule_only)
 
 
 def _spec(data: dict[str, Any], file: str, problems: Problems, *, schedule_only: bool) -> Spec:

@@ -56,8 +56,14 @@ def _children(value: dict[str, Any], rel: Rel, depth: int) -> Iterator[tuple[obj
         yield value["not"], (*rel, "not"), depth + 1
 
 
+_ONE_TABLE: Final = Shape(1, 1, ())
+
+
 def shape_of(value: object, rel: Rel) -> Shape:
     """The shape of a raw trigger value at ``rel`` (its own tables, not the names')."""
+    if isinstance(value, dict) and "all" not in value and "any" not in value \
+            and "not" not in value:
+        return _ONE_TABLE  # most triggers: read once per callback, so kept quick
     tables, deepest, refs = 0, 0, []
     stack: list[tuple[object, Rel, int]] = [(value, rel, 1)]
     while stack:
@@ -135,6 +141,8 @@ class Graph:
     def written_out(self, shape: Shape) -> tuple[int, int] | None:
         """``(depth, tables)`` of a value of ``shape`` with its names written out, or
         ``None`` when it uses a broken name."""
+        if not shape.refs:
+            return shape.depth, min(MAX_TABLES + 1, shape.tables)
         known = [r for r in shape.refs if r.name in self.shapes]
         if any(r.name in self.broken for r in known):
             return None

@@ -11,7 +11,7 @@ later names the place the user wrote.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from schedtrain.errors import did_you_mean
 from schedtrain.names import is_name
@@ -32,9 +32,20 @@ from schedtrain.triggers.conditions import When
 
 __all__ = ["TriggerReader"]
 
+# What `_table` asks of each key, worked out once: a spec of thousands of callbacks reads
+# thousands of tables, and scanning every term's keys for each was most of that time.
+#: naming key -> the indexes in ``TERMS`` of the terms it names (none for all/any/not)
+_NAMES: Final = {k: tuple(i for i, t in enumerate(TERMS) if k in t.keys) for k in NAMING_KEYS}
+#: a term's key that is not all/any/not -> the indexes of the terms that own it
+_OWNERS: Final = {k: frozenset(i for i, t in enumerate(TERMS) if k in t.keys)
+                  for k in TRIGGER_KEYS if k not in COMPOSITE_KEYS}
+_KNOWN: Final = frozenset(TRIGGER_KEYS)
+
 
 def _joined(kind: type[AllOf | AnyOf], parts: list[Located], path: str) -> Located:
     """``all_of``/``any_of`` of located parts, spliced as the core splices them."""
+    if len(parts) == 1 and not isinstance(parts[0].trigger, kind):
+        return parts[0]  # most tables: one term, nothing to splice
     flat: list[Located] = []
     for p in parts:
         flat.extend(p.children if isinstance(p.trigger, kind) else [p])
@@ -79,8 +90,9 @@ class TriggerReader:
         """The located ``[triggers.NAME]`` trigger (``None`` if it has problems)."""
         if name not in self.done:
             self.done[name] = None
-            if name not in self.graph.broken and self._fits(("triggers", name),
-                                                            self.graph.shapes[name]):
+            shape = self.graph.shapes[name]
+            if name not in self.graph.broken and self._fits(("triggers", name), shape,
+                                                            self.graph.written_out(shape)):
                 self.done[name] = self.read(self.named[name], ("triggers", name))
         return self.done[name]
 
@@ -88,9 +100,9 @@ class TriggerReader:
         """A callback's trigger value at ``rel``, refused when too large written out,
         alone or with the callbacks' triggers before it."""
         shape = shape_of(value, rel)
-        if not self._fits(rel, shape):
-            return None
         out = self.graph.written_out(shape)
+        if not self._fits(rel, shape, out):
+            return None
         if out is not None and out[0] <= MAX_DEPTH:
             before, self._total = self._total, self._total + out[1]
             if self._total > MAX_TOTAL_TABLES:
@@ -104,11 +116,10 @@ class TriggerReader:
                 return None
         return self.read(value, rel)
 
-    def _fits(self, rel: Rel, shape: Shape) -> bool:
-        """Whether a value of ``shape`` stays within ``MAX_TABLES`` written out; a
-        problem when it is the first to cross it (a name it uses that crosses on its own
-        is reported at that name)."""
-        out = self.graph.written_out(shape)
+    def _fits(self, rel: Rel, shape: Shape, out: tuple[int, int] | None) -> bool:
+        """Whether a value of ``shape`` (``out``: its ``Graph.written_out``) stays within
+        ``MAX_TABLES`` written out; a problem when it is the first to cross it (a name it
+        uses that crosses on its own is reported at that name)."""
         if out is None or out[0] > MAX_DEPTH or out[1] <= MAX_TABLES:
             return True  # too deep is reported where reading first crosses the limit
         if all(self.graph.tables.get(r.name, 0) <= MAX_TABLES for r in shape.refs):
@@ -172,15 +183,16 @@ class TriggerReader:
         problems = self.problems
         start, quiet = len(problems), self._quiet
         for key in table:
-            if key not in TRIGGER_KEYS:
+            if key not in _KNOWN:
                 problems.add((*rel, key), f"unknown trigger key {key!r}"
                                           f"{did_you_mean(key, TRIGGER_KEYS)}; expected one of "
                                           f"{', '.join(TRIGGER_KEYS)}",
                              expected="a trigger key", found=key)
-        active = [t for t in TERMS if any(k in table for k in t.keys if k in NAMING_KEYS)]
+        named = {i for key in table for i in _NAMES.get(key, ())}
+        active = [TERMS[i] for i in sorted(named)]
         for key in table:
-            if key in TRIGGER_KEYS and key not in COMPOSITE_KEYS \
-                    and not any(key in t.keys for t in active):
+            owners = _OWNERS.get(key)
+            if owners is not None and owners.isdisjoint(named):
                 owner = describe_key(key)
                 add = owner if " or " not in owner else "one of them"
                 problems.add((*rel, key), f"`{key}` belongs to {owner}; add {add} or remove "
@@ -193,6 +205,7 @@ class TriggerReader:
                                             "all = [...] or any = [...]", found=b.key)
                 return None
         parts: list[Located] = []
+        path = key_path(rel)  # rel is never empty: it starts at a callback or a name
         for term in active:
             trigger = term.read(table, rel, problems)
             if isinstance(trigger, When):
@@ -205,7 +218,7 @@ class TriggerReader:
                 where = next(k for k in term.keys if k in table)
                 # One key may build a composition (a window over two units, points in
                 # several units): its parts are located under that key.
-                parts.append(locate(trigger, key_path((*rel, where))))
+                parts.append(locate(trigger, f"{path}.{where}"))
         for key in ("all", "any"):
             if key in table:
                 part = self._list(table[key], (*rel, key), key, depth)
@@ -217,10 +230,10 @@ class TriggerReader:
                 if isinstance(inner.trigger, Not):  # ~~a is a
                     parts.append(inner.children[0])
                 else:
-                    parts.append(Located(Not(inner.trigger), key_path((*rel, "not")), (inner,)))
+                    parts.append(Located(Not(inner.trigger), f"{path}.not", (inner,)))
         if len(problems) > start or self._quiet > quiet:
             return None
-        return self._combine(AllOf, parts, rel)
+        return self._combine(AllOf, parts, rel, path)
 
     def _list(self, items: object, rel: Rel, key: str, depth: int) -> Located | None:
         if not isinstance(items, list) or not items:
@@ -230,12 +243,12 @@ class TriggerReader:
         if any(k is None for k in kids):
             return None
         return self._combine(AllOf if key == "all" else AnyOf,
-                             [k for k in kids if k is not None], rel)
+                             [k for k in kids if k is not None], rel, key_path(rel))
 
     def _combine(self, kind: type[AllOf | AnyOf], parts: list[Located],
-                 rel: Rel) -> Located | None:
+                 rel: Rel, path: str) -> Located | None:
         try:
-            return _joined(kind, parts, key_path(rel))
+            return _joined(kind, parts, path)
         except ValueError as exc:  # nesting too deep through named triggers
             self.problems.add(rel, str(exc))
             return None

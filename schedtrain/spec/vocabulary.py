@@ -31,7 +31,6 @@ from schedtrain.triggers import (
     When,
     Window,
     at,
-    every,
     improved,
     on,
     plateau,
@@ -109,7 +108,7 @@ def _read_every(table: Mapping[str, Any], rel: Rel, problems: Problems) -> Trigg
     offset = _time(table, "offset", rel, problems) if "offset" in table else None
     if period is None or ("offset" in table and offset is None):
         return None
-    return _EVERY.build(table, rel, problems, lambda: every(period, offset=offset))
+    return _EVERY.build(table, rel, problems, lambda: Every(period, offset))
 
 
 def _read_auto(table: Mapping[str, Any], rel: Rel, problems: Problems) -> Trigger | None:

@@ -198,7 +198,7 @@ class AllOf(_Composite):
 
     def compile(self) -> Node:
         nodes = [t.compile() for t in self.triggers]
-        return AllNode(repr(self), nodes, [t.dynamic for t in self.triggers])
+        return AllNode(self, nodes, [t.dynamic for t in self.triggers])
 
     def child_path(self, index: int) -> str:
         return f".all[{index}]"
@@ -244,7 +244,7 @@ class AnyOf(_Composite):
         return EventSet.union_of(t.events() for t in self.triggers)
 
     def compile(self) -> Node:
-        return AnyNode(repr(self), [t.compile() for t in self.triggers])
+        return AnyNode(self, [t.compile() for t in self.triggers])
 
     def child_path(self, index: int) -> str:
         return f".any[{index}]"
@@ -294,7 +294,7 @@ class Not(Trigger):
         return ".not"
 
     def compile(self) -> Node:
-        return NotNode(repr(self), self.trigger.compile())
+        return NotNode(self, self.trigger.compile())
 
     def __repr__(self) -> str:
         inner = self.trigger

@@ -37,6 +37,21 @@ def and_bound(dues: Sequence[Due]) -> Due:
     return multi if multi is not None else ANY_TIME
 
 
+class _Text:
+    """A composite node's text, the trigger's ``repr``: worked out when an explanation
+    first reads it, not when a table of thousands of callbacks is compiled."""
+
+    _text: str | None = None
+    _source: object = None
+
+    @property
+    def text(self) -> str:
+        """What the node's explanations call it (its trigger's ``repr``)."""
+        if self._text is None:
+            self._text = self._source if isinstance(self._source, str) else repr(self._source)
+        return self._text
+
+
 def _state(nodes: Sequence[Node]) -> dict[str, Any]:
     return {str(i): s for i, n in enumerate(nodes) if (s := n.state_dict())}
 
@@ -46,11 +61,11 @@ def _load(nodes: Sequence[Node], state: dict[str, Any]) -> None:
         nodes[int(key)].load_state_dict(value)
 
 
-class AllNode:
+class AllNode(_Text):
     """``all_of``: clock-only children first, dynamic ones only when all of those hold."""
 
-    def __init__(self, text: str, nodes: list[Node], dynamic: list[bool]) -> None:
-        self.text = text
+    def __init__(self, text: object, nodes: list[Node], dynamic: list[bool]) -> None:
+        self._source = text
         self.nodes = nodes
         self.static = [n for n, d in zip(nodes, dynamic, strict=True) if not d]
         self.dynamic = [n for n, d in zip(nodes, dynamic, strict=True) if d]
@@ -80,11 +95,11 @@ class AllNode:
         _load(self.nodes, state)
 
 
-class AnyNode:
+class AnyNode(_Text):
     """``any_of``: every child is evaluated, so stateful children see every point."""
 
-    def __init__(self, text: str, nodes: list[Node]) -> None:
-        self.text = text
+    def __init__(self, text: object, nodes: list[Node]) -> None:
+        self._source = text
         self.nodes = nodes
 
     def evaluate(self, pt: Point) -> bool | None:
@@ -108,11 +123,11 @@ class AnyNode:
         _load(self.nodes, state)
 
 
-class NotNode:
+class NotNode(_Text):
     """``not_``: true where the child is false; no bound (it may be true anywhere)."""
 
-    def __init__(self, text: str, node: Node) -> None:
-        self.text = text
+    def __init__(self, text: object, node: Node) -> None:
+        self._source = text
         self.node = node
 
     def evaluate(self, pt: Point) -> bool | None:
