@@ -25,6 +25,18 @@ if _TESTS not in sys.path:
 pytest_plugins = ("s3_server", "no_skips", "first_day_project")
 
 
+#: Folders whose every test starts real training processes (two ranks, or a run's whole
+#: life): marked ``slow`` as a whole, so the fast tier (``-m "not slow"``,
+#: CONTRIBUTING.md) leaves them out. Elsewhere a test says ``slow`` itself.
+SLOW_FOLDERS = ("distributed", "lifecycle")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent.name in SLOW_FOLDERS and item.path.parent.parent == Path(_TESTS):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _reset_structlog():
     """The CLI configures structlog globally; keep one test's setup out of the next."""
