@@ -53,10 +53,22 @@ def test_the_fast_tier_leaves_out_what_contributing_says() -> None:
         assert f"`tests/{folder}/`" in _section()
     paths = [*(f"tests/{f}" for f in conftest.SLOW_FOLDERS), "tests/training/test_crash.py",
              "tests/core/test_time.py"]
-    out = subprocess.run([sys.executable, *command[1:], "--collect-only", "-q",
+    quiet = [] if "-q" in command else ["-q"]  # one test id a line
+    out = subprocess.run([sys.executable, *command[1:], *quiet, "--collect-only",
                           "-p", "no:cacheprovider", *paths], cwd=ROOT, capture_output=True,
                          text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     collected = [x for x in out.stdout.splitlines() if "::" in x]
     assert collected
     assert {x.split("::", 1)[0] for x in collected} == {"tests/core/test_time.py"}
+
+
+def test_every_test_listed_as_slow_exists() -> None:
+    """conftest.SLOW_TESTS names tests that exist (a renamed test would silently join
+    the fast tier): its file, and each class and function of its name in that file."""
+    for path, entries in conftest.SLOW_TESTS.items():
+        source = (ROOT / "tests" / path).read_text()
+        for entry in entries:
+            for name in entry.split("[", 1)[0].split("::"):
+                assert re.search(rf"^\s*(?:class|def) {re.escape(name)}\b", source, re.M), (
+                    path, entry)
