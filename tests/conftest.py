@@ -80,6 +80,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "checkpoints/test_resume_url.py": (
         "test_resume_url_is_resume_auto_from_that_object",
+        "test_other_urls_and_missing_objects_refused",
     ),
     "checkpoints/test_retention.py": (
         "TestModelSaver::test_epoch_rules_on_a_step_grid",
@@ -162,6 +163,13 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "training/test_retime_command.py": (
         "test_a_job_ending_is_said_to_be_ending",
+        "test_a_job_starting_up_is_said_to_be_starting_and_waited_for",
+    ),
+    "training/test_run_files.py": (
+        "TestTaskFactories::test_the_run_is_refused",
+    ),
+    "training/test_threads.py": (
+        "test_train_sets_threads_unless_told",
     ),
 }
 
