@@ -3,6 +3,7 @@ fast hypothesis profile for CI."""
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -184,7 +185,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _reset_structlog():
+def _reset_structlog() -> Iterator[None]:
     """The CLI configures structlog globally; keep one test's setup out of the next."""
     yield
     structlog.reset_defaults()
