@@ -3,6 +3,7 @@ fast hypothesis profile for CI."""
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,166 @@ if _TESTS not in sys.path:
 pytest_plugins = ("s3_server", "no_skips", "first_day_project")
 
 
+#: Folders whose every test starts real training processes (two ranks, or a run's whole
+#: life): marked ``slow`` as a whole, so the fast tier (``-m "not slow"``,
+#: CONTRIBUTING.md) leaves them out. Elsewhere a test says ``slow`` itself, or is named
+#: in SLOW_TESTS.
+SLOW_FOLDERS = ("distributed", "lifecycle")
+#: Tests by file (``name``: every parametrization; ``name[id]``: that one) that took the
+#: most time outside those folders, measured with ``--durations`` (a real command in a
+#: fresh process, a run killed and resumed, a subprocess pytest): marked ``slow`` here,
+#: in one list, rather than in files that other work edits at the same time.
+SLOW_TESTS: dict[str, tuple[str, ...]] = {
+    "callbacks/test_topk_saver.py": (
+        "test_keeps_the_best_k_finite_and_the_last",
+    ),
+    "checkpoints/test_async_checkpoints.py": (
+        "TestSameAsSync::test_non_finite_weights_get_the_same_names_and_bytes",
+    ),
+    "checkpoints/test_checkpoints.py": (
+        "test_one_process_runs_never_import_dcp",
+    ),
+    "checkpoints/test_crafted_part_states.py": (
+        "test_a_part_that_cannot_take_its_state_makes_the_checkpoint_damaged",
+    ),
+    "checkpoints/test_crafted_run_state.py": (
+        "test_a_crafted_division_is_refused_by_name_or_passed_over[a million stretches]",
+    ),
+    "checkpoints/test_finished_tail.py": (
+        "test_a_finished_run_with_checkpoints_in_a_bucket_is_not_trained_again",
+    ),
+    "checkpoints/test_hostile_checkpoints.py": (
+        "test_a_crafted_written_list_deletes_no_foreign_file",
+        "test_a_file_size_limit_during_a_background_write",
+        "test_kill_9_during_a_background_write",
+    ),
+    "checkpoints/test_hostile_files.py": (
+        "TestPlantedFolderLinks::test_the_command_line_says_it_in_one_line",
+        "test_a_pickle_payload_checkpoint_is_skipped_by_name",
+    ),
+    "checkpoints/test_lease_readback.py": (
+        "test_store_refusing_for_3_s_is_retried",
+    ),
+    "checkpoints/test_preempt_keep.py": (
+        "test_preempt_and_resume_keep_the_unbroken_runs_files",
+    ),
+    "checkpoints/test_resume_chain.py": (
+        "test_crashes_at_random_steps",
+        "test_preemptions_at_random_steps",
+    ),
+    "checkpoints/test_resume_end.py": (
+        "test_killed_after_the_final_checkpoint_resumes_to_the_same_end",
+    ),
+    "checkpoints/test_resume_gaps.py": (
+        "test_a_run_killed_anywhere_resumes_to_the_same_log",
+    ),
+    "checkpoints/test_resume_url.py": (
+        "test_resume_url_is_resume_auto_from_that_object",
+        "test_other_urls_and_missing_objects_refused",
+    ),
+    "checkpoints/test_retention.py": (
+        "TestModelSaver::test_epoch_rules_on_a_step_grid",
+    ),
+    "checkpoints/test_retention_change.py": (
+        "test_applied_change_in_a_bucket",
+        "test_the_refusal_lists_the_files_the_change_deletes",
+    ),
+    "checkpoints/test_storage.py": (
+        "test_local_runs_never_import_fsspec",
+    ),
+    "checkpoints/test_storage_run.py": (
+        "test_crash_and_preempt_resume_from_bucket_exactly",
+    ),
+    "cli/test_check_like_train.py": (
+        "test_train_imports_custom_triggers",
+    ),
+    "core/test_custom_trigger.py": (
+        "TestExample::test_the_script_runs",
+    ),
+    "core/test_due_book.py": (
+        "test_a_group_shares_an_entry_and_is_reached_as_each_alone",
+    ),
+    "docs/test_compat.py": (
+        "test_old_path_is_the_new_module_and_warns",
+    ),
+    "docs/test_test_folders.py": (
+        "test_helpers_import_by_name_from_every_folder",
+    ),
+    "integrations/test_host_agreement_table.py": (
+        "TestKilledAndResumed::test_transformers",
+    ),
+    "integrations/test_hosted_transformers.py": (
+        "TestResume::test_kill_and_resume_keeps_state",
+    ),
+    "integrations/test_integrations_ranks.py": (
+        "test_driver_under_torch_distributed",
+        "test_ignite_idist",
+        "test_lightning_ddp",
+        "test_no_collective_on_a_quiet_step",
+        "test_transformers_agrees_nothing_the_trainer_agreed",
+        "test_transformers_ddp",
+    ),
+    "integrations/test_integrations_transformers.py": (
+        "TestAgainstSimulation::test_firings_equal_simulation",
+        "TestAgainstSimulation::test_resume_fires_as_the_uninterrupted_run",
+    ),
+    "integrations/test_integrations_transformers_flow.py": (
+        "TestKeep::test_kept_files_are_the_policys",
+        "TestMetricTiming::test_saves_equal_simulation",
+        "TestStrategies::test_at_most_once_a_step",
+    ),
+    "integrations/test_integrations_transformers_shapes.py": (
+        "TestUnevenShapes::test_firings_equal_simulation",
+    ),
+    "monitors/test_progress_lines.py": (
+        "test_command_line_progress",
+    ),
+    "simulation/test_coverage_xdist.py": (
+        "TestUnderXdist::test_a_gap_fails_the_session_and_reads_as_without_n",
+        "TestUnderXdist::test_a_worker_that_sent_nothing_makes_the_report_incomplete",
+        "TestUnderXdist::test_without_a_gap_the_session_passes",
+    ),
+    "spec/test_spec_fuzz.py": (
+        "test_mutated_specs_end_in_ok_or_short_refusals",
+    ),
+    "spec/test_task_lookup.py": (
+        "test_a_miss_says_where_it_looked",
+        "test_a_misspelt_function_or_submodule_is_suggested",
+        "test_a_module_that_fails_to_import_is_not_a_miss",
+        "test_found_from_any_folder",
+        "test_train_finds_the_module_next_to_the_spec",
+    ),
+    "training/test_lm_job.py": (
+        "TestShortRun::test_firings_equal_plan",
+    ),
+    "training/test_notice_step.py": (
+        "test_a_signal_preempts_at_its_step_with_the_deadline_triggers",
+        "test_before_deadline_fires_at_the_notice_step",
+    ),
+    "training/test_retime_command.py": (
+        "test_a_job_ending_is_said_to_be_ending",
+        "test_a_job_starting_up_is_said_to_be_starting_and_waited_for",
+    ),
+    "training/test_run_files.py": (
+        "TestTaskFactories::test_the_run_is_refused",
+    ),
+    "training/test_threads.py": (
+        "test_train_sets_threads_unless_told",
+    ),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow = {f"tests/{path}::{name}" for path, names in SLOW_TESTS.items() for name in names}
+    for item in items:
+        folder = item.path.parent
+        if ((folder.name in SLOW_FOLDERS and folder.parent == Path(_TESTS))
+                or item.nodeid in slow or item.nodeid.split("[", 1)[0] in slow):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
-def _reset_structlog():
+def _reset_structlog() -> Iterator[None]:
     """The CLI configures structlog globally; keep one test's setup out of the next."""
     yield
     structlog.reset_defaults()

@@ -8,18 +8,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
-import signal
-import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
+from fork_cli import fork_main, wait
 from fuzz_mutations import Mutation, apply
 from jobs.fuzz import FIXTURE
 
@@ -88,56 +85,13 @@ def run_cli(argv: Sequence[str], cwd: Path, *, deadline: float = DEADLINE,
     killed at ``deadline`` seconds (SIGTERM, then SIGKILL 5 s later)."""
     out = cwd / ".stderr"
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # the child: the command line's main, its stderr to a file
-        code = 1
-        try:
-            os.chdir(cwd)
-            os.environ.update(env or {})
-            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 1)
-            os.dup2(fd, 2)
-            sys.stderr = os.fdopen(2, "w", buffering=1)
-            sys.stdout = os.fdopen(1, "w", buffering=1)
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
-            from schedtrain.cli.main import main
-
-            code = main(list(argv))
-        except BaseException:  # an exception main let through: a traceback, exit 1
-            traceback.print_exc()
-            code = 1
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os._exit(code)
-    status = _wait(pid, start + deadline)
+    pid = fork_main(argv, cwd, stderr=out, env=env)
+    codes = wait([pid], start + deadline, grace=5)
     seconds = time.monotonic() - start
     text = out.read_text(errors="replace") if out.exists() else ""
     with contextlib.suppress(FileNotFoundError):
         out.unlink()
-    return Outcome(None if status is None else os.waitstatus_to_exitcode(status), text,
-                   seconds)
-
-
-def _wait(pid: int, until: float) -> int | None:
-    """The child's wait status, or None where it outlived ``until`` (then it is killed)."""
-    while True:
-        got, status = os.waitpid(pid, os.WNOHANG)
-        if got:
-            return status
-        if time.monotonic() > until:
-            os.kill(pid, signal.SIGTERM)
-            end = time.monotonic() + 5
-            while time.monotonic() < end:
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    return None
-                time.sleep(0.01)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(0.005)
+    return Outcome(None if codes is None else codes[0], text, seconds)
 
 
 def train_argv(case: Path) -> list[str]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+from fork_cli import fork_main, wait
 
 #: Fault kinds and what ``at`` counts: a step (after its step_end), or the n-th
 #: checkpoint write of this command (1-based).
@@ -173,48 +172,14 @@ def run_cli(argv: Sequence[str], cwd: Path, *, fault: Fault = NO_FAULT,
             env: dict[str, str] | None = None, log: str = ".stderr") -> Outcome:
     """``schedtrain ARGV`` in a forked child with ``fault`` planted; killed (SIGKILL) at
     ``deadline`` seconds, which counts as a hang. ``log``: the file (in ``cwd``) that
-    takes its output meanwhile."""
+    takes its output meanwhile (stdout too: the summary lines are judged with stderr)."""
     out = cwd / log
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # the child: the command line's main, its stderr to a file
-        code = 1
-        try:
-            os.chdir(cwd)
-            os.environ.update(env or {})
-            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(fd, 1)  # the summary lines go to stdout: judged with stderr
-            os.dup2(fd, 2)
-            sys.stderr = os.fdopen(2, "w", buffering=1)
-            sys.stdout = os.fdopen(1, "w", buffering=1)
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-                signal.signal(sig, signal.SIG_DFL)
-            if fault.kind != "none":
-                _plant(fault, run_dir if run_dir is not None else cwd / "run")
-            from schedtrain.cli.main import main
-
-            code = main(list(argv))
-        except BaseException:  # an exception main let through: a traceback, exit 1
-            traceback.print_exc()
-            code = 1
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os._exit(code)
-    status: int | None = None
-    until = start + deadline
-    while True:
-        got, status = os.waitpid(pid, os.WNOHANG)
-        if got:
-            break
-        if time.monotonic() > until:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            status = None
-            break
-        time.sleep(0.005)
+    where = run_dir if run_dir is not None else cwd / "run"
+    plant = None if fault.kind == "none" else (lambda: _plant(fault, where))
+    pid = fork_main(argv, cwd, stderr=out, stdout=out, env=env, before=plant)
+    codes = wait([pid], start + deadline)
     text = out.read_text(errors="replace") if out.exists() else ""
     with contextlib.suppress(FileNotFoundError):
         out.unlink()
-    return Outcome(None if status is None else os.waitstatus_to_exitcode(status), text,
-                   time.monotonic() - start)
+    return Outcome(None if codes is None else codes[0], text, time.monotonic() - start)

@@ -160,13 +160,13 @@ def test_two_ranks_stop_together_naming_the_first_bad_step_over_ranks(tmp_path: 
     averaged gradients): both ranks stop at the check at step 8, naming step 5."""
     import json
 
-    from torchrun_helpers import torchrun
+    from torchrun_helpers import forked_ranks
 
     spec = tmp_path / "nan.toml"
     spec.write_text('[run]\ntask = "jobs.ddp:make_nan_task"\nmax_epochs = 2\n\n'
                     '[callbacks.nan]\ntype = "TerminateOnNaN"\n'
                     'trigger = { every = "4 steps" }\n')
-    result = torchrun(spec, tmp_path / "run", timeout=60)
+    result = forked_ranks(spec, tmp_path / "run", timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (status["status"], status["step"]) == ("stopped", 8)
@@ -218,7 +218,7 @@ def test_two_ranks_stop_together_on_one_ranks_nan_evaluation(tmp_path: Path) -> 
     metrics are reduced): the ranks agree, and both stop after that evaluation."""
     import json
 
-    from torchrun_helpers import torchrun
+    from torchrun_helpers import forked_ranks
 
     spec = tmp_path / "nan.toml"
     spec.write_text('[run]\ntask = "jobs.ddp:make_nan_eval_task"\nmax_epochs = 3\n\n'
@@ -227,7 +227,7 @@ def test_two_ranks_stop_together_on_one_ranks_nan_evaluation(tmp_path: Path) -> 
                     '[callbacks.nan]\ntype = "TerminateOnNaN"\n'
                     'trigger = { on = "eval_end" }\n\n'
                     '[callbacks.save]\ntype = "ModelSaver"\ntrigger = { every = "1 epoch" }\n')
-    result = torchrun(spec, tmp_path / "run", timeout=60)
+    result = forked_ranks(spec, tmp_path / "run", timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (status["status"], status["epoch"]) == ("stopped", 1)

@@ -34,6 +34,7 @@ def _s3_lines(url: str, endpoint: str) -> str:
             f'storage_options = {{ client_kwargs = {{ endpoint_url = "{endpoint}" }} }}')
 
 
+@pytest.mark.slow
 def test_sigterm_and_kill_resume_from_bucket_exactly(tmp_path: Path, s3_endpoint: str,
                                                      s3_bucket: tuple[str, dict[str, Any]]
                                                      ) -> None:

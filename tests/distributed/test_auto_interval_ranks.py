@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_distributed import events, rank_firings
-from torchrun_helpers import torchrun
+from torchrun_helpers import forked_ranks, torchrun
 
 from schedtrain.triggers.auto import auto_interval
 
@@ -61,7 +61,7 @@ def _saves(run_dir: Path) -> list[int]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("auto")
-    result = torchrun(_spec(folder, "sync"), folder / "run")
+    result = forked_ranks(_spec(folder, "sync"), folder / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     return folder / "run"
 
@@ -96,7 +96,7 @@ def test_killed_and_resumed_it_saves_where_the_uninterrupted_run_did(
     run_dir = tmp_path / "run"
     killed = torchrun(spec, run_dir, kill_at_line=line)
     assert killed.returncode != 0
-    result = torchrun(spec, run_dir, "--resume", "auto")
+    result = forked_ranks(spec, run_dir, "--resume", "auto")
     assert result.returncode == 0, result.stderr[-3000:]
     assert _saves(run_dir) == _saves(uninterrupted)
     assert _decisions(run_dir) == _decisions(uninterrupted)
@@ -112,7 +112,7 @@ def test_background_saves_decide_at_the_next_firing_on_every_rank(
     if kill_at is not None:
         assert torchrun(spec, run_dir, kill_at_line=kill_at).returncode != 0
     args = ("--resume", "auto") if kill_at is not None else ()
-    result = torchrun(spec, run_dir, *args)
+    result = forked_ranks(spec, run_dir, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert rank_firings(tmp_path, 0) == rank_firings(tmp_path, 1)
     saves, decided = _saves(run_dir), _decisions(run_dir)

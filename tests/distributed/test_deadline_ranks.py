@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_distributed import rank_firings, torchrun, write_spec
+from test_distributed import rank_firings, write_spec
+from torchrun_helpers import forked_ranks
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
                                 reason="torch.distributed is not available")
@@ -30,7 +31,7 @@ type = "ModelSaver"
 trigger = { every = "1 step", if = "time_left < 0.4 s" }
 """)
     spec.write_text(spec.read_text().replace("seed = 1\n", 'seed = 1\ndeadline = "1 s"\n'))
-    result = torchrun(spec, tmp_path / "run")
+    result = forked_ranks(spec, tmp_path / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     zero, one = rank_firings(tmp_path, 0), rank_firings(tmp_path, 1)
     assert zero == one

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torchrun_helpers import torchrun
+from torchrun_helpers import forked_ranks, torchrun
 
 from schedtrain import Schedule, every, on
 from schedtrain.testing import fired_at, simulate
@@ -77,7 +77,7 @@ def rank_firings(folder: Path, rank: int) -> list[list[object]]:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("ddp")
     spec = write_spec(folder)
-    result = torchrun(spec, folder / "run")
+    result = forked_ranks(spec, folder / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     return spec, folder / "run"
 
@@ -132,7 +132,7 @@ trigger = { every = "5 steps" }
 type = "jobs.ddp:DumpFirings"
 trigger = { any = [{ every = "1 epoch" }, { on = "train_end" }] }
 """)
-    result = torchrun(spec, tmp_path / "run")
+    result = forked_ranks(spec, tmp_path / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     firings = rank_firings(tmp_path, 0)
     assert [f[2] for f in firings if f[0] == "ends" and f[1] == "epoch_end"] == [8, 16, 24]
@@ -149,7 +149,7 @@ rank = 1
 step = 6
 trigger = { every = "2 steps" }
 """)
-    result = torchrun(spec, tmp_path / "run")
+    result = forked_ranks(spec, tmp_path / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     zero, one = rank_firings(tmp_path, 0), rank_firings(tmp_path, 1)
     assert zero == one
@@ -187,7 +187,7 @@ trigger = { every = "1 step" }
 def slow_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("ddp-slow")
     spec = write_spec(folder, SLOW)
-    result = torchrun(spec, folder / "run")
+    result = forked_ranks(spec, folder / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     return spec, folder / "run"
 
@@ -210,7 +210,7 @@ def test_kill_9_of_a_two_rank_run_resumes_exactly(slow_reference: tuple[Path, Pa
     for line in (20, 55):
         killed = torchrun(spec, run_dir, "--resume", "auto", kill_at_line=line)
         assert killed.returncode != 0
-    result = torchrun(spec, run_dir, "--resume", "auto")
+    result = forked_ranks(spec, run_dir, "--resume", "auto")
     assert result.returncode == 0, result.stderr[-3000:]
     _same_run(ref, run_dir)
 
@@ -230,7 +230,7 @@ def test_sigterm_preempts_both_ranks_at_one_step_then_resumes_exactly(
     preempted = [p for p in (run_dir / "checkpoints").glob("*.pt")
                  if torch.load(p, weights_only=True)["phase"] == "preempt"]
     assert len(preempted) == 1
-    result = torchrun(spec, run_dir, "--resume", "auto")
+    result = forked_ranks(spec, run_dir, "--resume", "auto")
     assert result.returncode == 0, result.stderr[-3000:]
     _same_run(ref, run_dir)
 
@@ -281,7 +281,7 @@ def assert_same_tensors(a: object, b: object, where: str = "") -> None:
 def fsdp_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("fsdp")
     spec = fsdp_spec(folder, SLOW)
-    result = torchrun(spec, folder / "run")
+    result = forked_ranks(spec, folder / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     return spec, folder / "run"
 
@@ -317,7 +317,7 @@ def test_fsdp_kill_9_resumes_exactly(fsdp_reference: tuple[Path, Path],
     for line in (20, 55):
         killed = torchrun(spec, run_dir, "--resume", "auto", kill_at_line=line)
         assert killed.returncode != 0
-    result = torchrun(spec, run_dir, "--resume", "auto")
+    result = forked_ranks(spec, run_dir, "--resume", "auto")
     assert result.returncode == 0, result.stderr[-3000:]
     assert events(run_dir) == events(ref)
     kept = sorted(p.relative_to(ref) for p in ref.rglob("*.dcp"))
@@ -343,7 +343,7 @@ def test_fsdp_sigterm_writes_one_sharded_checkpoint_then_resumes_exactly(
                  if read_checkpoint(p)["phase"] == "preempt"]
     assert len(preempted) == 1 and preempted[0].suffix == ".dcp"
     assert str(preempted[0]) in first.stderr
-    result = torchrun(spec, run_dir, "--resume", "auto")
+    result = forked_ranks(spec, run_dir, "--resume", "auto")
     assert result.returncode == 0, result.stderr[-3000:]
     assert events(run_dir) == events(ref)
     for rel in sorted(p.relative_to(ref) for p in ref.rglob("*.dcp")):
@@ -361,7 +361,7 @@ def test_fsdp_async_saves_equal_sync_ones(fsdp_reference: tuple[Path, Path],
     _, ref = fsdp_reference
     spec = fsdp_spec(tmp_path / "spec", SLOW)
     spec.write_text(spec.read_text().replace("seed = 1", 'seed = 1\ncheckpoint_mode = "sync"'))
-    result = torchrun(spec, tmp_path / "run")
+    result = forked_ranks(spec, tmp_path / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "run"
     assert events(run_dir) == events(ref)
@@ -416,7 +416,7 @@ def test_fsdp_busy_skip_is_decided_alike_on_every_rank(tmp_path: Path) -> None:
                     .replace('every = "5 steps"', 'every = "1 step"')
                     .replace("keep = 2", "keep = 100")
                     .replace("make_momentum_task", "make_slow_save_task"))
-    result = torchrun(spec, tmp_path / "run", timeout=90)
+    result = forked_ranks(spec, tmp_path / "run", timeout=90)
     assert result.returncode == 0, result.stderr[-3000:]
     kept = sorted((tmp_path / "run" / "checkpoints").iterdir())
     assert kept and all(p.suffix == ".dcp" for p in kept)
@@ -430,7 +430,7 @@ def test_fsdp_busy_skip_is_decided_alike_on_every_rank(tmp_path: Path) -> None:
 def fsdp_two_epochs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 2-epoch run on 2 ranks (its last checkpoint is at train_end)."""
     folder = tmp_path_factory.mktemp("fsdp-2")
-    result = torchrun(fsdp_spec(folder, epochs=2), folder / "run")
+    result = forked_ranks(fsdp_spec(folder, epochs=2), folder / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     return folder / "run"
 
@@ -445,7 +445,7 @@ def test_fsdp_checkpoint_resumes_on_another_number_of_ranks(
     shutil.copytree(fsdp_two_epochs, run_dir)
     checkpoint = run_dir / "checkpoints" / "step-00000016.dcp"
     spec = fsdp_spec(tmp_path / "spec", epochs=3)
-    result = torchrun(spec, run_dir, "--resume",
+    result = forked_ranks(spec, run_dir, "--resume",
                       str(checkpoint) if resume == "PATH" else "auto", nproc=ranks)
     assert result.returncode == 0, result.stderr[-3000:]
     dumped = torch.load(tmp_path / f"weights-{ranks}.pt", weights_only=True)
@@ -466,11 +466,11 @@ def test_a_one_process_checkpoint_resumes_sharded_on_two_ranks(tmp_path: Path) -
     continues under FSDP2 on 2 ranks: the gathered weights and optimizer state at the next
     epoch's start are the file's."""
     spec = fsdp_spec(tmp_path / "first", epochs=2)
-    first = torchrun(spec, tmp_path / "run", nproc=1)
+    first = forked_ranks(spec, tmp_path / "run", nproc=1)
     assert first.returncode == 0, first.stderr[-3000:]
     checkpoint = tmp_path / "run" / "checkpoints" / "step-00000032.pt"
     saved = torch.load(checkpoint, weights_only=True)
-    result = torchrun(fsdp_spec(tmp_path / "spec", epochs=3), tmp_path / "run", "--resume",
+    result = forked_ranks(fsdp_spec(tmp_path / "spec", epochs=3), tmp_path / "run", "--resume",
                       "auto")
     assert result.returncode == 0, result.stderr[-3000:]
     dumped = torch.load(tmp_path / "weights-2.pt", weights_only=True)
@@ -495,7 +495,7 @@ patience = 2
 min_delta = 0.02
 trigger = { every = "1 epoch" }
 """)
-    result = torchrun(spec, tmp_path / "run", timeout=240)
+    result = forked_ranks(spec, tmp_path / "run", timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert status["status"] == "stopped" and status["epoch"] < 20

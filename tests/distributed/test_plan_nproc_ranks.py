@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torchrun_helpers import torchrun
+from torchrun_helpers import forked_ranks
 
 from schedtrain.cli import main
 
@@ -45,7 +45,7 @@ def test_plan_counts_the_steps_each_rank_takes(
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     spec = tmp_path / "job.toml"
     spec.write_text(SPEC)
-    result = torchrun(spec, tmp_path / "run")
+    result = forked_ranks(spec, tmp_path / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     ends = []
     for rank in (0, 1):

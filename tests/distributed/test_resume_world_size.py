@@ -14,8 +14,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_distributed import events, torchrun
+from test_distributed import events
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torchrun_helpers import forked_ranks
 
 from schedtrain import Schedule, every, on
 from schedtrain.checkpoints.restore import own_part
@@ -230,7 +231,7 @@ FSDP_SPEC = SPEC.replace("seed = 1", 'seed = 1\nstrategy = "fsdp"')
 def _run_on(folder: Path, ranks: int, spec: str = SPEC) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.toml").write_text(spec)
-    result = torchrun(folder / "spec.toml", folder / "run", nproc=ranks)
+    result = forked_ranks(folder / "spec.toml", folder / "run", nproc=ranks)
     assert result.returncode == 0, result.stderr[-3000:]
     return folder / "run"
 
@@ -298,7 +299,7 @@ def _resume_and_check(reference: Path, tmp_path: Path, *, before: int, after: in
             shutil.rmtree(later) if later.is_dir() else later.unlink()
     checkpoint, = (run_dir / "checkpoints").glob(f"step-{step:08d}.*")
     (tmp_path / "spec.toml").write_text(spec)
-    result = torchrun(tmp_path / "spec.toml", run_dir, "--resume", str(checkpoint),
+    result = forked_ranks(tmp_path / "spec.toml", run_dir, "--resume", str(checkpoint),
                       nproc=after)
     assert result.returncode == 0, result.stderr[-3000:]
     # said once, in one line, by the chief

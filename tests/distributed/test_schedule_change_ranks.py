@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torchrun_helpers import torchrun
+from torchrun_helpers import forked_ranks
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
                                 reason="torch.distributed is not available")
@@ -46,14 +46,14 @@ def test_two_ranks_refuse_then_apply_alike(tmp_path: Path) -> None:
     new = tmp_path / "new.toml"
     new.write_text(SPEC.format(epochs=3, validate='{ every = "5 steps" }'))
     run_dir = tmp_path / "run"
-    first = torchrun(old, run_dir)
+    first = forked_ranks(old, run_dir)
     assert first.returncode == 0, first.stderr[-3000:]
-    refused = torchrun(new, run_dir, "--resume", "auto")
+    refused = forked_ranks(new, run_dir, "--resume", "auto")
     assert refused.returncode != 0
     assert refused.stderr.count("was saved with another schedule") == 1, refused.stderr[-3000:]
     assert "changed callbacks.validate.trigger" in refused.stderr
     assert "--schedule-change apply" in refused.stderr
-    applied = torchrun(new, run_dir, "--resume", "auto", "--schedule-change", "apply")
+    applied = forked_ranks(new, run_dir, "--resume", "auto", "--schedule-change", "apply")
     assert applied.returncode == 0, applied.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"firings-rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]
@@ -99,7 +99,7 @@ def test_two_ranks_take_a_live_retime_at_one_step(tmp_path: Path) -> None:
     old.write_text(RETIME.format(validate='{ every = "7 steps" }'))
     (tmp_path / "new.toml").write_text(RETIME.format(validate='{ every = "5 steps" }'))
     run_dir = tmp_path / "run"
-    done = torchrun(old, run_dir)
+    done = forked_ranks(old, run_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"firings-rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]
