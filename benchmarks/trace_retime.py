@@ -16,6 +16,7 @@ Reproduce (from the repository root; another checkout's code with PYTHONPATH the
 
     PYTHONPATH=. python benchmarks/trace_retime.py
     PYTHONPATH=. python benchmarks/trace_retime.py --step-ms 30 --show 15
+    PYTHONPATH=. python benchmarks/trace_retime.py --hops 200
 """
 
 from __future__ import annotations
@@ -148,6 +149,10 @@ def _report(package: Path, code: int, said: dict[str, Any], answer: dict[str, An
           f"(from read_request to the answer written and the request removed)")
     for module, k in job.busiest(args.show):
         print(f"  {k:6,}  {module}")
+    if args.hops:
+        print(f"  the {args.hops} most frequent hops (caller -> callee:function):")
+        for (caller, callee), k in job.calls.most_common(args.hops):
+            print(f"  {k:6,}  {caller} -> {callee}")
     print(f"command: {command.total:,} calls between modules in {len(command.modules)} "
           "modules (main(['retime', ...]) whole)")
     print("reproduce: PYTHONPATH=<checkout> python benchmarks/trace_retime.py "
@@ -160,6 +165,8 @@ def main() -> None:
                         help="the job's step time (a sleep in its loss)")
     parser.add_argument("--show", type=int, default=10,
                         help="list the modules called most in the job's window")
+    parser.add_argument("--hops", type=int, default=0,
+                        help="also list the job's most frequent hops by caller and callee")
     args = parser.parse_args()
 
     import schedtrain

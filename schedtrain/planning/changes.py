@@ -137,7 +137,8 @@ class Carry:
 def carry(old: StoredSchedule | str, new: StoredSchedule | str) -> Carry:
     """The rules applied to two canonical schedules (``canonical``'s TOML; text is
     parsed here)."""
-    a, b = stored(old, "old schedule").callbacks, stored(new, "new schedule").callbacks
+    a = (old if isinstance(old, StoredSchedule) else stored(old, "old schedule")).callbacks
+    b = (new if isinstance(new, StoredSchedule) else stored(new, "new schedule")).callbacks
     both = [n for n in b if n in a]
     return Carry(tuple(n for n in both if a[n] == b[n]), tuple(n for n in both if a[n] != b[n]),
                  tuple(n for n in b if n not in a), tuple(n for n in a if n not in b))

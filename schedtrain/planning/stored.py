@@ -36,10 +36,14 @@ class StoredSchedule:
         source: its name in error messages (``"running schedule"``, a file's path).
     """
 
-    __slots__ = ("_events", "_schedule", "_spec", "doc", "source", "text")
+    __slots__ = ("_events", "_schedule", "_spec", "callbacks", "doc", "source", "text")
 
     def __init__(self, text: str, doc: Mapping[str, Any], source: str) -> None:
         self.text, self.doc, self.source = text, doc, source
+        found = doc.get("callbacks", {})
+        #: The ``[callbacks]`` table: name -> its table (as written, trigger included);
+        #: an attribute, as every rule reads it (kept with the parsed tables).
+        self.callbacks: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         self._spec: Spec | None = None
         self._schedule: Schedule | None = None
         self._events: dict[str, EventSet] | None = None
@@ -53,15 +57,10 @@ class StoredSchedule:
         """
         problems = Problems(source)
         doc = parse_toml(text, problems)
-        problems.raise_if_any()
+        if problems.items:  # the call only where it raises: a live retime parses here
+            problems.raise_if_any()
         assert doc is not None
         return cls(text, doc, source)
-
-    @property
-    def callbacks(self) -> Mapping[str, Any]:
-        """The ``[callbacks]`` table: name -> its table (as written, trigger included)."""
-        found = self.doc.get("callbacks", {})
-        return found if isinstance(found, Mapping) else {}
 
     def spec(self) -> Spec:
         """The document read as a schedule (``loads_spec(..., schedule_only=True)``).
@@ -97,7 +96,9 @@ class StoredSchedule:
 
 
 def stored(schedule: StoredSchedule | str, source: str) -> StoredSchedule:
-    """``schedule`` as a ``StoredSchedule`` (text parsed here, named ``source``).
+    """``schedule`` as a ``StoredSchedule`` (text parsed here, named ``source``). The
+    rules that take either (``live_refusal``, ``carry``) test ``isinstance`` first: what
+    a running job hands them is parsed already.
 
     Raises:
         SpecError: text that is not TOML.

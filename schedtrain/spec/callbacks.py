@@ -75,7 +75,7 @@ def read_callback(name: str, table: object, reader: TriggerReader,
     if not isinstance(table, dict):
         problems.expect(rel, "a table with `type`, `trigger` and arguments", table)
         return None
-    start = len(problems)
+    start = len(problems.items)
     type_name = table.get("type")
     args = _too_deep(name, {k: v for k, v in table.items() if k not in CALLBACK_KEYS},
                      problems)
@@ -101,6 +101,6 @@ def read_callback(name: str, table: object, reader: TriggerReader,
                      expected="a trigger", found="nothing")
     else:
         located = reader.trigger(table["trigger"], (*rel, "trigger"))
-    if len(problems) > start or located is None:
+    if len(problems.items) > start or located is None:
         return None
     return (type_name if isinstance(type_name, str) else None), args, located

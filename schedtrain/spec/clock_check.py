@@ -13,14 +13,18 @@ __all__ = ["check_clock"]
 
 def check_clock(clock: ClockSpec, problems: Problems) -> None:
     """Range-check ``[clock]`` and that its keys fit together."""
-    before = len(problems)
-    for key in ("epochs", "steps_per_epoch", "batches_per_step", "max_steps"):
-        check_whole(problems, ("clock", key), getattr(clock, key), 1)
-    check_whole(problems, ("clock", "batches_per_epoch"), clock.batches_per_epoch, 1)
+    # Keys left out (most, in a schedule's [clock]) are not checked: ``check_whole``
+    # passes ``None``, and is not called for it (a live retime checks its schedule here).
+    before = len(problems.items)
+    for key in ("epochs", "steps_per_epoch", "batches_per_step", "max_steps",
+                "batches_per_epoch"):
+        if (whole := getattr(clock, key)) is not None:
+            check_whole(problems, ("clock", key), whole, 1)
     for key in ("samples_per_batch", "tokens_per_batch"):
         value = getattr(clock, key)
         if not isinstance(value, tuple):
-            check_whole(problems, ("clock", key), value, 0)
+            if value is not None:
+                check_whole(problems, ("clock", key), value, 0)
             continue
         if not value:
             problems.expect(("clock", key), "a number, or a non-empty list of one epoch's "
@@ -39,7 +43,7 @@ def check_clock(clock: ClockSpec, problems: Problems) -> None:
             problems.add(("clock", "epochs"), f"epochs = {clock.epochs} but epoch_lengths has "
                          f"{len(clock.epoch_lengths)} entries",
                          expected=f"{len(clock.epoch_lengths)}", found=clock.epochs)
-    if len(problems) == before and (why := clock.per_batch_problem()) is not None:
+    if len(problems.items) == before and (why := clock.per_batch_problem()) is not None:
         problems.add(("clock", "batches_per_epoch"), why)
     sps = clock.seconds_per_step
     if sps is not None and not (math.isfinite(sps) and 0 <= sps <= 1e9):

@@ -107,7 +107,8 @@ def _spec(data: dict[str, Any], file: str, problems: Problems, *, schedule_only:
     types = {n: c.type for n, c in callbacks.items() if c.type is not None}
     check_auto_triggers(located, types, rate_needed(data, schedule_only=schedule_only),
                         problems)
-    problems.raise_if_any()
+    if problems.items:  # the call only where it raises (a live retime checks here)
+        problems.raise_if_any()
     analysis = with_hints(analyze(list(located.items()), doc.events, file=file),
                           located.values())
     if analysis.problems:

@@ -181,7 +181,7 @@ class TriggerReader:
 
     def _table(self, table: dict[str, Any], rel: Rel, depth: int) -> Located | None:
         problems = self.problems
-        start, quiet = len(problems), self._quiet
+        start, quiet = len(problems.items), self._quiet
         for key in table:
             if key not in _KNOWN:
                 problems.add((*rel, key), f"unknown trigger key {key!r}"
@@ -231,7 +231,7 @@ class TriggerReader:
                     parts.append(inner.children[0])
                 else:
                     parts.append(Located(Not(inner.trigger), f"{path}.not", (inner,)))
-        if len(problems) > start or self._quiet > quiet:
+        if len(problems.items) > start or self._quiet > quiet:
             return None
         return self._combine(AllOf, parts, rel, path)
 

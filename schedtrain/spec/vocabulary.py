@@ -215,7 +215,7 @@ def _read_before_deadline(table: Mapping[str, Any], rel: Rel,
 
 def _metric_args(table: Mapping[str, Any], key: str, rel: Rel,
                  problems: Problems) -> tuple[str, str, float] | None:
-    start = len(problems)
+    start = len(problems.items)
     metric = table[key]
     if not isinstance(metric, str) or not metric.strip():
         problems.expect((*rel, key), "a metric name such as 'val/loss'", metric)
@@ -225,7 +225,7 @@ def _metric_args(table: Mapping[str, Any], key: str, rel: Rel,
     delta = table.get("min_delta", 0.0)
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 <= delta < 1e308:
         problems.expect((*rel, "min_delta"), "a number >= 0", delta)
-    if len(problems) > start:
+    if len(problems.items) > start:
         return None
     return metric, mode, float(delta)
 

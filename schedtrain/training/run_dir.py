@@ -47,6 +47,9 @@ class RunDirectory:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock: IO[str] | None = None
+        #: what ``record`` wrote last while this object held the lock (``None``: nothing
+        #: yet, or the lock was let go): the next record starts from it
+        self._written: dict[str, Any] | None = None
 
     # -- what it holds ---------------------------------------------------------------------
     @property
@@ -136,6 +139,7 @@ class RunDirectory:
 
     def release(self) -> None:
         """Unlock the directory."""
+        self._written = None
         if self._lock is not None:
             with contextlib.suppress(OSError):
                 self._lock.close()
@@ -202,17 +206,30 @@ class RunDirectory:
 
     def clear(self) -> None:
         """Remove what runs write here (``--overwrite``); other files are left alone."""
+        self._written = None
         for name in _OWNED_FILES:
             with contextlib.suppress(FileNotFoundError):
                 (self.path / name).unlink()
         clear_folders(*(self.path / name for name in _OWNED_DIRS))
 
     def record(self, status: str, **fields: Any) -> None:
-        """Write ``run.json`` with ``status`` and ``fields`` (atomically)."""
-        data = {"format": "schedtrain-run-1", **(self.status() or {}), **fields,
+        """Write ``run.json`` with ``status`` and ``fields`` (atomically), over the fields
+        it held (an earlier run's ``resumable`` and ``checkpoint`` are kept)."""
+        # While this object holds the lock, run.json is its run's alone: only ``record``
+        # writes it, and only the lock's holder records (``fit`` and the hosts' run
+        # control acquire first; another process is refused the lock; ``schedtrain
+        # retime``, ``status``, ``diff`` and ``plan`` only read the file; ``clear`` and
+        # ``release`` forget what was written). So what this object wrote last is what
+        # the file holds: it is read back at the first record only (a damaged one there
+        # is dropped, as ``status`` says), not at each of a run's records.
+        held = self._written if self._lock is not None else None
+        before = (self.status() or {}) if held is None else held
+        data = {"format": "schedtrain-run-1", **before, **fields,
                 "status": status, "pid": os.getpid(), "updated": time.time()}
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"
         write_atomic(self.path / RUN_FILE, lambda f: f.write(text.encode()))
+        if self._lock is not None:  # a null field reads back as absent: kept so
+            self._written = {k: v for k, v in data.items() if v is not None}
 
     def remove_file(self, name: str) -> None:
         """Remove the run's own file ``name`` of the directory (live retime's request

@@ -46,6 +46,8 @@ class Every(Trigger):
     _event: str = attrs.field(init=False, eq=False, hash=False)
     _k: int = attrs.field(init=False, eq=False, hash=False)
     _off: int = attrs.field(init=False, eq=False, hash=False)
+    # Its events, asked for by every check of a schedule (a live retime's included).
+    _events: EventSet = attrs.field(init=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
         if self.offset is not None and self.offset.counter != self.period.counter:
@@ -57,6 +59,7 @@ class Every(Trigger):
         object.__setattr__(self, "_event", self.period.unit.event)
         object.__setattr__(self, "_k", self.period.base)
         object.__setattr__(self, "_off", self.offset.base if self.offset is not None else 0)
+        object.__setattr__(self, "_events", EventSet(frozenset((self._event,)), False))
 
     @property
     def unit(self) -> Unit:
@@ -69,7 +72,7 @@ class Every(Trigger):
         return self._event
 
     def events(self) -> EventSet:
-        return EventSet.of(self._event)
+        return self._events
 
     def next_grid_point(self, value: int) -> int:
         """The first grid point strictly after ``value`` (in counter units)."""

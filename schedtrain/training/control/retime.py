@@ -23,7 +23,6 @@ line (``"rule": "retime"``), kept in every later checkpoint (``run.schedule``) a
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import os
@@ -138,6 +137,9 @@ class Retimer:
         #: what sat at ``retime.json``, refused and not removable (a directory): its
         #: identity, so it is refused once, not at every look
         self._stuck: tuple[int, int, int] | None = None
+        #: the identity of the ``retime.json`` being answered (``None``: the request
+        #: being answered was made in this process, or is a replay)
+        self._read: tuple[int, int, int] | None = None
         # A callback whose trigger changes starts afresh, as on a resume: its state as built.
         self._initial: dict[str, Any] = {}
         for name, cb in callbacks.items():
@@ -179,12 +181,8 @@ class Retimer:
         if (now < self._next_look and not look) or self.run_dir is None:
             return False
         self._next_look = now + POLL_NS
-        try:  # lstat: never opens what sits there (a FIFO would block an open)
-            st = os.lstat(self.run_dir / REQUEST_FILE)
-        except OSError:
-            self._seen = False
-        else:
-            self._seen = (st.st_dev, st.st_ino, st.st_mtime_ns) != self._stuck
+        found = _identity(self.run_dir / REQUEST_FILE)
+        self._seen = found is not None and found != self._stuck
         return self._seen  # until it is taken
 
     # -- the loop ------------------------------------------------------------------------------
@@ -216,18 +214,28 @@ class Retimer:
 
     def _take(self) -> None:
         """Read the request (the chief; every rank gets it) and apply or refuse it."""
+        try:
+            self._take_one()
+        finally:  # answered, or nothing to answer: never a later answer's file
+            self._read = None
+
+    def _take_one(self) -> None:
         found: Request | BadRequest | None = None
         self._seen = False
         if self.chief:
             if self.asked is not None:
                 found, self.asked = self.asked, None
             elif self.run_dir is not None:
+                # Its identity before the read: the answer removes the file only if it
+                # is still this one (one replaced since is left for the next look).
+                self._read = _identity(self.run_dir / REQUEST_FILE)
                 found = read_request(self.run_dir)
             if isinstance(found, Request) and self.history is not None:
                 # Applied by this run before a kill that left the request unanswered.
                 done = self.history.applied_as(found.id)
                 if done is not None:
-                    self._answer(found.id, "applied", f"applied after step {done.step}", done)
+                    self._answer(found.id, "applied", f"applied after step {done.step}",
+                                 (done.step, done.epoch))
                     found = None
         if self.comm is not None and self.comm.size > 1:
             found = self.comm.broadcast(found)
@@ -276,7 +284,7 @@ class Retimer:
             self._remember(Applied(step, epoch, text, ident), old.text)
         if self.directory is not None:
             self.directory.record("running", step=step, epoch=epoch, schedule=text)
-        self._answer(ident, "applied", f"applied after step {step}")
+        self._answer(ident, "applied", f"applied after step {step}", (step, epoch))
 
     def _compile(self, text: StoredSchedule | str, source: str) -> TriggerTable:
         """``text`` (a schedule, its run this one) compiled as the run compiles its own.
@@ -285,7 +293,8 @@ class Retimer:
         trigger object: the saver measures its saves into that trigger's deciders (and
         configured them with the run's failure rate); a new one would never be fed, and
         the interval would stay where the change found it."""
-        schedule = stored(text, source).schedule()
+        parsed = text if isinstance(text, StoredSchedule) else stored(text, source)
+        schedule = parsed.schedule()
         now = dict(zip(self.table.names, self.table.triggers, strict=True))
         entries = [attrs.evolve(e, trigger=now[n]) if auto_parts(e.trigger)
                    and now.get(n) == e.trigger else e
@@ -305,19 +314,18 @@ class Retimer:
     def _remember(self, applied: Applied, old: str) -> None:
         """Add ``applied`` to the history (a later retime replaces the replays after it)."""
         self.replay = []
-        base = self.history
-        if base is None:
-            base = History(old)
-        kept = tuple(a for a in base.applied if a.step <= applied.step)
-        self.history = History(base.base, (*kept, applied))
+        was = self.history
+        kept = () if was is None else tuple(a for a in was.applied if a.step <= applied.step)
+        self.history = History(old if was is None else was.base, (*kept, applied))
         if self.chief and self.run_dir is not None:
             write_history(self.run_dir, self.history)
 
     def _answer(self, ident: str | None, status: str, reason: str,
-                at: Applied | None = None) -> None:
+                at: tuple[int, int] | None = None) -> None:
         """Say what became of a request: a refusal as one line, the answer file for the
-        command that asked, the request removed. ``at``: where it was applied (else now)."""
-        step, epoch = (at.step, at.epoch) if at is not None else self.position()
+        command that asked, the request removed. ``at``: the ``(step, epoch)`` where it
+        was applied (else now)."""
+        step, epoch = at if at is not None else self.position()
         if not self.chief:
             return
         if status == "refused":
@@ -327,17 +335,33 @@ class Retimer:
             return  # a replay, or no directory: nobody waits for an answer
         if ident is not None:
             write_answer(self.run_dir, Answer(ident, status, step, epoch, reason))
-        # The file answered (or unreadable: else it is refused again at each look); one a
-        # command wrote since a request made in Python stays for the next look.
-        waiting = read_request(self.run_dir)
-        if self.directory is not None and (isinstance(waiting, BadRequest) or (
-                waiting is not None and waiting.id == ident)):
+        # The file answered (or unreadable: else it is refused again at each look) is
+        # removed; one a command wrote since a request made in Python, or since the read
+        # (a command writes only where no request waits: a file removed and written again
+        # by hand), stays for the next look. The file answered is known by its identity
+        # when it was read: it is not read a second time.
+        read, self._read = self._read, None
+        if read is not None:
+            gone = read == _identity(self.run_dir / REQUEST_FILE)
+        else:
+            waiting = read_request(self.run_dir)
+            gone = isinstance(waiting, BadRequest) or (
+                waiting is not None and waiting.id == ident)
+        if self.directory is not None and gone:
             try:
                 self.directory.remove_file(REQUEST_FILE)
             except RunDirError:  # a directory there: refused once, left alone
-                with contextlib.suppress(OSError):
-                    st = os.lstat(self.run_dir / REQUEST_FILE)
-                    self._stuck = (st.st_dev, st.st_ino, st.st_mtime_ns)
+                self._stuck = _identity(self.run_dir / REQUEST_FILE)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What sits at ``path``, told apart from what sits there later (``None``: nothing):
+    by ``lstat``, which never opens it (a FIFO would block an open)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 def _text_of(schedule: Schedule | str | Path) -> str:
