@@ -36,6 +36,9 @@ SLOW_FOLDERS = ("distributed", "lifecycle")
 #: fresh process, a run killed and resumed, a subprocess pytest): marked ``slow`` here,
 #: in one list, rather than in files that other work edits at the same time.
 SLOW_TESTS: dict[str, tuple[str, ...]] = {
+    "training/test_retime_hops.py": (
+        "test_a_retime_crosses_modules_at_most_150_times",
+    ),
     "callbacks/test_topk_saver.py": (
         "test_keeps_the_best_k_finite_and_the_last",
     ),
