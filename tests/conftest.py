@@ -31,6 +31,15 @@ pytest_plugins = ("s3_server", "no_skips", "first_day_project")
 #: CONTRIBUTING.md) leaves them out. Elsewhere a test says ``slow`` itself, or is named
 #: in SLOW_TESTS.
 SLOW_FOLDERS = ("distributed", "lifecycle")
+#: Files whose every test trains a real host (Lightning, the HF Trainer, Ignite) several
+#: times over: preempted, resumed and retimed runs compared with uninterrupted ones.
+SLOW_FILES = (
+    "integrations/test_host_control_ignite.py",
+    "integrations/test_host_control_lightning.py",
+    "integrations/test_host_control_transformers.py",
+    "integrations/test_ignite_control.py",
+    "integrations/test_transformers_control.py",
+)
 #: Tests by file (``name``: every parametrization; ``name[id]``: that one) that took the
 #: most time outside those folders, measured with ``--durations`` (a real command in a
 #: fresh process, a run killed and resumed, a subprocess pytest): marked ``slow`` here,
@@ -180,9 +189,11 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slow = {f"tests/{path}::{name}" for path, names in SLOW_TESTS.items() for name in names}
+    files = {f"tests/{path}" for path in SLOW_FILES}
     for item in items:
         folder = item.path.parent
         if ((folder.name in SLOW_FOLDERS and folder.parent == Path(_TESTS))
+                or item.nodeid.split("::", 1)[0] in files
                 or item.nodeid in slow or item.nodeid.split("[", 1)[0] in slow):
             item.add_marker(pytest.mark.slow)
 

@@ -63,6 +63,13 @@ def test_the_fast_tier_leaves_out_what_contributing_says() -> None:
     assert {x.split("::", 1)[0] for x in collected} == {"tests/core/test_time.py"}
 
 
+def test_every_file_listed_as_slow_exists() -> None:
+    """conftest.SLOW_FILES names test files that exist (a renamed one would silently join
+    the fast tier)."""
+    for path in conftest.SLOW_FILES:
+        assert (ROOT / "tests" / path).is_file(), path
+
+
 def test_every_test_listed_as_slow_exists() -> None:
     """conftest.SLOW_TESTS names tests that exist (a renamed test would silently join
     the fast tier): its file, and each class and function of its name in that file."""
