@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 import schedtrain
 from schedtrain import Error, Schedule, every, improved, plateau
 from schedtrain.callbacks import EarlyStopping
+from schedtrain.integrations.host_control import HostControl
 from schedtrain.integrations.lightning import ScheduleCallback
 
 for _name in ("lightning", "lightning.pytorch", "lightning.fabric"):
@@ -81,6 +82,11 @@ def data() -> DataLoader[torch.Tensor]:
     return DataLoader(cast(Dataset[torch.Tensor], rows), batch_size=2)
 
 
+def _control_folder(folder: Path) -> Path:
+    """Run control's folder, beside the saver's (its run.json is not a saver file)."""
+    return folder.with_name(f"{folder.name}-control")
+
+
 class Host:
     """One fit's ``ScheduleCallback``: a periodic probe, two metric-judging triggers
     (``improved``, ``plateau``), schedtrain's ``EarlyStopping`` (a hosted callback with
@@ -96,8 +102,11 @@ class Host:
         actions.update(early=self.early, save="checkpoint")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            # Run control (its own folder, no handlers): its schedule text rides in the state.
             self.callback = ScheduleCallback(schedule, actions, record=True,
-                                             checkpoint_dir=folder, keep={"save": 2})
+                                             checkpoint_dir=folder, keep={"save": 2},
+                                             control=HostControl(_control_folder(folder),
+                                                                 handle_signals=False))
 
     def _seen(self, name: str) -> Callable[[pl.Trainer, pl.LightningModule], None]:
         return lambda trainer, module: self.seen.append((name, trainer.global_step))
