@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import pytest
 import torch
 from host_agreement import UNITS, Case, Shape, _quietly, shapes, simulated
 from host_control_hf import TRANSFORMERS
 from host_strategies import counters, host_schedules, host_triggers
-from hypothesis import assume
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from notice_server import NoticeServer
 
@@ -41,7 +42,25 @@ from schedtrain import Firing, Schedule, ScheduleError, ScheduleWarning, at
 from schedtrain.integrations.host_control import EXIT_PREEMPTED, HostControl
 from schedtrain.planning.changes import canonical
 from schedtrain.planning.requests import live_refusal, read_history, write_request
+from schedtrain.training.control import retime as live
+from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import Trigger
+
+
+def few(examples: int) -> settings:
+    """A host's hypothesis settings: ``examples`` derandomized runs, no deadline (each
+    trains a real host several times)."""
+    return settings(max_examples=examples, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(autouse=True)
+def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request file is seen at the next look, a notice within 10 ms (imported by each
+    host's test file, where it applies to every test)."""
+    monkeypatch.setattr(live, "POLL_NS", 0)
+    monkeypatch.setenv(POLL_ENV, "0.01")
 
 Actions = Mapping[str, Callable[[], None]]
 SOURCES = ("SIGTERM", "aws", "gce")

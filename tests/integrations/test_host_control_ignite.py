@@ -17,28 +17,21 @@ from host_control_cases import (
     RetimeCase,
     check_notice,
     check_retime,
+    fast_polling,  # noqa: F401 (an autouse fixture)
     notice_cases,
     retime_case,
     retime_cases,
     steps,
 )
-from hypothesis import HealthCheck, assume, example, given, settings
+from host_control_cases import few as host_settings
+from hypothesis import assume, example, given
 
-import schedtrain.training.control.retime as live
 from schedtrain import Schedule, at, every, on
-from schedtrain.training.control.notice import POLL_ENV
 
-few = settings(max_examples=6, deadline=None, derandomize=True,
-               suppress_health_check=[HealthCheck.too_slow,
-                                      HealthCheck.function_scoped_fixture])
+few = host_settings(6)
 OLD = {"a": every("2 steps"), "b": every("1 epoch") | on("train_end")}
 NEW = {"a": every("3 batches"), "b": every("1 epoch") | on("train_end")}
 
-
-@pytest.fixture(autouse=True)
-def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(live, "POLL_NS", 0)  # a request file is seen at the next look
-    monkeypatch.setenv(POLL_ENV, "0.01")
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -27,36 +27,29 @@ from host_control_cases import (
     RetimeCase,
     check_notice,
     check_retime,
+    fast_polling,  # noqa: F401 (an autouse fixture)
     notice_cases,
     predicted,
     retime_case,
     retime_cases,
 )
+from host_control_cases import few as host_settings
 from host_strategies import counters
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from notice_server import NoticeServer
 from test_integrations_lightning import Module, loader, trainer
 
-import schedtrain.training.control.retime as live
 from schedtrain import Schedule, at, every, on
 from schedtrain.integrations.host_control import HostControl
 from schedtrain.integrations.lightning import ScheduleCallback
 from schedtrain.planning.changes import canonical
-from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import before_deadline
 from schedtrain.triggers.auto import auto_every
 
-few = settings(max_examples=6, deadline=None, derandomize=True,
-               suppress_health_check=[HealthCheck.too_slow,
-                                      HealthCheck.function_scoped_fixture])
+few = host_settings(6)
 OLD = {"a": every("2 steps"), "b": every("1 epoch") | on("train_end")}
 NEW = {"a": every("3 batches"), "b": every("1 epoch") | on("train_end")}
 
-
-@pytest.fixture(autouse=True)
-def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(live, "POLL_NS", 0)  # a request file is seen at the next look
-    monkeypatch.setenv(POLL_ENV, "0.01")
 
 
 @pytest.mark.filterwarnings("ignore")
