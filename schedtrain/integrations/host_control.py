@@ -29,7 +29,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from schedtrain.callbacks.base import Callback
 from schedtrain.errors import Preempted
@@ -42,6 +42,8 @@ from schedtrain.training.control.inbox import Inbox
 from schedtrain.training.control.retime import Retimer
 from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.training.run_dir import RunDirectory
+
+_T = TypeVar("_T")
 
 __all__ = ["EXIT_PREEMPTED", "HostControl", "HostPreempted"]
 
@@ -198,20 +200,20 @@ class HostControl:
         (``"SIGTERM"``, ``"the AWS preemption notice"``) once a step end's triggers have
         seen its deadline (a notice that came during the firings waits for the next step
         end, as in the own loop), else ``None``."""
-        found: list[str | None] = []
-        self._adopting(lambda: found.append(self.owner.drain(step, due)))
-        return found[0]
+        return self._adopting(lambda: self.owner.drain(step, due))
 
-    def _adopting(self, change: Callable[[], object]) -> None:
-        """``change`` (a retime applied, or a checkpoint's schedule taken); a table that
-        adopted another schedule fires ``batch_end`` where the new one listens (a host
-        reports every batch end, or its retimes add none: ``reports_every_batch``)."""
+    def _adopting(self, change: Callable[[], _T]) -> _T:
+        """``change`` (a retime applied, or a checkpoint's schedule taken), and what it
+        returns; a table that adopted another schedule fires ``batch_end`` where the new
+        one listens (a host reports every batch end, or its retimes add none:
+        ``reports_every_batch``)."""
         table = self._table
         assert table is not None
         before = table.triggers
-        change()
+        found = change()
         if table.triggers is not before:
             table.needs_batch_end = bool(table.listeners("batch_end"))
+        return found
 
     @property
     def next_step(self) -> float:
