@@ -196,6 +196,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 or item.nodeid.split("::", 1)[0] in files
                 or item.nodeid in slow or item.nodeid.split("[", 1)[0] in slow):
             item.add_marker(pytest.mark.slow)
+    # The slow tests first (a stable sort: each group keeps its order): with pytest-xdist's
+    # work stealing (pyproject's addopts) a worker left idle at the end takes short tests
+    # from the other's queue, so the run does not end waiting on one long test started last.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)
