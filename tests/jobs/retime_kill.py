@@ -13,6 +13,10 @@ retime`` would, unless ``MARKER`` exists (the request's id is written there: ask
 
 A run directory that holds a run (or a journal) is resumed (``--resume auto``). The final
 weights are saved to ``WEIGHTS``.
+
+tests/training/test_retime_once.py calls :func:`job` in children it forks, unpaced, with
+``POLL_NS`` 0 (the run looks for the request at every step): the same kills without a
+fresh interpreter or the 20 ms steps.
 """
 
 from __future__ import annotations
@@ -41,14 +45,16 @@ KILLS = {"before-journal": ("write_history", False), "after-journal": ("write_hi
 
 
 class Ask(Callback):
-    """The user's ``schedtrain retime``, once, at step ``at``; each step paced, so the
-    run looks for the request a few times an epoch."""
+    """The user's ``schedtrain retime``, once, at step ``at``; each step paced by
+    ``pace`` seconds, so the run looks for the request a few times an epoch (once per
+    ``POLL_NS``)."""
 
-    def __init__(self, run_dir: Path, marker: Path, at: int) -> None:
-        self.run_dir, self.marker, self.at = run_dir, marker, at
+    def __init__(self, run_dir: Path, marker: Path, at: int, pace: float = 0.02) -> None:
+        self.run_dir, self.marker, self.at, self.pace = run_dir, marker, at, pace
 
     def _trigger(self) -> None:
-        time.sleep(0.02)
+        if self.pace:
+            time.sleep(self.pace)
         if self.now.step == self.at and not self.marker.exists():
             text = canonical(NEW)
             assert text is not None
@@ -67,20 +73,25 @@ def kill_at(point: str) -> None:
     setattr(live, name, write)
 
 
-def main() -> None:
-    run_dir, kill, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    ask_at, weights = int(sys.argv[4]), Path(sys.argv[5])
+def job(run_dir: Path, kill: str, marker: Path, ask_at: int, weights: Path, *,
+        pace: float = 0.02) -> None:
+    """The job (see the module's text), each step paced by ``pace`` seconds."""
     if kill != "none":
         kill_at(kill)
     model, opt = tiny_model()
     trainer = Trainer(model, opt, UnevenData([40] * 3), torch.nn.functional.mse_loss,
-                      schedule=OLD, bindings={"ask": Ask(run_dir, marker, ask_at),
+                      schedule=OLD, bindings={"ask": Ask(run_dir, marker, ask_at, pace),
                                               "save": ModelSaver(keep=None)},
                       max_epochs=3, run_dir=run_dir, handle_signals=False)
     if (run_dir / "run.json").exists() or (run_dir / "retimes.json").exists():
         trainer.resume("auto")
     trainer.fit()
     torch.save(trainer.model.state_dict(), weights)
+
+
+def main() -> None:
+    job(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]),
+        Path(sys.argv[5]))
 
 
 if __name__ == "__main__":
