@@ -14,9 +14,10 @@ retime`` would, unless ``MARKER`` exists (the request's id is written there: ask
 A run directory that holds a run (or a journal) is resumed (``--resume auto``). The final
 weights are saved to ``WEIGHTS``.
 
-tests/training/test_retime_once.py calls :func:`job` in children it forks, unpaced, with
-``POLL_NS`` 0 (the run looks for the request at every step): the same kills without a
-fresh interpreter or the 20 ms steps.
+tests/training/test_retime_once.py calls :func:`job` in children it forks, with
+``virtual``: each step moves the clock the run's retimer reads (``POLL_NS`` apart, its
+looks for the request) 20 ms on instead of sleeping them: it looks at every 25th step,
+as the sleeps make it do on an idle machine, without a fresh interpreter or the sleeps.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from training_helpers import UnevenData, tiny_model
@@ -45,16 +47,19 @@ KILLS = {"before-journal": ("write_history", False), "after-journal": ("write_hi
 
 
 class Ask(Callback):
-    """The user's ``schedtrain retime``, once, at step ``at``; each step paced by
-    ``pace`` seconds, so the run looks for the request a few times an epoch (once per
-    ``POLL_NS``)."""
+    """The user's ``schedtrain retime``, once, at step ``at``; each step paced (20 ms), so
+    the run looks for the request a few times an epoch (once per ``POLL_NS``). With a
+    ``clock`` (nanoseconds), the pace moves it on instead of sleeping."""
 
-    def __init__(self, run_dir: Path, marker: Path, at: int, pace: float = 0.02) -> None:
-        self.run_dir, self.marker, self.at, self.pace = run_dir, marker, at, pace
+    def __init__(self, run_dir: Path, marker: Path, at: int,
+                 clock: list[int] | None = None) -> None:
+        self.run_dir, self.marker, self.at, self.clock = run_dir, marker, at, clock
 
     def _trigger(self) -> None:
-        if self.pace:
-            time.sleep(self.pace)
+        if self.clock is None:
+            time.sleep(0.02)
+        else:
+            self.clock[0] += 20_000_000
         if self.now.step == self.at and not self.marker.exists():
             text = canonical(NEW)
             assert text is not None
@@ -74,13 +79,20 @@ def kill_at(point: str) -> None:
 
 
 def job(run_dir: Path, kill: str, marker: Path, ask_at: int, weights: Path, *,
-        pace: float = 0.02) -> None:
-    """The job (see the module's text), each step paced by ``pace`` seconds."""
+        virtual: bool = False) -> None:
+    """The job (see the module's text); ``virtual``: its steps paced on a clock of its
+    own, which the retimer reads (in a process of its own: the retimer's clock is not
+    restored)."""
     if kill != "none":
         kill_at(kill)
+    clock = None
+    if virtual:
+        clock = [time.monotonic_ns()]
+        live.time = SimpleNamespace(  # type: ignore[attr-defined,assignment]
+            monotonic_ns=lambda: clock[0])
     model, opt = tiny_model()
     trainer = Trainer(model, opt, UnevenData([40] * 3), torch.nn.functional.mse_loss,
-                      schedule=OLD, bindings={"ask": Ask(run_dir, marker, ask_at, pace),
+                      schedule=OLD, bindings={"ask": Ask(run_dir, marker, ask_at, clock),
                                               "save": ModelSaver(keep=None)},
                       max_epochs=3, run_dir=run_dir, handle_signals=False)
     if (run_dir / "run.json").exists() or (run_dir / "retimes.json").exists():

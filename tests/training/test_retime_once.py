@@ -6,7 +6,8 @@ at another step). Killed before the journal was written, the request is applied 
 the resumed run.
 
 Each job is a child forked from the test process (``jobs.forked``: torch imported once),
-unpaced, looking for the request at every step (``POLL_NS`` 0, which it inherits)."""
+its 20 ms steps paced on a clock of its own (``retime_kill.job``'s ``virtual``), not
+slept."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from jobs.forked import Forked, warm_up
 from jobs.retime_kill import NEW, OLD, job
 from jobs.trials import compare, env
 
-import schedtrain.training.control.retime as live
 from schedtrain.planning.changes import canonical
 from schedtrain.planning.requests import (
     ANSWER_FILE,
@@ -36,17 +36,10 @@ from schedtrain.planning.requests import (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def _look_at_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The forked jobs look for the request at each step (every step is a slow-path one:
-    ``ask`` fires), as the 20 ms steps of ``python -m jobs.retime_kill`` make them do."""
-    monkeypatch.setattr(live, "POLL_NS", 0)
-
-
 def _job(run_dir: Path, kill: str, marker: Path, ask_at: int, weights: Path
          ) -> subprocess.CompletedProcess[str]:
     def body() -> int:
-        job(run_dir, kill, marker, ask_at, weights, pace=0)
+        job(run_dir, kill, marker, ask_at, weights, virtual=True)
         return 0
     warm_up()
     args = ["jobs.retime_kill", str(run_dir), kill, str(marker), str(ask_at), str(weights)]
