@@ -194,16 +194,13 @@ def leftovers(run_dir: Path) -> list[Path]:
 
 def run_to_end(spec: Path, run_dir: Path, delays: list[float], *, workers: int = 0,
                sig: int = signal.SIGKILL, after_start: bool = False,
-               kill_at_steps: list[int] | None = None, fork: bool = False) -> list[int]:
-    """Start, interrupt after each delay (or once the log reaches each of
-    ``kill_at_steps``, see :func:`train`), resume; then run to the end. The exit codes."""
+               fork: bool = False) -> list[int]:
+    """Start, interrupt after each delay, resume; then run to the end (``fork``: see
+    :func:`train`). The exit codes."""
     codes = []
-    points: list[tuple[float | None, int | None]] = (
-        [(None, step) for step in kill_at_steps] if kill_at_steps is not None
-        else [(delay, None) for delay in delays])
-    for delay, step in points:
+    for delay in delays:
         result = train(spec, run_dir, workers=workers, kill_after=delay, sig=sig,
-                       after_start=after_start, kill_at_step=step, fork=fork)
+                       after_start=after_start, fork=fork)
         codes.append(result.returncode)
         if result.returncode == 0:
             return codes
