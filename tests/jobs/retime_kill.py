@@ -13,6 +13,11 @@ retime`` would, unless ``MARKER`` exists (the request's id is written there: ask
 
 A run directory that holds a run (or a journal) is resumed (``--resume auto``). The final
 weights are saved to ``WEIGHTS``.
+
+tests/training/test_retime_once.py calls :func:`job` in children it forks, with
+``virtual``: each step moves the clock the run's retimer reads (``POLL_NS`` apart, its
+looks for the request) 20 ms on instead of sleeping them: it looks at every 25th step,
+as the sleeps make it do on an idle machine, without a fresh interpreter or the sleeps.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from training_helpers import UnevenData, tiny_model
@@ -41,14 +47,19 @@ KILLS = {"before-journal": ("write_history", False), "after-journal": ("write_hi
 
 
 class Ask(Callback):
-    """The user's ``schedtrain retime``, once, at step ``at``; each step paced, so the
-    run looks for the request a few times an epoch."""
+    """The user's ``schedtrain retime``, once, at step ``at``; each step paced (20 ms), so
+    the run looks for the request a few times an epoch (once per ``POLL_NS``). With a
+    ``clock`` (nanoseconds), the pace moves it on instead of sleeping."""
 
-    def __init__(self, run_dir: Path, marker: Path, at: int) -> None:
-        self.run_dir, self.marker, self.at = run_dir, marker, at
+    def __init__(self, run_dir: Path, marker: Path, at: int,
+                 clock: list[int] | None = None) -> None:
+        self.run_dir, self.marker, self.at, self.clock = run_dir, marker, at, clock
 
     def _trigger(self) -> None:
-        time.sleep(0.02)
+        if self.clock is None:
+            time.sleep(0.02)
+        else:
+            self.clock[0] += 20_000_000
         if self.now.step == self.at and not self.marker.exists():
             text = canonical(NEW)
             assert text is not None
@@ -67,20 +78,32 @@ def kill_at(point: str) -> None:
     setattr(live, name, write)
 
 
-def main() -> None:
-    run_dir, kill, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    ask_at, weights = int(sys.argv[4]), Path(sys.argv[5])
+def job(run_dir: Path, kill: str, marker: Path, ask_at: int, weights: Path, *,
+        virtual: bool = False) -> None:
+    """The job (see the module's text); ``virtual``: its steps paced on a clock of its
+    own, which the retimer reads (in a process of its own: the retimer's clock is not
+    restored)."""
     if kill != "none":
         kill_at(kill)
+    clock = None
+    if virtual:
+        clock = [time.monotonic_ns()]
+        live.time = SimpleNamespace(  # type: ignore[attr-defined,assignment]
+            monotonic_ns=lambda: clock[0])
     model, opt = tiny_model()
     trainer = Trainer(model, opt, UnevenData([40] * 3), torch.nn.functional.mse_loss,
-                      schedule=OLD, bindings={"ask": Ask(run_dir, marker, ask_at),
+                      schedule=OLD, bindings={"ask": Ask(run_dir, marker, ask_at, clock),
                                               "save": ModelSaver(keep=None)},
                       max_epochs=3, run_dir=run_dir, handle_signals=False)
     if (run_dir / "run.json").exists() or (run_dir / "retimes.json").exists():
         trainer.resume("auto")
     trainer.fit()
     torch.save(trainer.model.state_dict(), weights)
+
+
+def main() -> None:
+    job(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]),
+        Path(sys.argv[5]))
 
 
 if __name__ == "__main__":

@@ -20,10 +20,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from jobs.forked import Forked
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent
@@ -80,16 +84,35 @@ def _log_lines(run_dir: Path) -> int:
 
 
 def train(spec: Path, run_dir: Path, *, workers: int = 0, kill_after: float | None = None,
-          sig: int = signal.SIGKILL, resume: bool = True,
-          after_start: bool = False) -> subprocess.CompletedProcess[str]:
+          sig: int = signal.SIGKILL, resume: bool = True, after_start: bool = False,
+          kill_at_step: int | None = None, fork: bool = False,
+          extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """One `schedtrain train` process; sent ``sig`` after ``kill_after`` seconds if alive
     (with ``after_start``: seconds after it logged its first new line, so the signal lands
-    while it trains, not while it starts)."""
-    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
+    while it trains, not while it starts), or once the log has a line of step
+    ``kill_at_step`` or later (0: once ``run.json`` says the run is running, as it
+    starts). With ``fork``: a child forked from this process (``jobs.forked``) instead of
+    a fresh interpreter."""
+    cmd = ["train", str(spec), "--run-dir", str(run_dir)]
     if resume:
         cmd += ["--resume", "auto"]
-    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=env(workers),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc: subprocess.Popen[str] | Forked
+    if fork:
+        from jobs import forked  # not at the top: this file runs as a script too
+
+        proc = forked.schedtrain(cmd, cwd=spec.parent.parent,
+                                 env={**env(workers), **(extra_env or {})})
+    else:
+        proc = subprocess.Popen([sys.executable, "-m", "schedtrain", *cmd],
+                                cwd=spec.parent.parent, env={**env(workers), **(extra_env or {})},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if kill_at_step is not None:
+        started, step = _now_running(run_dir), StepWatch(run_dir)
+        while proc.poll() is None and not (started() if kill_at_step == 0 else
+                                           step() >= kill_at_step):
+            time.sleep(0.002)
+        proc.send_signal(sig)
+        kill_after = None
     if after_start and kill_after is not None:
         start = _log_lines(run_dir)
         while proc.poll() is None and _log_lines(run_dir) <= start:
@@ -99,7 +122,54 @@ def train(spec: Path, run_dir: Path, *, workers: int = 0, kill_after: float | No
     except subprocess.TimeoutExpired:
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=300)
+    assert proc.returncode is not None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _now_running(run_dir: Path) -> Callable[[], bool]:
+    """Whether ``run.json`` has been written (again) since this call, saying ``running``."""
+    path = run_dir / "run.json"
+    before = path.stat().st_mtime_ns if path.exists() else None
+
+    def running() -> bool:
+        try:
+            if path.stat().st_mtime_ns == before:
+                return False
+            return bool(json.loads(path.read_text()).get("status") == "running")
+        except (FileNotFoundError, ValueError):  # not yet, or being replaced
+            return False
+    return running
+
+
+class StepWatch:
+    """The highest step the lines of ``events.jsonl`` name (-1: none yet), read on as the
+    log grows (each call reads only what was appended since the last). A resume cuts the
+    log back to its checkpoint's length: a log shorter than what was read, or another
+    file, is read again from its start."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path, self.offset, self.step, self.inode = run_dir / "events.jsonl", 0, -1, 0
+
+    def __call__(self) -> int:
+        try:
+            with self.path.open("rb") as log:
+                stat = os.fstat(log.fileno())
+                if stat.st_size < self.offset or stat.st_ino != self.inode:
+                    self.offset, self.inode = 0, stat.st_ino
+                log.seek(self.offset)
+                new = log.read()
+        except FileNotFoundError:
+            return self.step
+        whole = new[:new.rfind(b"\n") + 1]  # a line being written is read next time
+        self.offset += len(whole)
+        for row in whole.splitlines():
+            try:
+                step = json.loads(row)["step"]
+            except (ValueError, KeyError, TypeError):  # no step; or cut and rewritten
+                continue                                 # past this offset between reads
+            if isinstance(step, int):
+                self.step = max(self.step, step)
+        return self.step
 
 
 def lines(run_dir: Path) -> list[dict[str, Any]]:
@@ -123,18 +193,20 @@ def leftovers(run_dir: Path) -> list[Path]:
 
 
 def run_to_end(spec: Path, run_dir: Path, delays: list[float], *, workers: int = 0,
-               sig: int = signal.SIGKILL, after_start: bool = False) -> list[int]:
-    """Start, interrupt after each delay, resume; then run to the end. The exit codes."""
+               sig: int = signal.SIGKILL, after_start: bool = False,
+               fork: bool = False) -> list[int]:
+    """Start, interrupt after each delay, resume; then run to the end (``fork``: see
+    :func:`train`). The exit codes."""
     codes = []
     for delay in delays:
         result = train(spec, run_dir, workers=workers, kill_after=delay, sig=sig,
-                       after_start=after_start)
+                       after_start=after_start, fork=fork)
         codes.append(result.returncode)
         if result.returncode == 0:
             return codes
         if result.returncode not in (-sig, 75, -signal.SIGKILL):
             raise AssertionError(f"exit {result.returncode}:\n{result.stderr[-3000:]}")
-    result = train(spec, run_dir, workers=workers)
+    result = train(spec, run_dir, workers=workers, fork=fork)
     codes.append(result.returncode)
     if result.returncode == 2 and "nothing left to resume" in result.stderr:
         return codes  # killed after it had finished: the run is whole

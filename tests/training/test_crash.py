@@ -1,22 +1,39 @@
-"""Real `schedtrain train` processes killed or preempted, then resumed: the run is exact."""
+"""Real `schedtrain train` processes killed or preempted, then resumed: the run is exact.
+
+Each process is a child forked from the test process (``jobs.forked``: torch imported
+once), run and signalled as ``python -m schedtrain train`` would be."""
 
 from __future__ import annotations
 
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from jobs.trials import compare, env, final_weights, leftovers, lines, run_to_end, train, write_spec
+from jobs import forked
+from jobs.trials import compare, env, final_weights, leftovers, lines, run_to_end, write_spec
+from jobs.trials import train as train_process
 
 from schedtrain.checkpoints import newest_valid
 
 pytestmark = pytest.mark.slow
-EPOCHS = 6
+#: 4 epochs of 64 steps: the lr schedule's change at epoch 2, validation, the best model
+#: and checkpoints every 11 steps all happen between the kills.
+EPOCHS = 4
+#: Where the kill test's three kills land: as the run starts (``run.json`` says running,
+#: no checkpoint yet), mid-epoch, and at an epoch's end (validation and the best model's
+#: save in progress).
+KILL_AT_STEPS = [0, 100, 192]
+
+
+def train(spec: Path, run_dir: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    result: subprocess.CompletedProcess[str] = train_process(spec, run_dir, fork=True,
+                                                             **kwargs)
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +54,32 @@ def _started(run_dir: Path, timeout: float = 120) -> None:
     while not (log.exists() and log.stat().st_size > 2000):
         if time.monotonic() > deadline:
             raise AssertionError("training did not start")
-        time.sleep(0.05)
+        time.sleep(0.005)
+
+
+def _unfinished(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` was interrupted: ``run.json`` does not say it
+    finished, and no checkpoint of its end was written."""
+    status = json.loads((run_dir / "run.json").read_text())["status"]
+    return status != "finished" and not any(
+        torch.load(p, weights_only=True)["phase"] == "train_end"
+        for p in (run_dir / "checkpoints").glob("*.pt"))
 
 
 def test_kill_9_at_random_moments_then_resume_is_exact(job: tuple[Path, Path],
                                                        tmp_path: Path) -> None:
-    """Killed three times (startup, mid-training, anywhere) and resumed each time with
-    --resume auto: the same log lines and bit-identical final weights, no leftover files."""
+    """Killed three times (as it starts, mid-epoch, at an epoch's end) and resumed each
+    time with --resume auto: the same log lines and bit-identical final weights, no
+    leftover files."""
     spec, reference = job
-    codes = run_to_end(spec, tmp_path / "run", [2.0, 4.6, 5.3])
-    assert codes[-1] in (0, 2)
-    assert compare(reference, tmp_path / "run") == []
+    run_dir = tmp_path / "run"
+    for step in KILL_AT_STEPS:
+        killed = train(spec, run_dir, kill_at_step=step)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        assert _unfinished(run_dir), f"the kill at step {step} landed after the run ended"
+    codes = run_to_end(spec, run_dir, [], fork=True)
+    assert codes == [0]
+    assert compare(reference, run_dir) == []
 
 
 def test_sigterm_checkpoints_and_says_how_to_resume(job: tuple[Path, Path],
@@ -56,9 +88,8 @@ def test_sigterm_checkpoints_and_says_how_to_resume(job: tuple[Path, Path],
     saying where and how to resume; resuming finishes the run exactly."""
     spec, reference = job
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
-    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=env(0), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = forked.schedtrain(["train", str(spec), "--run-dir", str(run_dir)],
+                             cwd=spec.parent.parent, env=env(0))
     _started(run_dir)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
@@ -98,12 +129,11 @@ def test_a_requeued_job_whose_run_finished_succeeds_doing_nothing(
         f"the run finished at step {json.loads((reference / 'run.json').read_text())['step']}"
         "; nothing left to do"]  # one plain line
     newest = sorted((reference / "checkpoints").glob("*.pt"))[-1]
-    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir",
-           str(reference), "--resume", str(newest)]
-    explicit = subprocess.run(cmd, cwd=spec.parent.parent, env=env(0), text=True,
-                              capture_output=True, timeout=120, check=False)
-    assert explicit.returncode == 2 and "nothing left to resume" in explicit.stderr
-    assert "Traceback" not in result.stderr + explicit.stderr
+    explicit = forked.schedtrain(["train", str(spec), "--run-dir", str(reference),
+                                  "--resume", str(newest)], cwd=spec.parent.parent, env=env(0))
+    _, explicit_err = explicit.communicate(timeout=120)
+    assert explicit.returncode == 2 and "nothing left to resume" in explicit_err
+    assert "Traceback" not in result.stderr + explicit_err
     assert lines(reference) == before and not leftovers(reference)
 
 
@@ -111,9 +141,8 @@ def test_a_second_sigint_aborts_at_once(job: tuple[Path, Path], tmp_path: Path) 
     """Ctrl-C twice: no checkpoint for the preemption, exit 130, no traceback."""
     spec, _ = job
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
-    proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=env(0), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = forked.schedtrain(["train", str(spec), "--run-dir", str(run_dir)],
+                             cwd=spec.parent.parent, env=env(0))
     _started(run_dir)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)

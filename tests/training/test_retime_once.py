@@ -3,19 +3,23 @@ applies it: a ``kill -9`` after ``retimes.json`` recorded the retime but before 
 request (``retime.json``) was removed leaves a resumed run that answers the request as
 applied where it was, and replays it there (it used to apply it again at its first look,
 at another step). Killed before the journal was written, the request is applied once by
-the resumed run."""
+the resumed run.
+
+Each job is a child forked from the test process (``jobs.forked``: torch imported once),
+its 20 ms steps paced on a clock of its own (``retime_kill.job``'s ``virtual``), not
+slept."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from jobs.retime_kill import NEW, OLD
+from jobs.forked import Forked, warm_up
+from jobs.retime_kill import NEW, OLD, job
 from jobs.trials import compare, env
 
 from schedtrain.planning.changes import canonical
@@ -34,9 +38,15 @@ pytestmark = pytest.mark.slow
 
 def _job(run_dir: Path, kill: str, marker: Path, ask_at: int, weights: Path
          ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jobs.retime_kill", str(run_dir), kill,
-                           str(marker), str(ask_at), str(weights)], env=env(0), text=True,
-                          capture_output=True, timeout=300, check=False)
+    def body() -> int:
+        job(run_dir, kill, marker, ask_at, weights, virtual=True)
+        return 0
+    warm_up()
+    args = ["jobs.retime_kill", str(run_dir), kill, str(marker), str(ask_at), str(weights)]
+    proc = Forked(body, cwd=run_dir.parent, env=env(0), args=args)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def _retimes(run_dir: Path) -> list[int]:
