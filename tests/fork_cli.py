@@ -106,7 +106,8 @@ def fork_script(script: Path, args: Sequence[str], *, stderr: Path) -> int:
     """Run ``python SCRIPT ARGS`` in a forked child of the test process (its imports
     already made) and wait for it: its exit code, as the interpreter's would be (a
     SystemExit's code; 1 with a traceback for another exception); its stdout and stderr
-    go to ``stderr``. For a reference run, where a fresh start is not what is tested."""
+    go to ``stderr``. For a run where a fresh start is not what is tested (a reference,
+    a resume)."""
     pid = os.fork()
     if pid == 0:
         code = 1
