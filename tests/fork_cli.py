@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import runpy
 import signal
 import sys
 import time
@@ -99,3 +100,38 @@ def _stop(pids: list[int], grace: float, reap: Callable[..., None],
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     reap(block=True)
+
+
+def fork_script(script: Path, args: Sequence[str], *, stderr: Path) -> int:
+    """Run ``python SCRIPT ARGS`` in a forked child of the test process (its imports
+    already made) and wait for it: its exit code, as the interpreter's would be (a
+    SystemExit's code; 1 with a traceback for another exception); its stdout and stderr
+    go to ``stderr``. For a run where a fresh start is not what is tested (a reference,
+    a resume)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            err = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(err, 1)
+            os.dup2(err, 2)
+            sys.stdout = os.fdopen(1, "w", buffering=1)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_DFL)
+            sys.argv = [str(script), *args]
+            runpy.run_path(str(script), run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 import warnings
@@ -11,24 +12,72 @@ import pytest
 
 from schedtrain.compat import MOVED, REMOVED_IN
 
+#: Each path's check, run in a process where nothing of schedtrain was imported before.
+CHECK = """import warnings, sys; warnings.simplefilter('error')
+import {new} as new
+warnings.simplefilter('always')
+with warnings.catch_warnings(record=True) as got:
+    import {old} as old
+assert old is new, (old, new)
+assert len(got) == 1 and got[0].category is DeprecationWarning, got
+print(got[0].message, '|', got[0].filename)
+"""
+#: One fresh interpreter imports the third-party libraries the paths import (torch and
+#: structlog: seconds on a loaded machine) once, then forks a child per path that runs
+#: its CHECK as ``-c`` would (its file "<string>"); it prints each child's exit code,
+#: stdout and stderr.
+PROBE = """
+import json, os, sys, tempfile, traceback
+import structlog, torch
+
+said = {}
+for old, check in json.loads(sys.argv[1]).items():
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdout = os.fdopen(1, "w", buffering=1)
+                sys.stderr = os.fdopen(2, "w", buffering=1)
+                exec(compile(check, "<string>", "exec"), {"__name__": "__main__"})
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        said[old] = [os.waitstatus_to_exitcode(status), out.read().decode(),
+                     err.read().decode()]
+print(json.dumps(said))
+"""
+
+
+@pytest.fixture(scope="module")
+def imported() -> dict[str, tuple[int, str, str]]:
+    """For each old path: its child's exit code, stdout and stderr (PROBE, run once)."""
+    checks = {old: CHECK.format(old=old, new=new) for old, new in MOVED.items()}
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(checks)],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    said: dict[str, tuple[int, str, str]] = json.loads(out.stdout.splitlines()[-1])
+    return said
+
 
 @pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
-def test_old_path_is_the_new_module_and_warns(old: str, new: str) -> None:
+def test_old_path_is_the_new_module_and_warns(
+        old: str, new: str, imported: dict[str, tuple[int, str, str]]) -> None:
     """Importing an old path gives the very module of the new one (classes are identical
     under both names) and a DeprecationWarning that names the new path and the release
     that drops the old one."""
-    code = (f"import warnings, sys; warnings.simplefilter('error')\n"
-            f"import {new} as new\n"
-            f"warnings.simplefilter('always')\n"
-            f"with warnings.catch_warnings(record=True) as got:\n"
-            f"    import {old} as old\n"
-            f"assert old is new, (old, new)\n"
-            f"assert len(got) == 1 and got[0].category is DeprecationWarning, got\n"
-            f"print(got[0].message, '|', got[0].filename)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=False)
-    assert out.returncode == 0, out.stderr
-    message, _, filename = out.stdout.strip().partition(" | ")
+    code, stdout, stderr = imported[old]
+    assert code == 0, stderr
+    message, _, filename = stdout.strip().partition(" | ")
     assert f"{old} moved to {new}" in message and REMOVED_IN in message
     assert filename == "<string>"  # the warning points at the importing code
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("ignite")
+from fork_cli import fork_script
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ignite.engine import Engine, Events
@@ -218,16 +219,19 @@ def test_sigterm_exits_75_with_one_line_and_the_resume_is_exact(tmp_path: Path) 
     """A real process: SIGTERM from iteration 7's handler (after the schedule's step end)
     is acted on at step 8: Ignite's Checkpoint, one line on stderr, no traceback, exit 75;
     the resumed process ends as the uninterrupted one (firings, final weights)."""
-    whole = _job(str(tmp_path / "whole"))
-    assert whole.returncode == 0, whole.stderr
+    whole = tmp_path / "whole.err"  # the reference: forked, its imports made already
+    assert fork_script(JOB, [str(tmp_path / "whole")], stderr=whole) == 0, whole.read_text()
     run_dir = tmp_path / "run"
     killed = _job(str(run_dir), "--term-at", "7")
     ckpt = run_dir / "checkpoints" / "preempted_checkpoint_8.pt"
     assert killed.returncode == 75, killed.stderr
     assert killed.stderr.splitlines() == [
         f"schedtrain: preempted by SIGTERM after step 8: checkpoint {ckpt}"]
-    resumed = _job(str(run_dir), "--resume", str(ckpt))
-    assert resumed.returncode == 0, resumed.stderr
+    # the resumed process: forked with the imports made, it has only the checkpoint to
+    # resume from (what a fresh start adds was seen in the killed run)
+    resumed = tmp_path / "resumed.err"
+    assert fork_script(JOB, [str(run_dir), "--resume", str(ckpt)], stderr=resumed) == 0, \
+        resumed.read_text()
     out = [json.loads((d / "out.json").read_text()) for d in (tmp_path / "whole", run_dir)]
     assert out[1]["fired"] == [f for f in out[0]["fired"] if f[2] > 8]
     assert out[1]["digest"] == out[0]["digest"]

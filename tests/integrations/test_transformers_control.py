@@ -6,6 +6,7 @@ uninterrupted run's firings and weights; ``before_deadline`` sees the notice's d
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -14,7 +15,8 @@ import sys
 import textwrap
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from notice_server import NoticeServer
 from test_integrations_transformers import dataset, model
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from schedtrain import Schedule, ScheduleWarning, every, on, simulate, when
+from schedtrain import Firing, Schedule, ScheduleWarning, every, on, simulate, when
 from schedtrain.integrations.host_control import HostControl, HostPreempted
 from schedtrain.integrations.transformers import ScheduleCallback
 from schedtrain.planning.changes import canonical
@@ -39,6 +41,21 @@ from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import Trigger, at, before_deadline
 
 quiet = pytest.mark.filterwarnings("ignore")
+# One thread for torch's ops, as tests/training_helpers sets for the suite: the model is
+# tiny, and a second thread only spins on a loaded 2-core machine.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def frozen_heap() -> Iterator[None]:
+    """What is alive before the tests (torch, transformers, hypothesis) is left out of the
+    garbage collector's walks: the Trainer ends each ``train()`` with ``gc.collect()``,
+    a walk of the whole heap otherwise, a quarter of a tiny run's time."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
 STEPS, PER_EPOCH = 9, 3  # max_steps; rows of one micro-batch each in an epoch
 Row = tuple[object, ...]
 
@@ -78,6 +95,31 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
 
 
+@dataclass(frozen=True)
+class Whole:
+    """An uninterrupted run: what its actions saw, its firings, its final weights."""
+
+    seen: list[Row]
+    firings: list[Firing]
+    weights: dict[str, torch.Tensor]
+
+
+#: The uninterrupted runs by what they ran: the same for each parametrization of a test,
+#: so trained once in a worker (deterministic: seed 0, one thread).
+_WHOLE: dict[tuple[str, int], Whole] = {}
+
+
+def uninterrupted(key: str, make: Callable[[list[Row]], ScheduleCallback], folder: Path,
+                  steps: int = STEPS) -> Whole:
+    """The run of ``make(seen)``'s callback over ``steps`` in ``folder``, once per key."""
+    if (key, steps) not in _WHOLE:
+        seen: list[Row] = []
+        cb = make(seen)
+        trainer = train(folder, [cb], steps=steps)
+        _WHOLE[key, steps] = Whole(seen, list(cb.firings), weights(trainer))
+    return _WHOLE[key, steps]
+
+
 def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -112,9 +154,7 @@ def test_sigterm_saves_hf_checkpoint_exits_75_and_resumes_as_uninterrupted(
     """SIGTERM during step k: step k ends (its firings made), HF writes checkpoint-k, the
     Trainer ends with ``SystemExit(75)``; resumed with ``resume_from_checkpoint=True``, the
     firings and actions over both parts and the final weights are the uninterrupted run's."""
-    whole_seen: list[Row] = []
-    whole_cb = callback(SCHEDULE, whole_seen)
-    whole = train(tmp_path / "whole", [whole_cb])
+    whole = uninterrupted("sigterm", lambda seen: callback(SCHEDULE, seen), tmp_path / "whole")
     seen: list[Row] = []
     first = callback(SCHEDULE, seen, control=HostControl())
     with pytest.raises(HostPreempted) as info:
@@ -126,9 +166,9 @@ def test_sigterm_saves_hf_checkpoint_exits_75_and_resumes_as_uninterrupted(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
     second = callback(SCHEDULE, seen, control=HostControl())
     resumed = train(tmp_path / "run", [second], resume=True)
-    assert counters(first.firings + second.firings) == counters(whole_cb.firings)
-    assert seen == whole_seen
-    assert same_weights(weights(resumed), weights(whole))
+    assert counters(first.firings + second.firings) == counters(whole.firings)
+    assert seen == whole.seen
+    assert same_weights(weights(resumed), whole.weights)
 
 
 @quiet
@@ -142,8 +182,8 @@ def test_a_notice_from_a_local_server_preempts_and_fires_before_deadline(
     schedule = Schedule({"two": every("2 steps"), "soon": before_deadline("60 s"),
                          "late": before_deadline("20 s")})
     steps = 40
-    whole_cb = callback(schedule)
-    whole = train(tmp_path / "whole", [whole_cb], steps=steps)
+    whole = uninterrupted("notice", lambda seen: callback(schedule, seen), tmp_path / "whole",
+                          steps)
     with NoticeServer() as server:
         first = callback(schedule, control=HostControl(preempt_notice=server.url(kind)))
         with pytest.raises(HostPreempted) as info:
@@ -158,10 +198,10 @@ def test_a_notice_from_a_local_server_preempts_and_fires_before_deadline(
         server.deadline = None  # the next machine has no notice
         second = callback(schedule, control=HostControl(preempt_notice=server.url(kind)))
         resumed = train(tmp_path / "run", [second], resume=str(stop.checkpoint), steps=steps)
-    rest = [f for f in whole_cb.firings if f.callback == "two"]
+    rest = [f for f in whole.firings if f.callback == "two"]
     assert counters([f for f in first.firings + second.firings if f.callback == "two"]) \
         == counters(rest)
-    assert same_weights(weights(resumed), weights(whole))
+    assert same_weights(weights(resumed), whole.weights)
 
 
 SCRIPT = """
@@ -278,8 +318,9 @@ def test_hf_checkpoint_keeps_the_retime_and_resume_replays_it(
     monkeypatch.setattr(live, "POLL_NS", 0)
     old = Schedule({"ask": at("4 steps"), "a": every("3 steps"), "e": every("1 epoch")})
     new = Schedule({"ask": at("4 steps"), "a": every("2 steps"), "e": every("1 epoch")})
-    whole = asking(old, new, tmp_path / "whole", by_file=True)
-    reference = train(tmp_path / "whole" / "out", [whole])
+    whole = uninterrupted("retimed", lambda seen: asking(old, new, tmp_path / "whole",
+                                                         by_file=True, seen=seen),
+                          tmp_path / "whole" / "out")
 
     def kill(args: Any, state: Any, control: Any, **kw: Any) -> None:
         raise KeyError("killed")
@@ -295,7 +336,7 @@ def test_hf_checkpoint_keeps_the_retime_and_resume_replays_it(
     resumed = train(folder / "out", [again], resume=str(folder / "out" / f"checkpoint-{saved}"))
     assert seen_as(again.firings) == [f for f in seen_as(whole.firings)
                                       if f[2] > saved or (f[2] == saved and f[1] != "step_end")]
-    assert same_weights(weights(resumed), weights(reference))
+    assert same_weights(weights(resumed), whole.weights)
 
 
 @quiet
