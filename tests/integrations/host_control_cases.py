@@ -19,13 +19,12 @@ case's cue (``ask`` or ``cue``): at its step's end it asks or preempts.
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,17 +59,6 @@ def few(examples: int) -> settings:
 # models are tiny, and a second thread only spins on a loaded 2-core machine.
 torch.set_num_threads(1)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def frozen_heap() -> Iterator[None]:
-    """What is alive before a module's tests (torch, the hosts, hypothesis) is left out of
-    the garbage collector's walks (imported by each host's test file, where it applies
-    to every test): HF's Trainer ends each ``train()`` with ``gc.collect()``, a walk of
-    the whole heap otherwise, a quarter of a tiny run's time."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

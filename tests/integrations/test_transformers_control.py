@@ -6,7 +6,6 @@ uninterrupted run's firings and weights; ``before_deadline`` sees the notice's d
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ import sys
 import textwrap
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,16 +44,6 @@ quiet = pytest.mark.filterwarnings("ignore")
 # tiny, and a second thread only spins on a loaded 2-core machine.
 torch.set_num_threads(1)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def frozen_heap() -> Iterator[None]:
-    """What is alive before the tests (torch, transformers, hypothesis) is left out of the
-    garbage collector's walks: the Trainer ends each ``train()`` with ``gc.collect()``,
-    a walk of the whole heap otherwise, a quarter of a tiny run's time."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
 
 STEPS, PER_EPOCH = 9, 3  # max_steps; rows of one micro-batch each in an epoch
 Row = tuple[object, ...]
