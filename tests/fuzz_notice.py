@@ -1,6 +1,6 @@
 """The fuzzer's second fixture run (issue 41): ``jobs.fuzz`` without an ``every = "auto"``
 saver, retimed live at step 3 (``retimes.json`` holds the applied change a resume
-replays), preempted (SIGTERM) at step 10 on one process, resumed on two (torchrun, gloo:
+replays), preempted (SIGTERM) at step 10 on one process, resumed on two (two ranks forked, gloo:
 the epoch's rest re-divided), and preempted there inside the same epoch by a cloud notice
 a local metadata server serves (``[run] preempt_notice``). Its last checkpoint holds two
 ranks' parts and an epoch division with a stretch done, so every case resumes it on one
@@ -22,7 +22,7 @@ import torch
 from fuzz_runs import run_cli, train_argv
 from jobs.fuzz import FIXTURE, NOTICE_FLAG
 from notice_server import NoticeServer
-from torchrun_helpers import torchrun
+from torchrun_helpers import forked_ranks
 
 from schedtrain.training.control.notice import POLL_ENV
 
@@ -129,8 +129,8 @@ def notice_fixture(folder: Path, *, outside: str = "outside.txt") -> Iterator[Pa
                 raise AssertionError("the notice fixture's first process was not preempted"
                                      f" (exit {first.code}):\n{first.stderr[-3000:]}")
             with _environ(**env):
-                got = torchrun(folder / "old.toml", run_dir, "--resume", "auto",
-                               timeout=300)
+                got = forked_ranks(folder / "old.toml", run_dir, "--resume", "auto",
+                                   timeout=300)
         finally:
             stop.set()
             watcher.join()
