@@ -80,7 +80,10 @@ WATCHED = "taken over if it stays the same"
 
 def use_endpoint(endpoint: str) -> None:
     """Dummy credentials for the moto server, and a short lease interval, in this
-    process's environment (every forked resume inherits both)."""
+    process's environment (every forked resume inherits both); s3fs imported here once,
+    not in each resume (importing it creates no event-loop thread to fork)."""
+    import s3fs  # noqa: F401
+
     os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"})
     setattr(lease_module, "INTERVAL", LEASE_INTERVAL)  # noqa: B010 (a Final, shortened)
