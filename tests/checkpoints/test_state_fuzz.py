@@ -14,10 +14,10 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 
-import attrs
 import pytest
 import torch
 from fuzz_fixtures import FIXTURES, FuzzRuns, lazy_runs
+from fuzz_mutations import Part
 from fuzz_runs import PASSES, run_case
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
@@ -31,36 +31,18 @@ CASES = 48
 JOURNAL = "journal"
 
 
-@attrs.frozen
-class Part:
-    """A part of the cases: ``cases`` drawn from ``fixture``'s journal files (every file
-    but the checkpoints) or from its checkpoints, every ``of``-th from the ``at``-th in
-    step order (the auto fixture's checkpoint steps follow the wall clock: parts by
-    position, not by name)."""
-
-    fixture: str
-    files: str
-    cases: int
-    at: int = 0
-    of: int = 1
-
-    @property
-    def id(self) -> str:
-        share = f"{self.at + 1}of{self.of}" if self.of > 1 else ""
-        return "-".join(x for x in (self.fixture, self.files, share) if x)
-
-    def pick(self, files: list[str]) -> list[str]:
-        """This part's files among a fixture's."""
-        if self.files == JOURNAL:
-            return sorted(f for f in files if not f.endswith(".pt"))
-        return sorted(f for f in files if f.endswith(".pt"))[self.at::self.of]
+def kind_of(file: str) -> str:
+    """A run file's kind, as the parts divide them: its checkpoints, or the rest (the
+    run's record, its retime journal and answer, its log)."""
+    return "checkpoints" if file.endswith(".pt") else JOURNAL
 
 
 #: The parts, 24 cases a fixture as before the split; a notice case (a longer resume)
 #: costs several auto ones, so its checkpoints are split three ways.
-PARTS = (Part("auto", JOURNAL, 6), Part("auto", "checkpoints", 9, 0, 2),
-         Part("auto", "checkpoints", 9, 1, 2), Part("notice", JOURNAL, 6),
-         *(Part("notice", "checkpoints", 6, at, 3) for at in range(3)))
+PARTS = (Part(JOURNAL, 6, fixture="auto"),
+         *(Part("checkpoints", 9, at, 2, "auto") for at in range(2)),
+         Part(JOURNAL, 6, fixture="notice"),
+         *(Part("checkpoints", 6, at, 3, "notice") for at in range(3)))
 
 
 @pytest.fixture(scope="session")
@@ -91,9 +73,9 @@ def test_the_parts_cover_every_mutation(runs: FuzzRuns) -> None:
     assert sum(p.cases for p in PARTS) == CASES
     for name in FIXTURES:
         files = sorted({m.site.file for m in runs[name].every})
-        picked = [f for p in PARTS if p.fixture == name for f in p.pick(files)]
+        picked = [f for p in PARTS if p.fixture == name for f in p.pick(files, kind_of)]
         assert sorted(picked) == files, name
-        assert all(p.pick(files) for p in PARTS if p.fixture == name), name
+        assert all(p.pick(files, kind_of) for p in PARTS if p.fixture == name), name
 
 
 # The same cases every run (derandomized, each part seeded by its name): CI is
@@ -106,7 +88,7 @@ def test_a_mutated_persisted_field_is_refused_or_harmless(
     resume passes (the same result, or one line naming the file and key path), within
     its deadline."""
     run = runs[part.fixture]
-    files = part.pick(sorted({m.site.file for m in run.every}))
+    files = part.pick({m.site.file for m in run.every}, kind_of)
     of_file = {f: [m for m in run.every if m.site.file == f] for f in files}
 
     # The file first, then one of its mutations: each file of the part gets its share.
