@@ -1,5 +1,5 @@
 """The persisted-state fuzzer over a run whose checkpoints live in an S3 bucket (issue 41):
-a real run on a moto server, its checkpoints every 4 steps (keep policies), preempted
+a real run on a moto server, its checkpoints every 8 steps (keep policies), preempted
 (SIGTERM) at step 30, a lease left as a killed run leaves it; one object of its bucket
 prefix mutated (a leaf of a checkpoint's run state, its manifest rewritten to match; a
 manifest's leaf; the lease's; the object emptied, garbage or deleted); ``--resume
