@@ -30,22 +30,44 @@ class FuzzRun:
     every: list[Mutation] = attrs.field(repr=False)
 
 
-@contextlib.contextmanager
-def fuzz_runs(root: Path, names: Sequence[str] = FIXTURES) -> Iterator[dict[str, FuzzRun]]:
-    """The named fixtures made under ``root`` (each once), held until the context ends
-    (the notice fixture's server port stays refused while its cases run)."""
-    unknown = set(names) - set(FIXTURES)
-    if unknown:
-        raise ValueError(f"no fixture named {sorted(unknown)}; the fixtures: {FIXTURES}")
-    warm_up()
-    with contextlib.ExitStack() as stack:
-        runs = {}
-        for name in names:
-            folder = root / name
+class FuzzRuns:
+    """The fixture runs made under ``root`` as they are first asked for, each once, held
+    until ``stack`` closes (the notice fixture's server port stays refused while its
+    cases run): a part of the fuzzer that needs one fixture does not wait for the other."""
+
+    def __init__(self, root: Path, stack: contextlib.ExitStack) -> None:
+        self.root = root
+        self._stack = stack
+        self._made: dict[str, FuzzRun] = {}
+
+    def __getitem__(self, name: str) -> FuzzRun:
+        if name not in FIXTURES:
+            raise ValueError(f"no fixture named {name!r}; the fixtures: {FIXTURES}")
+        if name not in self._made:
+            warm_up()
+            folder = self.root / name
             if name == "auto":
                 fixture = make_fixture(folder / "fixture")
             else:
-                fixture = stack.enter_context(notice_fixture(folder / "fixture"))
-            runs[name] = FuzzRun(name, fixture, reference(fixture, folder / "reference"),
-                                 mutations(fixture / "run"))
-        yield runs
+                fixture = self._stack.enter_context(notice_fixture(folder / "fixture"))
+            self._made[name] = FuzzRun(name, fixture,
+                                       reference(fixture, folder / "reference"),
+                                       mutations(fixture / "run"))
+        return self._made[name]
+
+
+@contextlib.contextmanager
+def lazy_runs(root: Path) -> Iterator[FuzzRuns]:
+    """:class:`FuzzRuns` under ``root``, its fixtures held until the context ends."""
+    with contextlib.ExitStack() as stack:
+        yield FuzzRuns(root, stack)
+
+
+@contextlib.contextmanager
+def fuzz_runs(root: Path, names: Sequence[str] = FIXTURES) -> Iterator[dict[str, FuzzRun]]:
+    """The named fixtures made under ``root`` (each once), held until the context ends."""
+    unknown = set(names) - set(FIXTURES)
+    if unknown:
+        raise ValueError(f"no fixture named {sorted(unknown)}; the fixtures: {FIXTURES}")
+    with lazy_runs(root) as runs:
+        yield {name: runs[name] for name in names}

@@ -10,7 +10,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +237,27 @@ def apply(mutation: Mutation, run_dir: Path, elsewhere: Path) -> None:
 def _dump(value: Any) -> str:
     text = json.dumps(value)  # NaN and Infinity written as Python does, as a user might
     return _deep_json(text) if _SENTINEL[1:-1] in text else text
+
+
+@attrs.frozen
+class Part:
+    """A part of a fuzz test's cases, so pytest-xdist can spread them over its workers:
+    ``cases`` drawn from the files of kind ``kind`` (the test's ``kind_of`` says a file's)
+    of fixture ``fixture``, every ``of``-th from the ``at``-th in name order (checkpoint
+    steps may follow the wall clock: parts by position, not by name)."""
+
+    kind: str
+    cases: int
+    at: int = 0
+    of: int = 1
+    fixture: str = ""
+
+    @property
+    def id(self) -> str:
+        share = f"{self.at + 1}of{self.of}" if self.of > 1 else ""
+        return "-".join(x for x in (self.fixture, self.kind, share) if x)
+
+    def pick(self, files: Iterable[str],
+             kind_of: Callable[[str], str]) -> list[str]:
+        """This part's files among a fixture's."""
+        return sorted(f for f in files if kind_of(f) == self.kind)[self.at::self.of]

@@ -1,6 +1,6 @@
 """The fuzzer's second fixture run (issue 41): ``jobs.fuzz`` without an ``every = "auto"``
 saver, retimed live at step 3 (``retimes.json`` holds the applied change a resume
-replays), preempted (SIGTERM) at step 10 on one process, resumed on two (torchrun, gloo:
+replays), preempted (SIGTERM) at step 10 on one process, resumed on two (two ranks forked, gloo:
 the epoch's rest re-divided), and preempted there inside the same epoch by a cloud notice
 a local metadata server serves (``[run] preempt_notice``). Its last checkpoint holds two
 ranks' parts and an epoch division with a stretch done, so every case resumes it on one
@@ -22,7 +22,7 @@ import torch
 from fuzz_runs import run_cli, train_argv
 from jobs.fuzz import FIXTURE, NOTICE_FLAG
 from notice_server import NoticeServer
-from torchrun_helpers import torchrun
+from torchrun_helpers import forked_ranks
 
 from schedtrain.training.control.notice import POLL_ENV
 
@@ -58,8 +58,10 @@ keep = {{ any = [{{ latest = 2 }}, {{ every = "10 steps" }}] }}
 trigger = {{ any = [{{ every = "{save}" }}, {{ on = "train_end" }}] }}
 """
 OLD = {"validate": '{ every = "1 epoch" }', "save": "5 steps"}
+#: The retime saves every 8 steps, not 5: a resume (each case's, 170 steps) writes 21
+#: checkpoints, not 42 at every 4 (most of its time).
 NEW = {"validate": '{ any = [{ every = "1 epoch" }, { every = "9 steps" }] }',
-       "save": "4 steps"}
+       "save": "8 steps"}
 #: One process trains steps 1 to 10 (a stretch of 20 samples) and is preempted; two
 #: share the epoch's rest (59 steps a rank: the epoch ends at step 69). The notice is
 #: asked for at step 20; the notice thread (polling every 0.02 s here) sees it within
@@ -129,8 +131,8 @@ def notice_fixture(folder: Path, *, outside: str = "outside.txt") -> Iterator[Pa
                 raise AssertionError("the notice fixture's first process was not preempted"
                                      f" (exit {first.code}):\n{first.stderr[-3000:]}")
             with _environ(**env):
-                got = torchrun(folder / "old.toml", run_dir, "--resume", "auto",
-                               timeout=300)
+                got = forked_ranks(folder / "old.toml", run_dir, "--resume", "auto",
+                                   timeout=300)
         finally:
             stop.set()
             watcher.join()

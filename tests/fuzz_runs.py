@@ -292,9 +292,10 @@ def judge(case: Path, ref: Reference, outcome: Outcome, *, file: str, key: tuple
         if len(lines) != 1:
             return "FAIL refusal not one line", " | ".join(lines)[:300]
         # A log's key path is its line: a cut that would fall inside a changed line
-        # names the line it falls in.
-        # Text that is not JSON has no key path: the file is named as a whole.
-        keyed = ("line " in lines[0] if name == "events.jsonl" else
+        # names the line it falls in; the log mutated as a whole (a FIFO, a folder)
+        # has none, as any file's document. Text that is not JSON has no key path: the
+        # file is named as a whole.
+        keyed = ("line " in lines[0] if name == "events.jsonl" and line is not None else
                  not named or named[-1] in lines[0] or "fuzz" in lines[0]
                  or "is not JSON" in lines[0])
         if name not in lines[0] or not keyed:
