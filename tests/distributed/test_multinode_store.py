@@ -348,16 +348,22 @@ def assert_same_run(ref: Path, ref_url: str, folder: Path, url: str, endpoint: s
 
 
 @pytest.fixture(scope="module")
-def two_runs(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[Path, Path, str]:
-    """The reference (one node, two processes) and the same spec on two nodes, each with
-    its checkpoints in its own folder of one bucket."""
+def reference(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+              ) -> tuple[Path, str]:
+    """The reference, one node with two processes, its checkpoints in the bucket's
+    ``one-node`` folder (a fixture of its own: the kill test needs no two-node run)."""
     _bucket(s3_endpoint, "multinode")
-    folder = tmp_path_factory.mktemp("multinode")
-    ref = folder / "one-node"
-    spec = _spec(ref, "s3://multinode/one-node", s3_endpoint)
-    one_node(spec, ref)
-    two = folder / "two-nodes"
+    ref = tmp_path_factory.mktemp("multinode") / "one-node"
+    one_node(_spec(ref, "s3://multinode/one-node", s3_endpoint), ref)
+    return ref, s3_endpoint
+
+
+@pytest.fixture(scope="module")
+def two_runs(reference: tuple[Path, str]) -> tuple[Path, Path, str]:
+    """The reference and the same spec on two nodes, each with its checkpoints in its
+    own folder of one bucket."""
+    ref, s3_endpoint = reference
+    two = ref.parent / "two-nodes"
     spec = _spec(two, "s3://multinode/two-nodes", s3_endpoint)
     assert finish(launch(spec, two, fresh=True)) == [0, 0]
     return ref, two, s3_endpoint
@@ -395,12 +401,12 @@ def _resumed(at_least: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_node_killed_then_both_resumed_runs_as_one_node(
-        two_runs: tuple[Path, Path, str], tmp_path: Path) -> None:
+        reference: tuple[Path, str], tmp_path: Path) -> None:
     """``kill -9`` of one node's launcher and worker, three times (either node, at
     varied steps), each followed by ``--resume auto`` on both nodes: the finished run
     equals the uninterrupted one-node run; what a killed write left in the bucket is
     never resumed from."""
-    ref, _, endpoint = two_runs
+    ref, endpoint = reference
     spec = _spec(tmp_path, "s3://multinode/killed", endpoint)
     for i, (node, step) in enumerate(TRIALS):
         codes = finish(launch(spec, tmp_path, "--resume", "auto", kill=(node, step + 1)),
