@@ -133,11 +133,13 @@ def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
     workers inherit it), output to ``out`` and ``err``, signals as a fresh process has
     them; then torchrun's ``main``. Never returns into pytest."""
     import faulthandler
+    import gc
     import logging
     import traceback
 
     code = 1
     try:
+        gc.freeze()  # a collection never walks (and so copies) the test process's heap
         os.setsid()
         os.chdir(cwd)
         os.environ.clear()
