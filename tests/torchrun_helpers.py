@@ -54,9 +54,10 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
 
     For the tests of what the ranks agree on. What only the launcher does (its signal
     forwarding, a failed rank ending the others, elastic restarts) is tested through
-    :func:`torchrun`. ``returncode``: the first failed rank's code, else 0; ``stdout`` and
-    ``stderr``: the ranks' own, rank 0's first. Past ``timeout`` every rank is killed and
-    ``subprocess.TimeoutExpired`` raised, as :func:`torchrun` raises it."""
+    :func:`torchrun` or :class:`ForkedLauncher`. ``returncode``: the first failed
+    rank's code, else 0; ``stdout`` and ``stderr``: the ranks' own, rank 0's first. Past
+    ``timeout`` every rank is killed and ``subprocess.TimeoutExpired`` raised, as
+    :func:`torchrun` raises it."""
     import torch
 
     _warm_up()
