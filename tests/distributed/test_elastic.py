@@ -127,7 +127,7 @@ def elastic_run(folder: Path, fault: str | None = None,
         _signal_all(proc.pid, signal.SIGKILL, workers)
         out, err = proc.communicate()
         pytest.fail(f"no end after {DEADLINE_S:.0f} s; stacks:\n{err[-20000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return subprocess.CompletedProcess(cmd, proc.wait(), out, err)
 
 
 def _environ(pid: int) -> dict[str, str]:
