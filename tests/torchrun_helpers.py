@@ -3,6 +3,7 @@ processes (tests/distributed/, and callbacks that must agree across ranks)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -44,7 +45,8 @@ def torchrun(spec: Path, run_dir: Path, *args: str, kill_at_line: int | None = N
 
 
 def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
-                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
+                 timeout: float = 120, env: dict[str, str] | None = None
+                 ) -> subprocess.CompletedProcess[str]:
     """``schedtrain train SPEC`` as ``nproc`` ranks forked from this process, with the
     environment ``torchrun --standalone`` gives its workers (``RANK``, ``WORLD_SIZE``, a
     free ``MASTER_PORT``, ...): the same run as :func:`torchrun`'s, without three fresh
@@ -52,9 +54,10 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
 
     For the tests of what the ranks agree on. What only the launcher does (its signal
     forwarding, a failed rank ending the others, elastic restarts) is tested through
-    :func:`torchrun`. ``returncode``: the first failed rank's code, else 0; ``stdout`` and
-    ``stderr``: the ranks' own, rank 0's first. Past ``timeout`` every rank is killed and
-    ``subprocess.TimeoutExpired`` raised, as :func:`torchrun` raises it."""
+    :func:`torchrun` or :class:`ForkedLauncher`. ``returncode``: the first failed
+    rank's code, else 0; ``stdout`` and ``stderr``: the ranks' own, rank 0's first. Past
+    ``timeout`` every rank is killed and ``subprocess.TimeoutExpired`` raised, as
+    :func:`torchrun` raises it."""
     import torch
 
     _warm_up()
@@ -72,7 +75,8 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
         pids = [fork_main(argv, spec.parent, stdout=out, stderr=err, before=one_thread, env={
             "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0",
             "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+            **(env or {})})
             for rank, (out, err) in enumerate(outs)]
         codes = wait(pids, time.monotonic() + timeout)
         out, err = ("".join(p[i].read_text(errors="replace") for p in outs if p[i].exists())
@@ -80,6 +84,90 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
     if codes is None:
         raise subprocess.TimeoutExpired(argv, timeout, out, err)
     return subprocess.CompletedProcess(argv, next((c for c in codes if c), 0), out, err)
+
+
+class ForkedLauncher:
+    """``torchrun ARGS`` whose launcher is forked from this process: torchrun's own
+    ``main`` (its rendezvous, its agent, its signal handling), started without a fresh
+    interpreter importing torch (seconds on a loaded 2-core machine); its workers are
+    the fresh ``python`` processes torchrun starts. What a ``subprocess.Popen`` of
+    ``python -m torch.distributed.run ARGS`` with ``start_new_session`` and piped text
+    output offers the tests: ``pid``, ``poll``, ``wait``, ``communicate``,
+    ``returncode`` (the command line's: 0, 1 where ``main`` raised, -N on signal N)."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        import torch.distributed.run  # noqa: F401  (imported here, once, not in the child)
+
+        self._scratch = tempfile.TemporaryDirectory()
+        self._outs = (Path(self._scratch.name) / "out", Path(self._scratch.name) / "err")
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            _launcher_child(args, cwd, env, *self._outs)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            got, status = os.waitpid(self.pid, os.WNOHANG)
+            if got:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        until = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if until is not None and time.monotonic() > until:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        out, err = (p.read_text(errors="replace") if p.exists() else "" for p in self._outs)
+        self._scratch.cleanup()
+        return out, err
+
+
+def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
+                    err: Path) -> None:
+    """The forked launcher: a session of its own, ``env`` as its whole environment (its
+    workers inherit it), output to ``out`` and ``err``, signals as a fresh process has
+    them; then torchrun's ``main``. Never returns into pytest."""
+    import faulthandler
+    import gc
+    import logging
+    import traceback
+
+    code = 1
+    try:
+        gc.freeze()  # a collection never walks (and so copies) the test process's heap
+        os.setsid()
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        for fd, path in ((1, out), (2, err)):
+            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        faulthandler.enable(sys.stderr)  # SIGABRT prints its stack, as PYTHONFAULTHANDLER
+        logging.root.handlers.clear()  # pytest's capture: torchrun's lines go to stderr
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        from torch.distributed.run import main
+
+        main(args)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # as the command line: its traceback, exit 1
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
 
 def _warm_up() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from torchrun_helpers import ForkedLauncher, forked_ranks
 from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
@@ -68,7 +69,7 @@ def test_a_rank_fails_with_its_chief_when_the_chief_cannot_pick(tmp_path: Path) 
     def broken(*_: Any) -> None:
         raise CheckpointError(tmp_path, "the store does not answer")
 
-    mount.newest_to_resume = broken  # type: ignore[method-assign]
+    mount.newest_to_resume = broken  # type: ignore[method-assign,assignment]
     chief = _Rank(0)
     with pytest.raises(CheckpointError, match="does not answer"):
         mount.pick_to_resume(tmp_path / "checkpoints", chief)  # type: ignore[arg-type]
@@ -89,6 +90,10 @@ DEADLINE = 300.0
 #: on the lost node waits for it to rejoin (up to torchrun's join_timeout, 600 s), and
 #: is ended, workers and all, as a job scheduler would.
 GRACE = 15.0
+#: Seconds a surviving launcher gets to exit on its own once it has no worker left
+#: (nothing of it writes to the bucket then): sooner than ``GRACE`` where its worker
+#: ended first, as it does when the rendezvous' store was on the lost node.
+SETTLE = 1.0
 #: The last launch's (stdout, stderr) of each node.
 OUTPUTS: list[tuple[str, str]] = []
 
@@ -121,7 +126,7 @@ trigger = {{ any = [{{ every = "100 samples" }}, {{ on = "train_end" }}] }}
 
 [callbacks.slow]
 type = "jobs.ddp:Sleep"
-seconds = 0.2
+seconds = 0.02
 trigger = {{ every = "1 step" }}
 
 [callbacks.kill]
@@ -152,46 +157,65 @@ def _env(kill: tuple[int, int] | None = None) -> dict[str, str]:
             "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def launch(spec: Path, folder: Path, *args: str, nodes: int = 2,
-           kill: tuple[int, int] | None = None) -> list[Any]:
-    """``nodes`` = 2: one ``torchrun --nnodes 2 --node-rank R --rdzv-backend c10d`` per
-    node, each with its own run directory ``folder/nodeR/run``; torchrun's rendezvous
-    orders nodes by address, so ``--local-addr 127.0.0.(R+1)`` makes node 0 the chief's
-    (rank R runs on node R). ``nodes`` = 1: ``torchrun --standalone --nproc-per-node 2``
-    in ``folder/node0/run``. ``kill`` = (node, step): that node's worker ``kill -9``s its
-    launcher and itself at the end of that step."""
+def launch(spec: Path, folder: Path, *args: str, kill: tuple[int, int] | None = None,
+           fresh: bool = False) -> list[Any]:
+    """One ``torchrun --nnodes 2 --node-rank R --rdzv-backend c10d`` per node, each with
+    its own run directory ``folder/nodeR/run``; torchrun's rendezvous orders nodes by
+    address, so ``--local-addr 127.0.0.(R+1)`` makes node 0 the chief's (rank R runs on
+    node R). ``kill`` = (node, step): that node's worker ``kill -9``s its launcher and
+    itself at the end of that step. Each launcher is torchrun's ``main`` forked from
+    this process (``ForkedLauncher``); ``fresh``: the command line in a fresh
+    interpreter, as a job script runs it."""
     import subprocess
     import sys
 
-    port, procs = _port(), []
-    for r in range(nodes):
-        where = ["--standalone", "--nproc-per-node", "2"] if nodes == 1 else [
-            "--nnodes", "2", "--node-rank", str(r), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{r + 1}",
-            "--nproc-per-node", "1"]
+    port, procs = _port(), list[Any]()
+    for r in range(2):
+        where = ["--nnodes", "2", "--node-rank", str(r), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{r + 1}",
+                 "--nproc-per-node", "1"]
         (folder / f"node{r}").mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "torch.distributed.run", *where, "-m", "schedtrain",
-               "train", str(spec), "--run-dir", str(folder / f"node{r}" / "run"), *args]
-        procs.append(subprocess.Popen(cmd, cwd=folder, env=_env(kill), text=True,
+        cmd = [*where, "-m", "schedtrain", "train", str(spec),
+               "--run-dir", str(folder / f"node{r}" / "run"), *args]
+        if not fresh:
+            procs.append(ForkedLauncher(cmd, folder, _env(kill)))
+            continue
+        procs.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *cmd],
+                                      cwd=folder, env=_env(kill), text=True,
                                       start_new_session=True, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE))
     return procs
 
 
+def one_node(spec: Path, folder: Path) -> None:
+    """The reference: one node with two processes (``forked_ranks``: torchrun
+    ``--standalone --nproc-per-node 2``'s ranks, forked from this process) in
+    ``folder/node0/run``."""
+    (folder / "node0").mkdir(parents=True, exist_ok=True)
+    creds = {k: v for k, v in _env().items() if k.startswith("AWS_")}
+    got = forked_ranks(spec, folder / "node0" / "run", env=creds, timeout=DEADLINE)
+    assert got.returncode == 0, got.stderr[-3000:]
+
+
 def finish(procs: list[Any], *, killed: int | None = None) -> list[int]:
     """Wait for every node's launcher. Once node ``killed``'s launcher is gone (the
-    launch's ``kill``), the others get ``GRACE`` seconds to exit, then are ended with
-    their workers. Past ``DEADLINE`` every process prints its stack (SIGABRT) and the
-    test fails with them. Returns the exit codes."""
+    launch's ``kill``), the others get ``GRACE`` seconds to exit (``SETTLE`` once no
+    worker of theirs is left), then are ended with their workers. Past ``DEADLINE``
+    every process prints its stack (SIGABRT) and the test fails with them. Returns the
+    exit codes."""
     import os
     import signal
     import time
 
-    deadline, lost = time.monotonic() + DEADLINE, None
+    deadline, lost, idle = time.monotonic() + DEADLINE, None, None
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
         if lost is None and killed is not None and procs[killed].poll() is not None:
             lost = time.monotonic()
-        if lost is not None and time.monotonic() > lost + GRACE:
+        if lost is not None and idle is None and not any(
+                _children(p.pid) for p in procs if p.poll() is None):
+            idle = time.monotonic()
+        if lost is not None and (time.monotonic() > lost + GRACE or (
+                idle is not None and time.monotonic() > idle + SETTLE)):
             for p in procs:  # the job is over: the scheduler ends what is left of it
                 if p.poll() is None:
                     _end_node(p.pid)
@@ -324,18 +348,24 @@ def assert_same_run(ref: Path, ref_url: str, folder: Path, url: str, endpoint: s
 
 
 @pytest.fixture(scope="module")
-def two_runs(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[Path, Path, str]:
-    """The reference (one node, two processes) and the same spec on two nodes, each with
-    its checkpoints in its own folder of one bucket."""
+def reference(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+              ) -> tuple[Path, str]:
+    """The reference, one node with two processes, its checkpoints in the bucket's
+    ``one-node`` folder (a fixture of its own: the kill test needs no two-node run)."""
     _bucket(s3_endpoint, "multinode")
-    folder = tmp_path_factory.mktemp("multinode")
-    ref = folder / "one-node"
-    spec = _spec(ref, "s3://multinode/one-node", s3_endpoint)
-    assert finish(launch(spec, ref, nodes=1)) == [0]
-    two = folder / "two-nodes"
+    ref = tmp_path_factory.mktemp("multinode") / "one-node"
+    one_node(_spec(ref, "s3://multinode/one-node", s3_endpoint), ref)
+    return ref, s3_endpoint
+
+
+@pytest.fixture(scope="module")
+def two_runs(reference: tuple[Path, str]) -> tuple[Path, Path, str]:
+    """The reference and the same spec on two nodes, each with its checkpoints in its
+    own folder of one bucket."""
+    ref, s3_endpoint = reference
+    two = ref.parent / "two-nodes"
     spec = _spec(two, "s3://multinode/two-nodes", s3_endpoint)
-    assert finish(launch(spec, two)) == [0, 0]
+    assert finish(launch(spec, two, fresh=True)) == [0, 0]
     return ref, two, s3_endpoint
 
 
@@ -371,12 +401,12 @@ def _resumed(at_least: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_node_killed_then_both_resumed_runs_as_one_node(
-        two_runs: tuple[Path, Path, str], tmp_path: Path) -> None:
+        reference: tuple[Path, str], tmp_path: Path) -> None:
     """``kill -9`` of one node's launcher and worker, three times (either node, at
     varied steps), each followed by ``--resume auto`` on both nodes: the finished run
     equals the uninterrupted one-node run; what a killed write left in the bucket is
     never resumed from."""
-    ref, _, endpoint = two_runs
+    ref, endpoint = reference
     spec = _spec(tmp_path, "s3://multinode/killed", endpoint)
     for i, (node, step) in enumerate(TRIALS):
         codes = finish(launch(spec, tmp_path, "--resume", "auto", kill=(node, step + 1)),
@@ -423,7 +453,7 @@ def test_fsdp_shards_in_the_bucket_two_nodes_killed_and_resumed_as_one_node(
     fsdp = spec.read_text().replace('task = "jobs.ddp:make_task"',
                                     'task = "jobs.ddp:make_momentum_task"\nstrategy = "fsdp"')
     spec.write_text(fsdp)
-    assert finish(launch(spec, ref, nodes=1)) == [0]
+    one_node(spec, ref)
     two = tmp_path / "two-nodes"
     spec = _spec(two, "s3://fsdp/two-nodes", s3_endpoint)
     spec.write_text(fsdp.replace("s3://fsdp/one-node", "s3://fsdp/two-nodes"))

@@ -21,7 +21,7 @@ import pytest
 import torch
 from life_faults import Fault, run_cli, warm_up
 from life_specs import Keep, RunOptions, Schedule, render
-from torchrun_helpers import ROOT, TESTS, torchrun
+from torchrun_helpers import ROOT, TESTS, forked_ranks
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.distributed.is_available(),
@@ -52,7 +52,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _status(case: Path) -> int | None:
-    return run_cli(["status", "run"], case, log=".status.stderr").code
+    code: int | None = run_cli(["status", "run"], case, log=".status.stderr").code
+    return code
 
 
 def _epoch_ends(lengths: list[int]) -> list[int]:
@@ -78,9 +79,11 @@ def _finished_as(run_dir: Path, ends: list[int]) -> None:
 
 def _requeue_on_two(spec: Path, run_dir: Path) -> None:
     """``--resume auto`` on two processes after the end: nothing left to do, no file
-    changed; ``schedtrain status`` says finished (exit 0)."""
+    changed; ``schedtrain status`` says finished (exit 0). The two ranks are forked from
+    this process (torchrun's workers' environment, no launcher: what is tested is the
+    ranks' resume; a torchrun job's kill is the next test's)."""
     before = runfiles.snapshot(runfiles.Place(run_dir))
-    again = torchrun(spec, run_dir, "--resume", "auto", nproc=2)
+    again = forked_ranks(spec, run_dir, "--resume", "auto", nproc=2)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "nothing left to do" in again.stderr
     assert runfiles.snapshot(runfiles.Place(run_dir)) == before
@@ -95,7 +98,7 @@ def test_preempted_on_one_resumed_on_two(tmp_path: Path) -> None:
     assert got.code == 75, got.stderr[-2000:]  # the signal lands in step 12
     assert runfiles.preempted_at(got.lines()) == 12
     assert _status(tmp_path) == 75
-    resumed = torchrun(spec, run_dir, "--resume", "auto", nproc=2)
+    resumed = forked_ranks(spec, run_dir, "--resume", "auto", nproc=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumes on 2" in resumed.stderr and "re-divided" in resumed.stderr
     assert _status(tmp_path) == 0
