@@ -132,16 +132,21 @@ def test_a_request_waits_at_most_look_steps_however_fast_the_steps(
     """Nothing due between the request and the end, and the wall-clock look never comes
     again (``POLL_NS`` huge: steps as fast as one likes): the job still takes the request
     within ``LOOK_STEPS`` steps of it, wherever it lands between the loop's folds, and
-    with epochs too short for a fold (an epoch's end folds the losses)."""
+    with epochs too short for a fold (an epoch's end folds the losses). The run goes on
+    20 steps or more past that bound, not to 900 steps each time: a request taken later,
+    or only at the end, is past it. ``epoch`` 900: one epoch, longer than the run; 10:
+    epochs of 10 steps."""
     import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 10**18)
+    steps = -(-(asked + LOOK_STEPS + 20) // 10) * 10  # whole epochs of 10
+    samples = min(epoch, steps)
     a = Schedule({"ask": at(f"{asked} steps"), "a": at("1 step")})
     b = Schedule({"ask": at(f"{asked} steps"), "a": at("2 steps")})
     text = canonical(b)
     assert text is not None
-    trainer = _trainer(tmp_path / "run", a, FileAsker(text), samples=epoch, batch=1,
-                       epochs=900 // epoch)
+    trainer = _trainer(tmp_path / "run", a, FileAsker(text), samples=samples, batch=1,
+                       epochs=steps // samples)
     trainer.fit()
     answers = read_answers(tmp_path / "run")
     assert [x.status for x in answers] == ["applied"]
