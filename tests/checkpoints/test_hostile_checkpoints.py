@@ -1,16 +1,16 @@
 """Hostile checkpoints: crafted ``written`` lists, checkpoints without a checksum, and a
 background write cut by kill -9, a file size limit or a read-only folder. Each ends
 with a clear line, exit 2 or a clean resume; no file outside the run changes and no file
-the run keeps is deleted."""
+the run keeps is deleted. The runs killed or limited are children forked from the test
+process (``jobs.forked``: torch imported once)."""
 
 from __future__ import annotations
 
 import errno
 import io
 import os
+import resource
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import torch
+from jobs import forked
+from jobs.forked import Forked
 from training_helpers import UnevenData, tiny_model
 
 from schedtrain import Schedule, every
@@ -28,7 +30,6 @@ from schedtrain.checkpoints.storage import FsspecStorage
 from schedtrain.cli import main
 from schedtrain.training import Trainer
 
-HERE = Path(__file__).resolve().parents[1]  # tests/, where the helper modules are
 mse = torch.nn.functional.mse_loss
 
 
@@ -227,11 +228,6 @@ def test_a_checkpoint_error_keeps_a_url_whole() -> None:
     assert CheckpointError("run/step-00000004.pt", "x").path == Path("run/step-00000004.pt")
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]),
-            "OMP_NUM_THREADS": "1", "CRASH_JOB_WORKERS": "0"}
-
-
 def _spec(tmp_path: Path, task: str = "jobs.crash:make_task", epochs: int = 2,
           mode: str = "async") -> Path:
     spec = tmp_path / "job" / "specs" / "job.toml"
@@ -247,14 +243,6 @@ def _spec(tmp_path: Path, task: str = "jobs.crash:make_task", epochs: int = 2,
         trigger = {{ every = "16 steps" }}
         """))
     return spec
-
-
-def _train(spec: Path, run_dir: Path, *extra: str, **env: str
-           ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "schedtrain", "train", str(spec),
-                           "--run-dir", str(run_dir), *extra], cwd=spec.parent.parent,
-                          env={**_env(), **env}, capture_output=True, text=True,
-                          timeout=300, check=False)
 
 
 def test_resume_auto_skips_a_checksumless_checkpoint_by_name(
@@ -302,18 +290,18 @@ def test_kill_9_during_a_background_write(tmp_path: Path, monkeypatch: pytest.Mo
     spec = _spec(tmp_path, "jobs.stalled_write:make_task", epochs=1)
     run, marker = tmp_path / "run", tmp_path / "stalled"
     before = _snapshot(spec.parent.parent)
-    proc = subprocess.Popen([sys.executable, "-m", "schedtrain", "train", str(spec),
-                             "--run-dir", str(run)], cwd=spec.parent.parent,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**_env(), "STALL_WRITE": "3", "STALL_MARKER": str(marker)})
+    proc = forked.schedtrain(["train", str(spec), "--run-dir", str(run)],
+                             cwd=spec.parent.parent,
+                             env={"CRASH_JOB_WORKERS": "0", "OMP_NUM_THREADS": "1",
+                                  "STALL_WRITE": "3", "STALL_MARKER": str(marker)})
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
             assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+            time.sleep(0.005)
     finally:
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.communicate()
     thread, name = marker.read_text().split()
     assert thread == "schedtrain-checkpoint" and name == "step-00000048.pt"
     assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == [
@@ -332,40 +320,32 @@ class Grow(Callback):
         self.trainer.model.register_buffer("pad", torch.zeros(200_000))
 
 
-_GROW_AND_LIMIT = """
-import resource, signal, sys, torch
-sys.path[:0] = [{tests!r}, {here!r}]  # the helpers, and this file for Grow
-from training_helpers import UnevenData
-from schedtrain import Schedule, every
-from schedtrain.callbacks import ModelSaver
-from schedtrain.training import Trainer
-from test_hostile_checkpoints import Grow
-
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-torch.manual_seed(0)
-model = torch.nn.Linear(3, 1)
-t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01), UnevenData([6]),
-            torch.nn.functional.mse_loss,
-            schedule=Schedule({{"save": every("1 step"), "grow": every("3 steps")}}),
-            bindings={{"save": ModelSaver(keep=2), "grow": Grow()}}, max_epochs=1,
-            run_dir={run!r}, handle_signals=False, checkpoint_mode="async")
-resource.setrlimit(resource.RLIMIT_FSIZE, (400_000, 400_000))
-try:
-    t.fit()
-except Exception as exc:
-    print(type(exc).__name__, "|", str(exc).replace(chr(10), " / "))
-"""
-
-
 def test_a_file_size_limit_during_a_background_write(tmp_path: Path) -> None:
     """`ulimit -f` hit by a background write: one line names the checkpoint and the
     cause, the checkpoints before it are valid and kept, and the run resumes cleanly
     from the newest of them."""
     run = tmp_path / "run"
-    code = _GROW_AND_LIMIT.format(tests=str(HERE), here=str(Path(__file__).resolve().parent),
-                                  run=str(run))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True, env=_env()).stdout.strip().splitlines()
+
+    def fill() -> int:  # in a child: the size limit is its own
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01), UnevenData([6]),
+                    torch.nn.functional.mse_loss,
+                    schedule=Schedule({"save": every("1 step"), "grow": every("3 steps")}),
+                    bindings={"save": ModelSaver(keep=2), "grow": Grow()}, max_epochs=1,
+                    run_dir=run, handle_signals=False, checkpoint_mode="async")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (400_000, 400_000))
+        try:
+            t.fit()
+        except Exception as exc:
+            print(type(exc).__name__, "|", str(exc).replace(chr(10), " / "))
+        return 0
+
+    child = Forked(fill, cwd=tmp_path)
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 0, stderr
+    out = stdout.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("CheckpointError | "), out
     assert "step-00000003.pt" in out[0] and "could not be written" in out[0]
     kept = sorted(p.name for p in (run / "checkpoints").iterdir())

@@ -12,13 +12,12 @@ import io
 import itertools
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jobs import forked
 from jobs.trials import env
 
 from schedtrain.cli import main
@@ -135,18 +134,16 @@ def test_resume_with_another_schedule_is_refused_by_its_diff_then_applied(
 @pytest.mark.parametrize("side", ["new", "only"])
 def test_a_running_auto_job_is_retimed(tmp_path: Path, side: str) -> None:
     """schedtrain retime RUN_DIR NEW (a whole spec, or a schedule-only file) while an auto
-    job runs: applied; validation fires by the new schedule after it, and the saver goes
-    on deciding: each save after the change is its previous save plus the interval
-    logged before that one's firing."""
+    job (a child forked from the test process, ``jobs.forked``) runs: applied; validation
+    fires by the new schedule after it, and the saver goes on deciding: each save after
+    the change is its previous save plus the interval logged before that one's firing."""
     spec, new = tmp_path / "job.toml", tmp_path / "new.toml"
     spec.write_text(SPEC.format(epochs=3, mtbf="1 s", validate="1 epoch"))
     new.write_text(SPEC.format(epochs=3, mtbf="1 s", validate="2 epochs")
                    if side == "new" else ONLY)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)],
-        cwd=tmp_path, env={**env(0), "CRASH_JOB_STEP_SECONDS": "0.02"}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = forked.schedtrain(["train", str(spec), "--run-dir", str(run_dir)], cwd=tmp_path,
+                             env={**env(0), "CRASH_JOB_STEP_SECONDS": "0.02"})
     try:
         deadline = time.monotonic() + 240
         while not (run_dir / "events.jsonl").exists() or not _firings(run_dir, "ckpt"):

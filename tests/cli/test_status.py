@@ -5,6 +5,7 @@ and exit 2. tests/distributed/test_status_torchrun.py runs it after a real torch
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,12 @@ def _status(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str
 
 
 def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+    """The pid of a process that ran and is gone (a child forked and reaped)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
 
 
 def test_every_status_has_trains_exit_code() -> None:

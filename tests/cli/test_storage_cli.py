@@ -1,5 +1,7 @@
 """`schedtrain check` and `train` with `[run] checkpoint_dir` a URL: the bucket of a moto
-S3 server, `--resume auto` from it after SIGTERM and kill -9, and bad input refused."""
+S3 server, `--resume auto` from it after SIGTERM and kill -9, and bad input refused. The
+`train` commands are children forked from the test process (``jobs.forked``: torch
+imported once), signalled as ``python -m schedtrain train`` would be."""
 
 from __future__ import annotations
 
@@ -40,19 +42,25 @@ def test_sigterm_and_kill_resume_from_bucket_exactly(tmp_path: Path, s3_endpoint
                                                      ) -> None:
     """A run whose checkpoints go to S3, preempted (exit 75) and killed with kill -9,
     then `--resume auto` to the end: the log line for line and the final weights bit for
-    bit of the uninterrupted local run; the run directory holds no checkpoint file."""
+    bit of the uninterrupted local run; the run directory holds no checkpoint file. The
+    signals land mid-run, by the steps the log shows (SIGTERM in the first epoch, kill -9
+    in the second, after the resume's first save)."""
     reference = tmp_path / "reference"
-    assert train(_spec(tmp_path / "a", ""), reference, resume=False).returncode == 0
+    assert train(_spec(tmp_path / "a", ""), reference, resume=False,
+                 fork=True).returncode == 0
     url = f"{s3_bucket[0]}/job/checkpoints"
     spec = _spec(tmp_path / "b", _s3_lines(url, s3_endpoint))
     run_dir = tmp_path / "run"
-    first = train(spec, run_dir, kill_after=0.5, sig=signal.SIGTERM, after_start=True)
+    first = train(spec, run_dir, kill_at_step=30, sig=signal.SIGTERM, fork=True)
     assert first.returncode in (0, 75), first.stderr
+    assert first.returncode == 75, "SIGTERM came after the end: send it earlier"
     if first.returncode == 75:  # the line names the checkpoint by its URL
         assert f"checkpoint {url}/step-" in first.stderr
-    second = train(spec, run_dir, kill_after=0.5, sig=signal.SIGKILL, after_start=True)
+    second = train(spec, run_dir, kill_at_step=90, sig=signal.SIGKILL, fork=True)
     assert second.returncode in (0, -signal.SIGKILL), second.stderr
-    last = train(spec, run_dir)
+    assert second.returncode == -signal.SIGKILL, "kill -9 came after the end: kill earlier"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    last = train(spec, run_dir, fork=True)
     assert last.returncode == 0, last.stderr
     assert lines(run_dir) == lines(reference)
     store = FsspecStorage(url, s3_bucket[1])

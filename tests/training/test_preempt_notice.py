@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -254,22 +252,24 @@ def test_a_trickling_server_never_hides_a_later_notice(
 # -- schedtrain train: exit 75, then --resume auto continues exactly -----------------------
 @pytest.mark.slow
 def test_train_preempted_by_a_notice_resumes_exactly(tmp_path: Path) -> None:
+    """The commands are children forked from the test process (``jobs.forked``: torch
+    imported once), polling the server this process serves from."""
+    from jobs import forked
     from jobs.trials import compare, env, train, write_spec
     from test_requeue import _started
     with NoticeServer() as server:
-        spec = write_spec(tmp_path, 4)
+        # 3 epochs, not 4: the lr schedule's change at epoch 2 still comes after the stop
+        spec = write_spec(tmp_path, 3)
         text = spec.read_text().replace(
             "seed = 3\n", f'seed = 3\npreempt_notice = "{server.url("aws")}"\n')
         assert text != spec.read_text()
         spec.write_text(text)
         reference = tmp_path / "reference"
-        assert train(spec, reference, resume=False).returncode == 0
+        assert train(spec, reference, resume=False, fork=True).returncode == 0
         run_dir = tmp_path / "run"
-        cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir",
-               str(run_dir), "--resume", "auto"]
+        cmd = ["train", str(spec), "--run-dir", str(run_dir), "--resume", "auto"]
         environ = {**env(0), POLL_ENV: FAST_POLL}
-        proc = subprocess.Popen(cmd, cwd=spec.parent.parent, env=environ, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = forked.schedtrain(cmd, cwd=spec.parent.parent, env=environ)
         _started(run_dir)
         server.serve_notice()
         _, err = proc.communicate(timeout=120)
@@ -277,9 +277,7 @@ def test_train_preempted_by_a_notice_resumes_exactly(tmp_path: Path) -> None:
         assert any(x.startswith("preempted by the AWS preemption notice")
                    for x in err.splitlines()), err
         server.deadline = None  # the next machine has no notice
-        again = subprocess.run(cmd, cwd=spec.parent.parent, env=environ, text=True,
-                               capture_output=True, timeout=300, check=False)
-    assert again.returncode == 0, again.stderr
+        again = forked.schedtrain(cmd, cwd=spec.parent.parent, env=environ)
+        _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
     assert compare(reference, run_dir) == []
-
-

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -19,6 +16,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jobs.forked import Forked
 from torch.utils.data import DataLoader, TensorDataset
 from training_helpers import Noop
 
@@ -29,8 +27,6 @@ from schedtrain.planning.changes import canonical, diff_texts
 from schedtrain.planning.requests import LOOK_STEPS, read_answers, write_request
 from schedtrain.simulation.simclock import RunShape
 from schedtrain.triggers import Trigger
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _trainer(run_dir: Path, schedule: Schedule, asker: Callback, *, samples: int = 20,
@@ -136,16 +132,21 @@ def test_a_request_waits_at_most_look_steps_however_fast_the_steps(
     """Nothing due between the request and the end, and the wall-clock look never comes
     again (``POLL_NS`` huge: steps as fast as one likes): the job still takes the request
     within ``LOOK_STEPS`` steps of it, wherever it lands between the loop's folds, and
-    with epochs too short for a fold (an epoch's end folds the losses)."""
+    with epochs too short for a fold (an epoch's end folds the losses). The run goes on
+    20 steps or more past that bound, not to 900 steps each time: a request taken later,
+    or only at the end, is past it. ``epoch`` 900: one epoch, longer than the run; 10:
+    epochs of 10 steps."""
     import schedtrain.training.control.retime as live
 
     monkeypatch.setattr(live, "POLL_NS", 10**18)
+    steps = -(-(asked + LOOK_STEPS + 20) // 10) * 10  # whole epochs of 10
+    samples = min(epoch, steps)
     a = Schedule({"ask": at(f"{asked} steps"), "a": at("1 step")})
     b = Schedule({"ask": at(f"{asked} steps"), "a": at("2 steps")})
     text = canonical(b)
     assert text is not None
-    trainer = _trainer(tmp_path / "run", a, FileAsker(text), samples=epoch, batch=1,
-                       epochs=900 // epoch)
+    trainer = _trainer(tmp_path / "run", a, FileAsker(text), samples=samples, batch=1,
+                       epochs=steps // samples)
     trainer.fit()
     answers = read_answers(tmp_path / "run")
     assert [x.status for x in answers] == ["applied"]
@@ -279,26 +280,50 @@ def test_the_command_warns_as_check_does(tmp_path: Path, capsys: pytest.CaptureF
 
 # -- 4. a job starting up -------------------------------------------------------------------
 
-HOLDER = textwrap.dedent("""\
-    import sys, time
-    from pathlib import Path
-    from schedtrain.planning.requests import Answer, read_request, write_answer
-    from schedtrain.training.run_dir import RunDirectory
-    run_dir = Path(sys.argv[1])
-    d = RunDirectory(run_dir)
-    d.acquire()
-    print("locked", flush=True)
-    sys.stdin.readline()  # the test says when the job has started
-    d.record("running", step=4, epoch=0, schedule=sys.argv[2], batch_events=[])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        found = read_request(run_dir)
-        if found is not None:
-            write_answer(run_dir, Answer(found.id, "applied", 7, 1, "applied after step 7"))
-            break
-        time.sleep(0.01)
-    sys.stdin.readline()
-""")
+class Holder:
+    """A process (a child forked from the test process) that locks ``run_dir`` as a
+    starting job does and says so; at ``go()`` records the run as running with
+    ``schedule``, answers the first request (applied after step 7) and waits."""
+
+    def __init__(self, run_dir: Path, schedule: str) -> None:
+        said_r, said_w = os.pipe()
+        self._go_r, self._go = os.pipe()
+        self.process = Forked(lambda: self._hold(run_dir, schedule, said_r, said_w),
+                              cwd=run_dir)
+        self.pid = self.process.pid
+        os.close(said_w)
+        os.close(self._go_r)
+        self.said = os.fdopen(said_r)
+
+    def _hold(self, run_dir: Path, schedule: str, said_r: int, said_w: int) -> int:
+        from schedtrain.planning.requests import Answer, read_request, write_answer
+        from schedtrain.training.run_dir import RunDirectory
+
+        os.close(said_r)
+        os.close(self._go)
+        d = RunDirectory(run_dir)
+        d.acquire()
+        os.write(said_w, b"locked\n")
+        os.read(self._go_r, 1)  # the test says when the job has started
+        d.record("running", step=4, epoch=0, schedule=schedule, batch_events=[])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = read_request(run_dir)
+            if found is not None:
+                write_answer(run_dir, Answer(found.id, "applied", 7, 1, "applied after step 7"))
+                break
+            time.sleep(0.01)
+        os.read(self._go_r, 1)
+        return 0
+
+    def go(self) -> None:
+        os.write(self._go, b"\n")
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.communicate()
+        self.said.close()
+        os.close(self._go)
 
 
 @pytest.mark.parametrize("ended", ["finished", "stopped", "preempted", "failed"])
@@ -313,12 +338,9 @@ def test_a_job_ending_is_said_to_be_ending(
     schedule = json.loads((run_dir / "run.json").read_text())["schedule"]
     new = tmp_path / "new.toml"
     new.write_text(old.replace("3 steps", "4 steps"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), schedule],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    holder = Holder(run_dir, schedule)
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
+        assert holder.said.readline().strip() == "locked"
         (run_dir / "run.json").write_text(json.dumps(
             {"status": ended, "pid": holder.pid, "step": 4, "schedule": schedule}))
         assert main(["retime", str(run_dir), str(new), "--wait", "1"]) == 2
@@ -328,7 +350,6 @@ def test_a_job_ending_is_said_to_be_ending(
         assert not (run_dir / "retime.json").exists()
     finally:
         holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize("before", [None, "preempted", "finished", "running-gone"])
@@ -351,12 +372,9 @@ def test_a_job_starting_up_is_said_to_be_starting_and_waited_for(
              "schedule": schedule}))
     new = tmp_path / "new.toml"
     new.write_text(old.replace("3 steps", "4 steps"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), schedule],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    holder = Holder(run_dir, schedule)
     try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "locked"
+        assert holder.said.readline().strip() == "locked"
         assert main(["retime", str(run_dir), str(new)]) == 1
         err = capsys.readouterr().err
         assert f"the job in {run_dir} is starting" in err and "retry" in err
@@ -367,13 +385,11 @@ def test_a_job_starting_up_is_said_to_be_starting_and_waited_for(
         command.start()
         time.sleep(0.3)  # the command waits for the job to say it runs
         assert command.is_alive()
-        holder.stdin.write("\n")
-        holder.stdin.flush()
+        holder.go()
         command.join(90)
         assert result == [0]
         assert "applied at step 7 (epoch 1)" in capsys.readouterr().out
     finally:
         holder.kill()
-        holder.communicate()
     assert main(["retime", str(run_dir), str(new)]) == 2  # released: its job is gone
     assert "is gone" in capsys.readouterr().err

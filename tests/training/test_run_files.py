@@ -1,18 +1,22 @@
-"""A run's files are never damaged by another command, a crafted file or a full disk."""
+"""A run's files are never damaged by another command, a crafted file or a full disk. The
+other processes (a lock's holder, a run under a file size limit, `schedtrain train`) are
+children forked from the test process (``jobs.forked``: torch imported once)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+import os
+import resource
+import signal
 from pathlib import Path
 
 import pytest
 import torch
+from jobs import forked
+from jobs.forked import Forked
 from training_helpers import Noop, UnevenData, tiny_model
 
 from schedtrain import Schedule, every, on
-from schedtrain.callbacks import ModelSaver, TopKSaver
+from schedtrain.callbacks import Callback, ModelSaver, TopKSaver
 from schedtrain.checkpoints import (
     CheckpointError,
     Checkpoints,
@@ -22,9 +26,9 @@ from schedtrain.checkpoints import (
 )
 from schedtrain.errors import RunEnded
 from schedtrain.training import RunDirError, Trainer
+from schedtrain.training.run_dir import RunDirectory
 
 mse = torch.nn.functional.mse_loss
-HERE = Path(__file__).resolve().parents[1]  # tests/, where the helper modules are
 
 
 def _trainer(run_dir: Path, *, epochs: int = 3, steps: int = 3, **kw: object) -> Trainer:
@@ -60,24 +64,33 @@ class TestAnotherCommand:
         _trainer(tmp_path, epochs=2).fit()
         (tmp_path / "run.json").unlink()  # as if the holder were still running
         before = _files(tmp_path)
-        holder = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(f"""
-                import sys
-                from schedtrain.training.run_dir import RunDirectory
-                held = RunDirectory({str(tmp_path)!r})
-                held.acquire()
-                print("held", flush=True)
-                sys.stdin.read()
-            """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready_r, ready_w = os.pipe()  # the holder says it holds the lock
+        go_r, go_w = os.pipe()  # closed by the test: the holder lets go and exits
+
+        def hold() -> int:
+            os.close(ready_r)
+            os.close(go_w)
+            held = RunDirectory(tmp_path)
+            held.acquire()
+            os.write(ready_w, b"held\n")
+            os.read(go_r, 1)
+            held.release()
+            return 0
+
+        holder = Forked(hold, cwd=tmp_path)  # another process: the lock is per process
+        os.close(ready_w)
+        os.close(go_r)
         try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            with os.fdopen(ready_r) as said:
+                assert said.readline().strip() == "held"
             t = _trainer(tmp_path, epochs=4)
             oldest = sorted(list_checkpoints(tmp_path / "checkpoints"))[0]
             with pytest.raises(RunDirError, match="in use by process"):
                 t.resume(oldest)
             assert _files(tmp_path) == before
         finally:
-            holder.communicate("")
+            os.close(go_w)
+            assert holder.wait(60) == 0
 
     def test_requeuing_a_finished_run_changes_no_file(self, tmp_path: Path) -> None:
         """--resume auto on a finished run: nothing left to do, every file as it was."""
@@ -189,26 +202,20 @@ def test_a_full_disk_names_the_checkpoint_write(tmp_path: Path) -> None:
     """A checkpoint that cannot be written (here: over the process's file size limit, as
     on a full disk) fails the run naming the write, the path and the cause; the
     checkpoints written before stay valid."""
-    code = textwrap.dedent(f"""
-        import resource, signal, sys, torch
-        sys.path.insert(0, {str(HERE)!r})
-        from training_helpers import UnevenData
-        from schedtrain import Schedule, every
-        from schedtrain.callbacks import Callback, ModelSaver
+    def fill() -> int:  # in a child: the size limit is its own
         from schedtrain.errors import failure_place
-        from schedtrain.training import Trainer
 
         class Grow(Callback):
-            def _trigger(self):
+            def _trigger(self) -> None:
                 self.trainer.model.register_buffer("pad", torch.zeros(200_000))
 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         model = torch.nn.Linear(3, 1)
         t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01), UnevenData([4]),
                     torch.nn.functional.mse_loss,
-                    schedule=Schedule({{"save": every("1 step"), "grow": every("3 steps")}}),
-                    bindings={{"save": ModelSaver(keep=None), "grow": Grow()}},
-                    max_epochs=1, run_dir={str(tmp_path / "run")!r}, handle_signals=False)
+                    schedule=Schedule({"save": every("1 step"), "grow": every("3 steps")}),
+                    bindings={"save": ModelSaver(keep=None), "grow": Grow()},
+                    max_epochs=1, run_dir=tmp_path / "run", handle_signals=False)
         resource.setrlimit(resource.RLIMIT_FSIZE, (400_000, 400_000))
         try:
             t.fit()
@@ -216,9 +223,12 @@ def test_a_full_disk_names_the_checkpoint_write(tmp_path: Path) -> None:
             print(type(exc).__name__)
             print(failure_place(exc))
             print(exc)
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True).stdout.splitlines()
+        return 0
+
+    child = Forked(fill, cwd=tmp_path)
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 0, stderr
+    out = stdout.splitlines()
     assert out[0] == "CheckpointError", out
     assert "checkpoint write after step 3" in out[1]
     assert "step-00000003.pt" in out[2] and "could not be written" in out[2]
@@ -244,10 +254,10 @@ class TestTaskFactories:
         spec = tmp_path / "job.toml"
         spec.write_text(f'[run]\ntask = "{task}"\nmax_epochs = 1\n\n'
                         '[callbacks.save]\ntype = "ModelSaver"\ntrigger = { every = "1 epoch" }\n')
-        out = subprocess.run([sys.executable, "-m", "schedtrain", "train", str(spec),
-                              "--run-dir", str(tmp_path / "run")], capture_output=True,
-                             text=True, timeout=120, check=False, cwd=tmp_path)
-        assert out.returncode == 2, out.stderr
-        assert "run.task" in out.stderr and says in out.stderr
-        assert "Traceback" not in out.stderr
+        proc = forked.schedtrain(["train", str(spec), "--run-dir", str(tmp_path / "run")],
+                                 cwd=tmp_path)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 2, stderr
+        assert "run.task" in stderr and says in stderr
+        assert "Traceback" not in stderr
         assert not (tmp_path / "run" / "checkpoints").exists()
