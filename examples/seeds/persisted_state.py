@@ -62,6 +62,7 @@ def _trainer(run_dir: Path, epochs: int, stats: LossStats) -> Trainer:
 
 def main(folder: str | Path | None = None) -> tuple[LossStats, LossStats]:
     """One run of 4 epochs, and one of 2 resumed for 2 more; returns both statistics."""
+    torch.set_num_threads(1)  # a tiny model: one thread is faster (docs/performance.md#cpu-threads)
     folder = Path(folder or tempfile.mkdtemp(prefix="persisted-state-"))
     whole = LossStats()
     _trainer(folder / "whole", 4, whole).fit()
