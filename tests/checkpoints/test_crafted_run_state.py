@@ -227,7 +227,10 @@ def test_a_crafted_division_is_refused_by_name_or_passed_over(tmp_path: Path,
     with pytest.raises(CheckpointError, match=r"run\.data\.split\." + key.replace(
             "[", r"\[").replace("]", r"\]")) as caught:
         again.resume(newest)
-    assert time.monotonic() - began < 10 and "\n" not in str(caught.value)
+    # Not a speed measure (benchmarks/ has those): a walk worse than linear over a
+    # million stretches would take hours; the linear one takes seconds, more on a
+    # loaded machine (its checksum walks every item before the bound refuses them).
+    assert time.monotonic() - began < 60 and "\n" not in str(caught.value)
     _assert_untouched(again)
     resumed = _dataset_trainer(tmp_path)
     assert resumed.resume("auto") == tmp_path / "checkpoints" / "step-00000004.pt"

@@ -127,7 +127,9 @@ def test_forged_line_in_host_through_train(tmp_path: Path, s3_endpoint: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A live lease whose host holds a newline and an "error:" line: `train` refuses in
     one error line (the host escaped), exit 2, the way out given."""
-    monkeypatch.setattr(lease_module, "INTERVAL", 0.05)
+    # Watched for 4 x 0.5 s: a refresh (a put to the server, in this process) must land
+    # in that time on a loaded machine; a change refuses at once, so it costs nothing more.
+    monkeypatch.setattr(lease_module, "INTERVAL", 0.5)
     url, options = f"{s3_bucket[0]}/forged", {"client_kwargs": {"endpoint_url": s3_endpoint}}
     storage = FsspecStorage(url, options)
     stop = threading.Event()

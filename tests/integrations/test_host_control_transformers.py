@@ -17,7 +17,6 @@ from host_control_cases import (
     check_notice,
     check_retime,
     fast_polling,  # noqa: F401 (an autouse fixture)
-    frozen_heap,  # noqa: F401 (an autouse fixture)
     notice_cases,
     retime_case,
     retime_cases,
