@@ -7,8 +7,6 @@ import itertools
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import types
@@ -20,6 +18,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from jobs import forked
 from jobs.trials import compare, env, train, write_spec
 from training_helpers import UnevenData
 
@@ -363,28 +362,30 @@ class TestOptions:
 @pytest.mark.slow
 def test_kill_9_during_a_background_write_then_resume_is_exact(tmp_path: Path) -> None:
     """A process killed while its third checkpoint is half written in the background: the
-    checkpoints before it are valid, and --resume auto ends as the uninterrupted run."""
+    checkpoints before it are valid, and --resume auto ends as the uninterrupted run. The
+    runs are children forked from the test process (``jobs.forked``: torch imported once)."""
     spec = write_spec(tmp_path, 3)
     spec.write_text(spec.read_text().replace("jobs.crash:make_task",
                                              "jobs.stalled_write:make_task"))
     reference = tmp_path / "reference"
-    assert train(spec, reference, resume=False).returncode == 0
+    assert train(spec, reference, resume=False, fork=True).returncode == 0
     run_dir, marker = tmp_path / "run", tmp_path / "stalled"
-    cmd = [sys.executable, "-m", "schedtrain", "train", str(spec), "--run-dir", str(run_dir)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
-                            env={**env(0), "STALL_WRITE": "3", "STALL_MARKER": str(marker)})
+    proc = forked.schedtrain(["train", str(spec), "--run-dir", str(run_dir)], cwd=tmp_path,
+                             env={**env(0), "STALL_WRITE": "3", "STALL_MARKER": str(marker)})
     try:
+        deadline = time.monotonic() + 120
         while not marker.exists():
             assert proc.poll() is None, "the run ended before its third write"
-            time.sleep(0.05)
+            assert time.monotonic() < deadline, "no third write in 120 s"
+            time.sleep(0.005)
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL  # killed, not ended on its own
     thread, name = marker.read_text().split()
     assert thread == "schedtrain-checkpoint"  # it was a background write
     assert not (run_dir / "checkpoints" / name).exists()
     valid = newest_valid(run_dir / "checkpoints")
     assert valid is not None
-    assert train(spec, run_dir).returncode == 0
+    assert train(spec, run_dir, fork=True).returncode == 0
     assert compare(reference, run_dir) == []

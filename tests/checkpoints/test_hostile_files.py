@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from jobs import forked
 from training_helpers import Noop, UnevenData, tiny_model
 
 from schedtrain import Schedule, every, on
@@ -213,11 +213,13 @@ def _job_spec(tmp_path: Path) -> Path:
 
 
 def _cli_train(spec: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]),
-           "OMP_NUM_THREADS": "1", "CRASH_JOB_WORKERS": "0"}
-    return subprocess.run([sys.executable, "-m", "schedtrain", "train", str(spec),
-                           "--run-dir", str(run_dir), *extra], cwd=spec.parent.parent,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    """``schedtrain train`` in a child forked from the test process (``jobs.forked``:
+    torch imported once), its own stdout, stderr and exit code as a fresh one's."""
+    argv = ["train", str(spec), "--run-dir", str(run_dir), *extra]
+    proc = forked.schedtrain(argv, cwd=spec.parent.parent,
+                             env={"OMP_NUM_THREADS": "1", "CRASH_JOB_WORKERS": "0"})
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(argv, proc.wait(), out, err)
 
 
 def test_plan_out_replaces_a_link_instead_of_writing_through(tmp_path: Path,
@@ -236,7 +238,7 @@ class Payload:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
         return (os.system, (f"touch {self.marker}",))
 
 
