@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from schedtrain.errors import Preempted
 from schedtrain.training import Trainer
 
 STEPS_PER_EPOCH = 10
+EPOCHS = 4
+#: The uninterrupted run's log and weights.
+Whole = tuple[list[dict[str, Any]], list[torch.Tensor]]
 
 
 class Crash(Callback):
@@ -103,44 +107,63 @@ def _run_with_crashes(run_dir: Path, crashes: list[int], accum: int, epochs: int
         except Preempted as exc:
             assert exc.step == at and exc.checkpoint is not None
             continue
+        assert at is None, f"the run went past step {at} without its crash"
         return t
     raise AssertionError("unreachable")
 
 
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Whole]:
+    """The uninterrupted run (seeded, so the same each time) for one ``grad_accum``,
+    trained once per module: every example compares its crashed run with it."""
+    done: dict[int, Whole] = {}
+
+    def get(accum: int) -> Whole:
+        if accum not in done:
+            run_dir = tmp_path_factory.mktemp("whole")
+            whole = _trainer(run_dir, None, accum, EPOCHS)
+            whole.fit()
+            done[accum] = (_log(run_dir), [p.detach().clone() for p in whole.model.parameters()])
+        return done[accum]
+
+    return get
+
+
+def _same_as_whole(whole: Whole, run_dir: Path, resumed: Trainer) -> None:
+    log, weights = whole
+    assert _log(run_dir) == log
+    for a, b in zip(weights, resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+# Each grad_accum a test of its own (the examples split between them, as many in all as
+# one test drew before): two parts pytest-xdist can put on two workers.
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
-@settings(max_examples=8, deadline=None)
-@given(st.lists(st.integers(1, 39), min_size=1, max_size=3, unique=True),
-       st.sampled_from([1, 2]))
-def test_crashes_at_random_steps(tmp_path_factory: pytest.TempPathFactory, crashes: list[int],
+@pytest.mark.parametrize("accum", [1, 2], ids=["accum1", "accum2"])
+@settings(max_examples=4, deadline=None)
+@given(crashes=st.lists(st.integers(1, 39), min_size=1, max_size=3, unique=True))
+def test_crashes_at_random_steps(whole_run: Callable[[int], Whole], tmp_path_factory:
+                                 pytest.TempPathFactory, crashes: list[int],
                                  accum: int) -> None:
     """Up to three crashes at random steps, each resumed from the newest valid checkpoint:
     the same log (firings and scalars) and bit-identical weights as the uninterrupted run."""
-    epochs = 4
-    whole = _trainer(tmp_path_factory.mktemp("whole"), None, accum, epochs)
-    whole.fit()
     run_dir = tmp_path_factory.mktemp("crashed")
-    crashed = _run_with_crashes(run_dir, sorted(crashes), accum, epochs)
-    assert _log(run_dir) == _log(whole.run_dir)  # type: ignore[arg-type]
-    for a, b in zip(whole.model.parameters(), crashed.model.parameters(), strict=True):
-        assert torch.equal(a, b)
+    crashed = _run_with_crashes(run_dir, sorted(crashes), accum, EPOCHS)
+    _same_as_whole(whole_run(accum), run_dir, crashed)
 
 
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")
-@settings(max_examples=6, deadline=None)
-@given(st.lists(st.integers(1, 39), min_size=1, max_size=3, unique=True),
-       st.sampled_from([1, 2]))
-def test_preemptions_at_random_steps(tmp_path_factory: pytest.TempPathFactory,
-                                     preempts: list[int], accum: int) -> None:
+@pytest.mark.parametrize("accum", [1, 2], ids=["accum1", "accum2"])
+@settings(max_examples=3, deadline=None)
+@given(preempts=st.lists(st.integers(1, 39), min_size=1, max_size=3, unique=True))
+def test_preemptions_at_random_steps(whole_run: Callable[[int], Whole], tmp_path_factory:
+                                     pytest.TempPathFactory, preempts: list[int],
+                                     accum: int) -> None:
     """SIGTERM at random steps (the checkpoint is taken between two events, with metrics
     not yet written), resumed each time: the same log line for line, identical weights."""
-    epochs = 4
-    whole = _trainer(tmp_path_factory.mktemp("whole"), None, accum, epochs)
-    whole.fit()
     run_dir = tmp_path_factory.mktemp("preempted")
-    resumed = _run_with_crashes(run_dir, sorted(preempts), accum, epochs, preempt=True)
-    assert _log(run_dir) == _log(whole.run_dir)  # type: ignore[arg-type]
-    for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
-        assert torch.equal(a, b)
+    resumed = _run_with_crashes(run_dir, sorted(preempts), accum, EPOCHS, preempt=True)
+    _same_as_whole(whole_run(accum), run_dir, resumed)
 
 
 @pytest.mark.filterwarnings("ignore::schedtrain.ScheduleWarning")

@@ -4,6 +4,7 @@ taken; an epoch's hooks see that epoch's loss."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from schedtrain.callbacks import Callback, ModelSaver
 from schedtrain.training import Trainer
 
 mse = torch.nn.functional.mse_loss
+#: The uninterrupted run's log and weights.
+Full = tuple[list[dict[str, Any]], dict[str, torch.Tensor]]
 
 
 class Validate(Callback):
@@ -68,10 +71,31 @@ def _log(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory
+             ) -> Callable[[int, int, int | None], Full]:
+    """The uninterrupted run of each shape, trained once per module: examples that draw
+    the same shape (they differ in where the kill lands) compare with the same run."""
+    done: dict[tuple[int, int, int | None], Full] = {}
+
+    def get(steps: int, epochs: int, max_steps: int | None) -> Full:
+        key = (steps, epochs, max_steps)
+        if key not in done:
+            run_dir = tmp_path_factory.mktemp("full")
+            full = _trainer(run_dir, steps=steps, epochs=epochs, max_steps=max_steps)
+            full.fit()
+            done[key] = (_log(run_dir), {name: value.clone() for name, value
+                                         in full.model.state_dict().items()})
+        return done[key]
+
+    return get
+
+
 @settings(max_examples=15, deadline=None)
 @given(steps=st.integers(1, 4), epochs=st.integers(1, 3), at_end=st.booleans(),
        epoch_end=st.booleans(), pick=st.integers(0, 10**6))
 def test_a_run_killed_anywhere_resumes_to_the_same_log(  # noqa: PLR0917
+        full_run: Callable[[int, int, int | None], Full],
         tmp_path_factory: pytest.TempPathFactory, steps: int, epochs: int, at_end: bool,
         epoch_end: bool, pick: int) -> None:
     """Killed at any step end or epoch end (the last step's epoch end, after its
@@ -79,8 +103,7 @@ def test_a_run_killed_anywhere_resumes_to_the_same_log(  # noqa: PLR0917
     weights equal the uninterrupted run's, with and without ``max_steps`` at the end."""
     tmp = tmp_path_factory.mktemp("gap")
     max_steps = steps * epochs if at_end else None
-    full = _trainer(tmp / "full", steps=steps, epochs=epochs, max_steps=max_steps)
-    full.fit()
+    log, weights = full_run(steps, epochs, max_steps)
     step = 1 + pick % (steps * epochs)
     if epoch_end:
         step = steps * (1 + pick % epochs)
@@ -95,8 +118,8 @@ def test_a_run_killed_anywhere_resumes_to_the_same_log(  # noqa: PLR0917
     else:
         resumed.resume(found)
     resumed.fit()
-    assert _log(tmp / "cut") == _log(tmp / "full")
-    for name, value in full.model.state_dict().items():
+    assert _log(tmp / "cut") == log
+    for name, value in weights.items():
         assert torch.equal(value, resumed.model.state_dict()[name])
 
 
