@@ -4,7 +4,6 @@ fast hypothesis profile for CI."""
 import gc
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,27 +20,6 @@ from hypothesis import HealthCheck, settings
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
-
-#: Where the tests' temporary folders go when the user did not choose (``TMPDIR`` unset):
-#: a RAM disk with room for a whole run (~250 MB written), where a checkpoint's fsyncs
-#: and renames cost nothing; on a disk they are a wall-time wait of a few ms each, a
-#: fifth of the suite's time. ``SCHEDTRAIN_TEST_TMP=disk`` keeps the system's choice.
-RAM_TMP, RAM_TMP_ROOM = "/dev/shm", 2 << 30
-
-
-def _temporary_folders_in_memory() -> None:
-    if os.environ.get("TMPDIR") or os.environ.get("SCHEDTRAIN_TEST_TMP") == "disk":
-        return
-    try:
-        stat = os.statvfs(RAM_TMP)
-    except OSError:
-        return
-    if stat.f_bavail * stat.f_frsize >= RAM_TMP_ROOM and os.access(RAM_TMP, os.W_OK):
-        os.environ["TMPDIR"] = RAM_TMP  # the jobs the tests start inherit it
-        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-
-
-_temporary_folders_in_memory()
 
 #: s3_endpoint / s3_bucket: a moto S3 server on loopback (tests/s3_server.py); the gpu
 #: marker and CI's rule that nothing else skips (tests/no_skips.py); the `project` of
