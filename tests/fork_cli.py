@@ -17,6 +17,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
+def leave_child(code: int) -> None:
+    """End a forked child with ``code``: its output flushed and logging shut down, then
+    ``os._exit``, never back into the test process's pytest."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    os._exit(code)
+
+
 def fork_main(argv: Sequence[str], cwd: Path, *, stderr: Path, stdout: Path | None = None,
               env: dict[str, str] | None = None,
               before: Callable[[], None] | None = None) -> int:
@@ -53,12 +64,7 @@ def fork_main(argv: Sequence[str], cwd: Path, *, stderr: Path, stdout: Path | No
         traceback.print_exc()
         code = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        with contextlib.suppress(Exception):
-            logging.shutdown()
-        os._exit(code)
+        leave_child(code)
 
 
 def wait(pids: Sequence[int], until: float, *, grace: float = 0.0) -> list[int] | None:
@@ -129,9 +135,6 @@ def fork_script(script: Path, args: Sequence[str], *, stderr: Path) -> int:
         except BaseException:
             traceback.print_exc()
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(code)
+            leave_child(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)

@@ -3,7 +3,6 @@ processes (tests/distributed/, and callbacks that must agree across ranks)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -13,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fork_cli import fork_main, wait
+from fork_cli import fork_main, leave_child, wait
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -164,10 +163,7 @@ def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
     except BaseException:  # as the command line: its traceback, exit 1
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)
+        leave_child(code)
 
 
 def _warm_up() -> None:

@@ -7,8 +7,6 @@ with them - and leaves with ``os._exit``, never back into pytest."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -19,6 +17,8 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from fork_cli import leave_child
 
 __all__ = ["Forked", "schedtrain", "warm_up"]
 
@@ -92,12 +92,7 @@ def _child(body: Callable[[], int], cwd: Path, env: Mapping[str, str], out: Path
         traceback.print_exc()
         code = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        with contextlib.suppress(Exception):
-            logging.shutdown()
-        os._exit(code)
+        leave_child(code)
 
 
 def schedtrain(argv: Sequence[str], *, cwd: Path,
