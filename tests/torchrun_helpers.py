@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fork_cli import fork_main, leave_child, wait
@@ -57,25 +58,50 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
     rank's code, else 0; ``stdout`` and ``stderr``: the ranks' own, rank 0's first. Past
     ``timeout`` every rank is killed and ``subprocess.TimeoutExpired`` raised, as
     :func:`torchrun` raises it."""
-    import torch
-
-    _warm_up()
     argv = ["train", str(spec), "--run-dir", str(run_dir), *args]
+    return _ranks(argv, lambda rank_env, out, err: fork_main(
+        argv, spec.parent, stdout=out, stderr=err, before=_one_thread, env=rank_env),
+        nproc, timeout, env)
+
+
+def forked_module_ranks(module: str, args: Sequence[str], cwd: Path, *, nproc: int = 2,
+                        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node NPROC -m MODULE ARGS`` in ``cwd``, as
+    :func:`forked_ranks` runs ``schedtrain train``: each rank runs ``MODULE`` as
+    ``__main__`` (``sys.argv``: ``[MODULE, *ARGS]``) in a child forked from this process."""
+    argv = ["-m", module, *args]
+
+    def start(rank_env: dict[str, str], out: Path, err: Path) -> int:
+        pid = os.fork()
+        if pid == 0:
+            _module_child([module, *args], cwd, rank_env, out, err)
+        return pid
+    return _ranks(argv, start, nproc, timeout, None)
+
+
+def _ranks(argv: list[str], start: Callable[[dict[str, str], Path, Path], int], nproc: int,
+           timeout: float, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """``start(ENV, STDOUT, STDERR)`` (a forked child's pid) once per rank, then their
+    codes and output, as :func:`forked_ranks` documents."""
+    import torch.distributed as dist
+
+    # A child would take the test process's group as its own (World.from_env reads it):
+    # each rank a run of one, and a count of what it called would count nothing shared.
+    if dist.is_available() and dist.is_initialized():
+        raise RuntimeError("the test process holds a process group: its forked ranks "
+                           "would inherit it instead of forming their own")
+    _warm_up()
     with socket.socket() as probe:  # a free port for rank 0's store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as scratch:
         outs = [(Path(scratch) / f"{rank}.out", Path(scratch) / f"{rank}.err")
                 for rank in range(nproc)]
-
-        def one_thread() -> None:  # OMP_NUM_THREADS, which torchrun sets, read too late
-            torch.set_num_threads(1)
-
-        pids = [fork_main(argv, spec.parent, stdout=out, stderr=err, before=one_thread, env={
+        pids = [start({
             "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0",
             "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-            **(env or {})})
+            **(env or {})}, out, err)
             for rank, (out, err) in enumerate(outs)]
         codes = wait(pids, time.monotonic() + timeout)
         out, err = ("".join(p[i].read_text(errors="replace") for p in outs if p[i].exists())
@@ -83,6 +109,46 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
     if codes is None:
         raise subprocess.TimeoutExpired(argv, timeout, out, err)
     return subprocess.CompletedProcess(argv, next((c for c in codes if c), 0), out, err)
+
+
+def _one_thread() -> None:
+    """What ``OMP_NUM_THREADS=1``, which torchrun sets, does: set in a forked child, it
+    is read too late (torch read it when the test process imported it)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _module_child(argv: list[str], cwd: Path, env: dict[str, str], out: Path,
+                  err: Path) -> None:
+    """One rank of :func:`forked_module_ranks`: ``python -m ARGV`` as a fresh
+    interpreter would run it (its folder, environment, output, default signals), one
+    thread; never returns into pytest."""
+    import runpy
+    import traceback
+
+    code = 1
+    try:
+        os.chdir(cwd)
+        os.environ.update(env)
+        for fd, path in ((1, out), (2, err)):
+            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        _one_thread()
+        sys.argv = argv
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # as the command line: its traceback, exit 1
+        traceback.print_exc()
+    finally:
+        leave_child(code)
 
 
 class ForkedLauncher:
