@@ -45,7 +45,8 @@ def torchrun(spec: Path, run_dir: Path, *args: str, kill_at_line: int | None = N
 
 
 def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
-                 timeout: float = 120, env: dict[str, str] | None = None
+                 timeout: float = 120, env: dict[str, str] | None = None,
+                 kill_at_line: int | None = None, sig: int = signal.SIGKILL
                  ) -> subprocess.CompletedProcess[str]:
     """``schedtrain train SPEC`` as ``nproc`` ranks forked from this process, with the
     environment ``torchrun --standalone`` gives its workers (``RANK``, ``WORLD_SIZE``, a
@@ -57,11 +58,14 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
     :func:`torchrun` or :class:`ForkedLauncher`. ``returncode``: the first failed
     rank's code, else 0; ``stdout`` and ``stderr``: the ranks' own, rank 0's first. Past
     ``timeout`` every rank is killed and ``subprocess.TimeoutExpired`` raised, as
-    :func:`torchrun` raises it."""
+    :func:`torchrun` raises it. With ``kill_at_line``, ``sig`` goes to every rank once
+    ``events.jsonl`` has that many lines, as :func:`torchrun` sends it to its job (a
+    rank's code is then ``-sig``, where torchrun's own is its launcher's)."""
     argv = ["train", str(spec), "--run-dir", str(run_dir), *args]
+    kill = None if kill_at_line is None else (run_dir / "events.jsonl", kill_at_line, sig)
     return _ranks(argv, lambda rank_env, out, err: fork_main(
         argv, spec.parent, stdout=out, stderr=err, before=_one_thread, env=rank_env),
-        nproc, timeout, env)
+        nproc, timeout, env, kill=kill)
 
 
 def forked_module_ranks(module: str, args: Sequence[str], cwd: Path, *, nproc: int = 2,
@@ -80,9 +84,10 @@ def forked_module_ranks(module: str, args: Sequence[str], cwd: Path, *, nproc: i
 
 
 def _ranks(argv: list[str], start: Callable[[dict[str, str], Path, Path], int], nproc: int,
-           timeout: float, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+           timeout: float, env: dict[str, str] | None, *,
+           kill: tuple[Path, int, int] | None = None) -> subprocess.CompletedProcess[str]:
     """``start(ENV, STDOUT, STDERR)`` (a forked child's pid) once per rank, then their
-    codes and output, as :func:`forked_ranks` documents."""
+    codes and output, as :func:`forked_ranks` documents; ``kill``: (log, lines, signal)."""
     import torch.distributed as dist
 
     # A child would take the test process's group as its own (World.from_env reads it):
@@ -103,12 +108,29 @@ def _ranks(argv: list[str], start: Callable[[dict[str, str], Path, Path], int], 
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
             **(env or {})}, out, err)
             for rank, (out, err) in enumerate(outs)]
-        codes = wait(pids, time.monotonic() + timeout)
+        until = time.monotonic() + timeout
+        if kill is not None:
+            _kill_at_line(pids, *kill, until)
+        codes = wait(pids, until)
         out, err = ("".join(p[i].read_text(errors="replace") for p in outs if p[i].exists())
                     for i in (0, 1))
     if codes is None:
         raise subprocess.TimeoutExpired(argv, timeout, out, err)
     return subprocess.CompletedProcess(argv, next((c for c in codes if c), 0), out, err)
+
+
+def _kill_at_line(pids: list[int], log: Path, lines: int, sig: int, until: float) -> None:
+    """``sig`` to every process in ``pids`` once ``log`` has ``lines`` lines; none where
+    one of them ended first or ``until`` (monotonic) passed. Reaps none."""
+    while time.monotonic() < until:
+        if log.exists() and log.read_text().count("\n") >= lines:
+            for pid in pids:
+                os.kill(pid, sig)  # not yet reaped: the pid is still this rank's
+            return
+        if any(os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+               for pid in pids):
+            return
+        time.sleep(0.01)
 
 
 def _one_thread() -> None:
