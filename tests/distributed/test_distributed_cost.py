@@ -246,11 +246,11 @@ def test_a_preemption_costs_two_store_requests_per_rank_and_one_checkpoint(
     proposal (no collective); after ``preempt`` come the preemption checkpoint's gather
     and one barrier once run.json is written (no rank exits before the others).
 
-    The file's one real ``torchrun`` launch: under it a preempted worker's exit (code 75)
-    is a failed worker, on which the agent ends the other one, so the records must show
-    that nothing follows the barrier that needs a rank still running; and it is the
-    launcher's worker environment (an elastic agent's store, restart count 0) the store
-    requests are counted in."""
+    The file's one real ``torchrun`` launch, the test where the launcher has a part: a
+    preempted rank exits (75), which torchrun's agent takes for a failed worker and ends
+    the other one on, so only the barrier after run.json keeps both ranks' records whole;
+    and the store requests counted go to the elastic agent's store (the path schedtrain
+    takes under ``TORCHELASTIC_RESTART_COUNT``), which forked ranks do not take."""
     extra = ('[callbacks.signal]\ntype = "jobs.ddp:SignalOnRank"\nrank = 1\nstep = 6\n'
              'trigger = { every = "2 steps" }\n')
     got = recorded(tmp_path / "run", 2, extra, ok=False, launch=True)  # torchrun exits 1
