@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fork_cli import fork_main, leave_child, wait
@@ -44,7 +45,8 @@ def torchrun(spec: Path, run_dir: Path, *args: str, kill_at_line: int | None = N
 
 
 def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
-                 timeout: float = 120, env: dict[str, str] | None = None
+                 timeout: float = 120, env: dict[str, str] | None = None,
+                 kill_at_line: int | None = None, sig: int = signal.SIGKILL
                  ) -> subprocess.CompletedProcess[str]:
     """``schedtrain train SPEC`` as ``nproc`` ranks forked from this process, with the
     environment ``torchrun --standalone`` gives its workers (``RANK``, ``WORLD_SIZE``, a
@@ -56,33 +58,119 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
     :func:`torchrun` or :class:`ForkedLauncher`. ``returncode``: the first failed
     rank's code, else 0; ``stdout`` and ``stderr``: the ranks' own, rank 0's first. Past
     ``timeout`` every rank is killed and ``subprocess.TimeoutExpired`` raised, as
-    :func:`torchrun` raises it."""
-    import torch
-
-    _warm_up()
+    :func:`torchrun` raises it. With ``kill_at_line``, ``sig`` goes to every rank once
+    ``events.jsonl`` has that many lines, as :func:`torchrun` sends it to its job (a
+    rank's code is then ``-sig``, where torchrun's own is its launcher's)."""
     argv = ["train", str(spec), "--run-dir", str(run_dir), *args]
+    kill = None if kill_at_line is None else (run_dir / "events.jsonl", kill_at_line, sig)
+    return _ranks(argv, lambda rank_env, out, err: fork_main(
+        argv, spec.parent, stdout=out, stderr=err, before=_one_thread, env=rank_env),
+        nproc, timeout, env, kill=kill)
+
+
+def forked_module_ranks(module: str, args: Sequence[str], cwd: Path, *, nproc: int = 2,
+                        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node NPROC -m MODULE ARGS`` in ``cwd``, as
+    :func:`forked_ranks` runs ``schedtrain train``: each rank runs ``MODULE`` as
+    ``__main__`` (``sys.argv``: ``[MODULE, *ARGS]``) in a child forked from this process."""
+    argv = ["-m", module, *args]
+
+    def start(rank_env: dict[str, str], out: Path, err: Path) -> int:
+        pid = os.fork()
+        if pid == 0:
+            _module_child([module, *args], cwd, rank_env, out, err)
+        return pid
+    return _ranks(argv, start, nproc, timeout, None)
+
+
+def _ranks(argv: list[str], start: Callable[[dict[str, str], Path, Path], int], nproc: int,
+           timeout: float, env: dict[str, str] | None, *,
+           kill: tuple[Path, int, int] | None = None) -> subprocess.CompletedProcess[str]:
+    """``start(ENV, STDOUT, STDERR)`` (a forked child's pid) once per rank, then their
+    codes and output, as :func:`forked_ranks` documents; ``kill``: (log, lines, signal)."""
+    import torch.distributed as dist
+
+    # A child would take the test process's group as its own (World.from_env reads it):
+    # each rank a run of one, and a count of what it called would count nothing shared.
+    if dist.is_available() and dist.is_initialized():
+        raise RuntimeError("the test process holds a process group: its forked ranks "
+                           "would inherit it instead of forming their own")
+    _warm_up()
     with socket.socket() as probe:  # a free port for rank 0's store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as scratch:
         outs = [(Path(scratch) / f"{rank}.out", Path(scratch) / f"{rank}.err")
                 for rank in range(nproc)]
-
-        def one_thread() -> None:  # OMP_NUM_THREADS, which torchrun sets, read too late
-            torch.set_num_threads(1)
-
-        pids = [fork_main(argv, spec.parent, stdout=out, stderr=err, before=one_thread, env={
+        pids = [start({
             "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0",
             "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-            **(env or {})})
+            **(env or {})}, out, err)
             for rank, (out, err) in enumerate(outs)]
-        codes = wait(pids, time.monotonic() + timeout)
+        until = time.monotonic() + timeout
+        if kill is not None:
+            _kill_at_line(pids, *kill, until)
+        codes = wait(pids, until)
         out, err = ("".join(p[i].read_text(errors="replace") for p in outs if p[i].exists())
                     for i in (0, 1))
     if codes is None:
         raise subprocess.TimeoutExpired(argv, timeout, out, err)
     return subprocess.CompletedProcess(argv, next((c for c in codes if c), 0), out, err)
+
+
+def _kill_at_line(pids: list[int], log: Path, lines: int, sig: int, until: float) -> None:
+    """``sig`` to every process in ``pids`` once ``log`` has ``lines`` lines; none where
+    one of them ended first or ``until`` (monotonic) passed. Reaps none."""
+    while time.monotonic() < until:
+        if log.exists() and log.read_text().count("\n") >= lines:
+            for pid in pids:
+                os.kill(pid, sig)  # not yet reaped: the pid is still this rank's
+            return
+        if any(os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+               for pid in pids):
+            return
+        time.sleep(0.01)
+
+
+def _one_thread() -> None:
+    """What ``OMP_NUM_THREADS=1``, which torchrun sets, does: set in a forked child, it
+    is read too late (torch read it when the test process imported it)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _module_child(argv: list[str], cwd: Path, env: dict[str, str], out: Path,
+                  err: Path) -> None:
+    """One rank of :func:`forked_module_ranks`: ``python -m ARGV`` as a fresh
+    interpreter would run it (its folder, environment, output, default signals), one
+    thread; never returns into pytest."""
+    import runpy
+    import traceback
+
+    code = 1
+    try:
+        os.chdir(cwd)
+        os.environ.update(env)
+        for fd, path in ((1, out), (2, err)):
+            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        _one_thread()
+        sys.argv = argv
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # as the command line: its traceback, exit 1
+        traceback.print_exc()
+    finally:
+        leave_child(code)
 
 
 class ForkedLauncher:

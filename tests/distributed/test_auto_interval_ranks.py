@@ -1,6 +1,11 @@
-"""``every("auto")`` on two ranks (torchrun, gloo): every rank decides on the chief's
+"""``every("auto")`` on two ranks (gloo): every rank decides on the chief's
 measurements, so both save at the same steps; a "sync" run killed and resumed saves where
-the uninterrupted one did, and "async" saves are decided on at the next firing."""
+the uninterrupted one did, and "async" saves are decided on at the next firing.
+
+The ranks are forked from the test process (``forked_ranks``), the killed ones too: the
+kill -9 lands on the ranks themselves at a line of the log, as it did under torchrun,
+whose launcher has no part in what is checked (a kill leaves it nothing to forward), and
+whose three fresh interpreters took seconds to reach the first step."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_distributed import events, rank_firings
-from torchrun_helpers import forked_ranks, torchrun
+from torchrun_helpers import forked_ranks
 
 from schedtrain.triggers.auto import auto_interval
 
@@ -94,7 +99,7 @@ def test_killed_and_resumed_it_saves_where_the_uninterrupted_run_did(
         uninterrupted: Path, tmp_path: Path, line: int) -> None:
     spec = _spec(tmp_path, "sync")
     run_dir = tmp_path / "run"
-    killed = torchrun(spec, run_dir, kill_at_line=line)
+    killed = forked_ranks(spec, run_dir, kill_at_line=line)
     assert killed.returncode != 0
     result = forked_ranks(spec, run_dir, "--resume", "auto")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -110,7 +115,7 @@ def test_background_saves_decide_at_the_next_firing_on_every_rank(
     and resumed too (the resumed ranks replay what the chief's log holds)."""
     spec, run_dir = _spec(tmp_path, "async"), tmp_path / "run"
     if kill_at is not None:
-        assert torchrun(spec, run_dir, kill_at_line=kill_at).returncode != 0
+        assert forked_ranks(spec, run_dir, kill_at_line=kill_at).returncode != 0
     args = ("--resume", "auto") if kill_at is not None else ()
     result = forked_ranks(spec, run_dir, *args)
     assert result.returncode == 0, result.stderr[-3000:]

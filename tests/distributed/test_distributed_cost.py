@@ -1,5 +1,11 @@
 """What agreement costs on two real processes: the collectives schedtrain calls, counted.
 
+The ranks are forked from the test process, in the environment torchrun gives its
+workers (``forked_ranks``): the same collectives, each one, as under a real launch
+(measured: every configuration here recorded the same calls both ways, the DCP plans
+aside, whose pickles hold the run's folder name). The preemption test runs a real
+``torchrun``: there the launcher's part matters (see its docstring).
+
 The rule (docs/distributed.md): no collective on a step where no trigger is due; one
 at a step where one is (the counters, the chief's time, the loss and pending signals in
 one collective), one at an epoch's end not already agreed at its last step; then one per
@@ -11,9 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 from jobs.ddp import collective_count
-from torchrun_helpers import ROOT, TESTS, torchrun
+from torchrun_helpers import forked_module_ranks, forked_ranks, torchrun
 
 from schedtrain.callbacks import Callback
 from schedtrain.callbacks.base import stops_alone
@@ -49,20 +53,21 @@ trigger = {{ any = [{{ on = "train_end" }}, {{ on = "preempt" }}] }}
 
 
 def train(folder: Path, every: int, extra: str = "", run: str = "", *,
-          ok: bool = True) -> subprocess.CompletedProcess[str]:
-    """A 2-rank run of ``SPEC`` in ``folder / "run"``, which must succeed (``ok``)."""
+          ok: bool = True, launch: bool = False) -> subprocess.CompletedProcess[str]:
+    """A 2-rank run of ``SPEC`` in ``folder / "run"``, which must succeed (``ok``): ranks
+    forked from this process, or a real ``torchrun`` launch (``launch``)."""
     folder.mkdir(parents=True)
     spec = folder / "cost.toml"
     spec.write_text(SPEC.format(epochs=EPOCHS, every=every, extra=extra, run=run))
-    result = torchrun(spec, folder / "run", timeout=180)
+    result = (torchrun if launch else forked_ranks)(spec, folder / "run", timeout=180)
     assert result.returncode == 0 or not ok, result.stderr[-3000:]
     return result
 
 
 def recorded(folder: Path, every: int, extra: str = "", run: str = "", *,
-             ok: bool = True) -> list[list[list[object]]]:
+             ok: bool = True, launch: bool = False) -> list[list[list[object]]]:
     """Each rank's records (``CountCollectives``) in a 2-rank run."""
-    train(folder, every, extra, run, ok=ok)
+    train(folder, every, extra, run, ok=ok, launch=launch)
     return [json.loads((folder / f"collectives-rank{r}.json").read_text()) for r in (0, 1)]
 
 
@@ -176,12 +181,9 @@ def test_an_agreement_row_has_the_layout_and_meaning_of_the_table(tmp_path: Path
 
     # Run control's word rides where the table says, and the bits stay exact in a float64.
     assert RETIME << 32 == RETIME_WAITS and 32 + MAX_BITS <= 53
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "2", "-m", "jobs.agreement_row", str(tmp_path)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]),
-           "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=180, check=False)
+    # torchrun --standalone --nproc-per-node 2 -m jobs.agreement_row, its ranks forked
+    result = forked_module_ranks("jobs.agreement_row", [str(tmp_path)], tmp_path,
+                                 timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     names = [name for name, _, _ in AGREEMENT_ROW]
@@ -242,10 +244,16 @@ def test_a_preemption_costs_two_store_requests_per_rank_and_one_checkpoint(
     """SIGTERM on rank 1 at step 6: the epoch's end (step 8, due) carries the signal in
     its agreement; each rank reads the store, then proposes the step or reads the
     proposal (no collective); after ``preempt`` come the preemption checkpoint's gather
-    and one barrier once run.json is written (no rank exits before the others)."""
+    and one barrier once run.json is written (no rank exits before the others).
+
+    The file's one real ``torchrun`` launch, the test where the launcher has a part: a
+    preempted rank exits (75), which torchrun's agent takes for a failed worker and ends
+    the other one on, so only the barrier after run.json keeps both ranks' records whole;
+    and the store requests counted go to the elastic agent's store (the path schedtrain
+    takes under ``TORCHELASTIC_RESTART_COUNT``), which forked ranks do not take."""
     extra = ('[callbacks.signal]\ntype = "jobs.ddp:SignalOnRank"\nrank = 1\nstep = 6\n'
              'trigger = { every = "2 steps" }\n')
-    got = recorded(tmp_path / "run", 2, extra, ok=False)  # a preempted worker exits 1
+    got = recorded(tmp_path / "run", 2, extra, ok=False, launch=True)  # torchrun exits 1
     store = [[r[0] for r in records if str(r[0]).startswith("store:")] for records in got]
     # a rank finds the step proposed (and reads it) or proposes it: whichever came first
     assert all(s in (["store:check", "store:compare_set"], ["store:check", "store:get"])

@@ -270,8 +270,14 @@ class CountCollectives(Callback):
         self.calls: list[list[object]] = []
         for name in _COLLECTIVES:
             original = getattr(dist, name, None)
-            if original is not None:
-                setattr(dist, name, self._counted(name, original))
+            if original is None:
+                continue
+            # A rank forked from a test process inherits its patches: one that counts or
+            # calls more would pass as this run's own collectives.
+            if not getattr(original, "__module__", "").startswith("torch."):
+                raise RuntimeError(f"torch.distributed.{name} is not torch's own, but "
+                                   f"{original!r}: this rank's count would not be its own")
+            setattr(dist, name, self._counted(name, original))
         comm = self.trainer.comm
         if comm is not None:
             store = comm._store
