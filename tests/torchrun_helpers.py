@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from fork_cli import fork_main, leave_child, wait
@@ -83,6 +84,72 @@ def forked_ranks(spec: Path, run_dir: Path, *args: str, nproc: int = 2,
     if codes is None:
         raise subprocess.TimeoutExpired(argv, timeout, out, err)
     return subprocess.CompletedProcess(argv, next((c for c in codes if c), 0), out, err)
+
+
+def forked_script_ranks(script: Path, args: Sequence[str], cwd: Path, *, nproc: int = 2,
+                        timeout: float = 180, env: dict[str, str] | None = None
+                        ) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node NPROC SCRIPT ARGS``'s ranks forked from
+    this process (what it imported, the ranks need not import again): each runs
+    ``SCRIPT`` as ``__main__`` with ``sys.argv`` and the environment torchrun gives its
+    workers (``TORCHELASTIC_RUN_ID`` too: Lightning and Ignite read it to know they run
+    under torchrun). As :func:`forked_ranks` for ``schedtrain train``: ``returncode`` the
+    first failed rank's code, else 0; output the ranks' own, rank 0's first."""
+    import runpy
+    import traceback
+    import uuid
+
+    import torch
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_id = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as scratch:
+        outs = [(Path(scratch) / f"{rank}.out", Path(scratch) / f"{rank}.err")
+                for rank in range(nproc)]
+        pids = []
+        for rank, (out, err) in enumerate(outs):
+            pid = os.fork()
+            if pid:
+                pids.append(pid)
+                continue
+            code = 1
+            try:
+                os.chdir(cwd)
+                os.environ.update({
+                    "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0",
+                    "ROLE_RANK": str(rank), "ROLE_NAME": "default",
+                    "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
+                    "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": str(nproc),
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+                    "TORCHELASTIC_RUN_ID": run_id, "OMP_NUM_THREADS": "1", **(env or {})})
+                for fd, path in ((1, out), (2, err)):
+                    opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.dup2(opened, fd)
+                    os.close(opened)
+                sys.stdout = os.fdopen(1, "w", buffering=1)
+                sys.stderr = os.fdopen(2, "w", buffering=1)
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+                    signal.signal(sig, signal.SIG_DFL)
+                torch.set_num_threads(1)  # OMP_NUM_THREADS, read too late
+                sys.argv = [str(script), *args]
+                runpy.run_path(str(script), run_name="__main__")
+                code = 0
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                leave_child(code)
+        codes = wait(pids, time.monotonic() + timeout)
+        out, err = ("".join(p[i].read_text(errors="replace") for p in outs if p[i].exists())
+                    for i in (0, 1))
+    if codes is None:
+        raise subprocess.TimeoutExpired([str(script), *args], timeout, out, err)
+    return subprocess.CompletedProcess([str(script), *args], next((c for c in codes if c), 0),
+                                       out, err)
 
 
 class ForkedLauncher:
