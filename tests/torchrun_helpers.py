@@ -109,7 +109,7 @@ def forked_script_ranks(script: Path, args: Sequence[str], cwd: Path, *, nproc: 
         outs = [(Path(scratch) / f"{rank}.out", Path(scratch) / f"{rank}.err")
                 for rank in range(nproc)]
         pids = []
-        for rank, (out, err) in enumerate(outs):
+        for rank, files in enumerate(outs):
             pid = os.fork()
             if pid:
                 pids.append(pid)
@@ -125,7 +125,7 @@ def forked_script_ranks(script: Path, args: Sequence[str], cwd: Path, *, nproc: 
                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                     "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
                     "TORCHELASTIC_RUN_ID": run_id, "OMP_NUM_THREADS": "1", **(env or {})})
-                for fd, path in ((1, out), (2, err)):
+                for fd, path in zip((1, 2), files, strict=True):
                     opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     os.dup2(opened, fd)
                     os.close(opened)
