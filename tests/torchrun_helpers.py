@@ -161,15 +161,18 @@ class ForkedLauncher:
     output offers the tests: ``pid``, ``poll``, ``wait``, ``communicate``,
     ``returncode`` (the command line's: 0, 1 where ``main`` raised, -N on signal N)."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], *,
+                 fork_workers: bool = False) -> None:
         import torch.distributed.run  # noqa: F401  (imported here, once, not in the child)
 
+        if fork_workers:
+            _warm_up()
         self._scratch = tempfile.TemporaryDirectory()
         self._outs = (Path(self._scratch.name) / "out", Path(self._scratch.name) / "err")
         self.returncode: int | None = None
         self.pid = os.fork()
         if self.pid == 0:
-            _launcher_child(args, cwd, env, *self._outs)
+            _launcher_child(args, cwd, env, *self._outs, fork_workers=fork_workers)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -195,10 +198,11 @@ class ForkedLauncher:
 
 
 def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
-                    err: Path) -> None:
+                    err: Path, *, fork_workers: bool = False) -> None:
     """The forked launcher: a session of its own, ``env`` as its whole environment (its
     workers inherit it), output to ``out`` and ``err``, signals as a fresh process has
-    them; then torchrun's ``main``. Never returns into pytest."""
+    them; then torchrun's ``main`` (with ``fork_workers``: see :func:`_fork_workers`).
+    Never returns into pytest."""
     import faulthandler
     import gc
     import logging
@@ -223,6 +227,8 @@ def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
             signal.signal(sig, signal.SIG_DFL)
         from torch.distributed.run import main
 
+        if fork_workers:
+            _fork_workers()
         main(args)
         code = 0
     except SystemExit as stop:
@@ -231,6 +237,47 @@ def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
         traceback.print_exc()
     finally:
         leave_child(code)
+
+
+def _fork_workers() -> None:
+    """Make this launcher's torchrun start its ``-m schedtrain ...`` workers as its
+    function entry point does (``elastic_launch`` with a callable, ``start_method``
+    "fork"): each worker forked from the launcher, torch and the package imported,
+    instead of a fresh ``python -u -m schedtrain ...`` importing them again (seconds
+    each). torchrun's agent still starts, watches, signals and restarts them, with the
+    environment it gives each (``_wrap`` sets it); a worker ends as the command would:
+    the code ``main`` returns. ``/proc/PID/environ`` no longer shows a worker's
+    ``RANK``: each writes its pid to ``worker-rank<RANK>-attempt<N>.pid`` in the
+    launcher's folder."""
+    import torch.distributed.run as torchrun_module
+
+    launch = torchrun_module.elastic_launch  # type: ignore[attr-defined]
+
+    def worker(*argv: str) -> None:
+        import torch
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                    signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)  # the agent's handlers, not a fresh one's
+        torch.set_num_threads(1)  # OMP_NUM_THREADS, read too late
+        Path(f"worker-rank{os.environ['RANK']}-attempt"
+             f"{os.environ['TORCHELASTIC_RESTART_COUNT']}.pid").write_text(str(os.getpid()))
+        from schedtrain.cli.main import main
+
+        code = main(list(argv))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if code:
+            sys.exit(code)
+
+    def forked(config: object, entrypoint: object) -> object:
+        def start(*cmd_args: str) -> object:
+            assert list(cmd_args[:3]) == ["-u", "-m", "schedtrain"], cmd_args
+            config.start_method = "fork"  # type: ignore[attr-defined]
+            return launch(config=config, entrypoint=worker)(*cmd_args[3:])  # type: ignore[arg-type]
+        return start
+
+    torchrun_module.elastic_launch = forked  # type: ignore[attr-defined]
 
 
 def _warm_up() -> None:
