@@ -277,7 +277,7 @@ def _fork_workers() -> None:
             return launch(config=config, entrypoint=worker)(*cmd_args[3:])  # type: ignore[arg-type]
         return start
 
-    torchrun_module.elastic_launch = forked  # type: ignore[attr-defined]
+    torchrun_module.elastic_launch = forked  # type: ignore[attr-defined,assignment]
 
 
 def _warm_up() -> None:
