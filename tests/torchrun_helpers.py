@@ -4,6 +4,7 @@ processes (tests/distributed/, and callbacks that must agree across ranks)."""
 from __future__ import annotations
 
 import os
+import runpy
 import signal
 import socket
 import subprocess
@@ -78,7 +79,8 @@ def forked_module_ranks(module: str, args: Sequence[str], cwd: Path, *, nproc: i
     def start(rank_env: dict[str, str], out: Path, err: Path) -> int:
         pid = os.fork()
         if pid == 0:
-            _module_child([module, *args], cwd, rank_env, out, err)
+            _main_child(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
+                        [module, *args], cwd, rank_env, out, err)
         return pid
     return _ranks(argv, start, nproc, timeout, None)
 
@@ -141,12 +143,11 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _module_child(argv: list[str], cwd: Path, env: dict[str, str], out: Path,
-                  err: Path) -> None:
-    """One rank of :func:`forked_module_ranks`: ``python -m ARGV`` as a fresh
-    interpreter would run it (its folder, environment, output, default signals), one
-    thread; never returns into pytest."""
-    import runpy
+def _main_child(run: Callable[[], object], argv: list[str], cwd: Path, env: dict[str, str],
+                out: Path, err: Path) -> None:
+    """One forked rank running ``run`` (a module or script as ``__main__``, ``sys.argv``
+    ``ARGV``) as a fresh interpreter would (its folder, environment, output, default
+    signals), one thread; never returns into pytest."""
     import traceback
 
     code = 1
@@ -163,7 +164,7 @@ def _module_child(argv: list[str], cwd: Path, env: dict[str, str], out: Path,
             signal.signal(sig, signal.SIG_DFL)
         _one_thread()
         sys.argv = argv
-        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        run()
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -171,6 +172,31 @@ def _module_child(argv: list[str], cwd: Path, env: dict[str, str], out: Path,
         traceback.print_exc()
     finally:
         leave_child(code)
+
+
+def forked_script_ranks(script: Path, args: Sequence[str], cwd: Path, *, nproc: int = 2,
+                        timeout: float = 180, env: dict[str, str] | None = None
+                        ) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node NPROC SCRIPT ARGS``'s ranks forked from
+    this process (what it imported, the ranks need not import again): each runs
+    ``SCRIPT`` as ``__main__`` with ``sys.argv`` and the environment torchrun gives its
+    workers (``TORCHELASTIC_RUN_ID`` too: Lightning and Ignite read it to know they run
+    under torchrun). As :func:`forked_ranks` for ``schedtrain train``: ``returncode`` the
+    first failed rank's code, else 0; output the ranks' own, rank 0's first."""
+    import uuid
+
+    argv = [str(script), *args]
+    launch = {"GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default", "ROLE_WORLD_SIZE": str(nproc),
+              "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+              "TORCHELASTIC_RUN_ID": uuid.uuid4().hex, **(env or {})}
+
+    def start(rank_env: dict[str, str], out: Path, err: Path) -> int:
+        pid = os.fork()
+        if pid == 0:
+            _main_child(lambda: runpy.run_path(str(script), run_name="__main__"), argv, cwd,
+                        {**rank_env, "ROLE_RANK": rank_env["RANK"]}, out, err)
+        return pid
+    return _ranks(argv, start, nproc, timeout, launch)
 
 
 class ForkedLauncher:
@@ -182,15 +208,18 @@ class ForkedLauncher:
     output offers the tests: ``pid``, ``poll``, ``wait``, ``communicate``,
     ``returncode`` (the command line's: 0, 1 where ``main`` raised, -N on signal N)."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], *,
+                 fork_workers: bool = False) -> None:
         import torch.distributed.run  # noqa: F401  (imported here, once, not in the child)
 
+        if fork_workers:
+            _warm_up()
         self._scratch = tempfile.TemporaryDirectory()
         self._outs = (Path(self._scratch.name) / "out", Path(self._scratch.name) / "err")
         self.returncode: int | None = None
         self.pid = os.fork()
         if self.pid == 0:
-            _launcher_child(args, cwd, env, *self._outs)
+            _launcher_child(args, cwd, env, *self._outs, fork_workers=fork_workers)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -216,10 +245,11 @@ class ForkedLauncher:
 
 
 def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
-                    err: Path) -> None:
+                    err: Path, *, fork_workers: bool = False) -> None:
     """The forked launcher: a session of its own, ``env`` as its whole environment (its
     workers inherit it), output to ``out`` and ``err``, signals as a fresh process has
-    them; then torchrun's ``main``. Never returns into pytest."""
+    them; then torchrun's ``main`` (with ``fork_workers``: see :func:`_fork_workers`).
+    Never returns into pytest."""
     import faulthandler
     import gc
     import logging
@@ -244,6 +274,8 @@ def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
             signal.signal(sig, signal.SIG_DFL)
         from torch.distributed.run import main
 
+        if fork_workers:
+            _fork_workers()
         main(args)
         code = 0
     except SystemExit as stop:
@@ -252,6 +284,47 @@ def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
         traceback.print_exc()
     finally:
         leave_child(code)
+
+
+def _fork_workers() -> None:
+    """Make this launcher's torchrun start its ``-m schedtrain ...`` workers as its
+    function entry point does (``elastic_launch`` with a callable, ``start_method``
+    "fork"): each worker forked from the launcher, torch and the package imported,
+    instead of a fresh ``python -u -m schedtrain ...`` importing them again (seconds
+    each). torchrun's agent still starts, watches, signals and restarts them, with the
+    environment it gives each (``_wrap`` sets it); a worker ends as the command would:
+    the code ``main`` returns. ``/proc/PID/environ`` no longer shows a worker's
+    ``RANK``: each writes its pid to ``worker-rank<RANK>-attempt<N>.pid`` in the
+    launcher's folder."""
+    import torch.distributed.run as torchrun_module
+
+    launch = torchrun_module.elastic_launch  # type: ignore[attr-defined]
+
+    def worker(*argv: str) -> None:
+        import torch
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                    signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)  # the agent's handlers, not a fresh one's
+        torch.set_num_threads(1)  # OMP_NUM_THREADS, read too late
+        Path(f"worker-rank{os.environ['RANK']}-attempt"
+             f"{os.environ['TORCHELASTIC_RESTART_COUNT']}.pid").write_text(str(os.getpid()))
+        from schedtrain.cli.main import main
+
+        code = main(list(argv))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if code:
+            sys.exit(code)
+
+    def forked(config: object, entrypoint: object) -> object:
+        def start(*cmd_args: str) -> object:
+            assert list(cmd_args[:3]) == ["-u", "-m", "schedtrain"], cmd_args
+            config.start_method = "fork"  # type: ignore[attr-defined]
+            return launch(config=config, entrypoint=worker)(*cmd_args[3:])  # type: ignore[arg-type]
+        return start
+
+    torchrun_module.elastic_launch = forked  # type: ignore[attr-defined,assignment]
 
 
 def _warm_up() -> None:

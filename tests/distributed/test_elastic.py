@@ -86,8 +86,11 @@ def elastic_run(folder: Path, fault: str | None = None,
                 ) -> subprocess.CompletedProcess[str]:
     """The documented command, ``torchrun --standalone --max-restarts 1
     --nproc-per-node 2 -m schedtrain train SPEC --resume auto``, in ``folder``: its
-    launcher torchrun's ``main`` forked from this process (``ForkedLauncher``), or with
-    ``fresh`` the command line in a fresh interpreter.
+    launcher torchrun's ``main`` forked from this process and its workers forked by
+    torchrun's agent (``ForkedLauncher(fork_workers=True)``: its own rendezvous,
+    restart and signals, four workers a trial without four fresh interpreters
+    importing torch), or with ``fresh`` the command line in a fresh interpreter, its
+    workers fresh ``python -m schedtrain`` processes.
 
     Args:
         fault: ``SCHEDTRAIN_TEST_FAULT`` ("RANK:STEP:HOW", see jobs/elastic.py).
@@ -111,7 +114,7 @@ def elastic_run(folder: Path, fault: str | None = None,
         proc = subprocess.Popen(cmd, cwd=folder, env=env, text=True, start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     else:
-        proc = ForkedLauncher(args, folder, env)
+        proc = ForkedLauncher(args, folder, env, fork_workers=True)
     deadline = time.monotonic() + DEADLINE_S
     if kill_rank_at_line is not None:
         _kill_worker_at_line(proc, run_dir / "events.jsonl", *kill_rank_at_line,
@@ -150,8 +153,14 @@ def _workers(agent: int) -> list[int]:
     return out
 
 
-def _worker(agent: int, rank: int) -> int | None:
-    """The pid of the first attempt's worker of ``rank``."""
+def _worker(agent: int, rank: int, folder: Path) -> int | None:
+    """The pid of the first attempt's worker of ``rank``: the one a forked worker noted
+    in ``folder`` (``ForkedLauncher``), else the one ``/proc`` shows with its
+    environment."""
+    noted = folder / f"worker-rank{rank}-attempt0.pid"
+    if noted.exists() and noted.read_text():
+        pid = int(noted.read_text())
+        return pid if pid in _workers(agent) else None
     for pid in _workers(agent):
         try:
             env = _environ(pid)
@@ -172,7 +181,7 @@ def _kill_worker_at_line(proc: subprocess.Popen[str] | ForkedLauncher, log: Path
                          line: int, *, note: Path, deadline: float) -> None:
     while proc.poll() is None and time.monotonic() < deadline:
         if log.exists() and log.read_text().count("\n") >= line:
-            pid = _worker(proc.pid, rank)
+            pid = _worker(proc.pid, rank, note.parent)
             assert pid is not None, f"no worker of rank {rank} found"
             note.write_text(repr(time.time()))
             os.kill(pid, signal.SIGKILL)

@@ -164,8 +164,9 @@ def launch(spec: Path, folder: Path, *args: str, kill: tuple[int, int] | None = 
     address, so ``--local-addr 127.0.0.(R+1)`` makes node 0 the chief's (rank R runs on
     node R). ``kill`` = (node, step): that node's worker ``kill -9``s its launcher and
     itself at the end of that step. Each launcher is torchrun's ``main`` forked from
-    this process (``ForkedLauncher``); ``fresh``: the command line in a fresh
-    interpreter, as a job script runs it."""
+    this process, its worker forked by torchrun's agent (``ForkedLauncher`` with
+    ``fork_workers``: no fresh interpreter importing torch); ``fresh``: the command
+    line in a fresh interpreter, its workers too, as a job script runs it."""
     import subprocess
     import sys
 
@@ -178,7 +179,7 @@ def launch(spec: Path, folder: Path, *args: str, kill: tuple[int, int] | None = 
         cmd = [*where, "-m", "schedtrain", "train", str(spec),
                "--run-dir", str(folder / f"node{r}" / "run"), *args]
         if not fresh:
-            procs.append(ForkedLauncher(cmd, folder, _env(kill)))
+            procs.append(ForkedLauncher(cmd, folder, _env(kill), fork_workers=True))
             continue
         procs.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *cmd],
                                       cwd=folder, env=_env(kill), text=True,
