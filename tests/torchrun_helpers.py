@@ -80,7 +80,7 @@ def forked_module_ranks(module: str, args: Sequence[str], cwd: Path, *, nproc: i
         pid = os.fork()
         if pid == 0:
             _main_child(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
-                        [module, *args], cwd, rank_env, out, err)
+                        [module, *args], cwd, rank_env, out=out, err=err)
         return pid
     return _ranks(argv, start, nproc, timeout, None)
 
@@ -144,7 +144,7 @@ def _one_thread() -> None:
 
 
 def _main_child(run: Callable[[], object], argv: list[str], cwd: Path, env: dict[str, str],
-                out: Path, err: Path) -> None:
+                *, out: Path, err: Path) -> None:
     """One forked rank running ``run`` (a module or script as ``__main__``, ``sys.argv``
     ``ARGV``) as a fresh interpreter would (its folder, environment, output, default
     signals), one thread; never returns into pytest."""
@@ -194,7 +194,7 @@ def forked_script_ranks(script: Path, args: Sequence[str], cwd: Path, *, nproc: 
         pid = os.fork()
         if pid == 0:
             _main_child(lambda: runpy.run_path(str(script), run_name="__main__"), argv, cwd,
-                        {**rank_env, "ROLE_RANK": rank_env["RANK"]}, out, err)
+                        {**rank_env, "ROLE_RANK": rank_env["RANK"]}, out=out, err=err)
         return pid
     return _ranks(argv, start, nproc, timeout, launch)
 
