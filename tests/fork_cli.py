@@ -172,21 +172,19 @@ def _under(path: str, folders: Sequence[str]) -> bool:
     return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
-def as_installed_command() -> Callable[[], None]:
-    """fork_main's ``before`` for a child that looks for modules as the installed
-    ``schedtrain`` command does in a fresh process, where what the command finds is
-    what is tested: ``sys.path`` becomes the script's folder and the interpreter's own
-    path (no PYTHONPATH, none of the test folders pytest put first), and every module
-    the test process imported from elsewhere is forgotten (a test file, a helper, a
-    user module of the same name that an earlier test imported): the child imports
-    such a name afresh, or misses it. schedtrain itself stays: its imported modules are
-    the code under test."""
+def as_fresh_process(first: Sequence[str] = ()) -> Callable[[], None]:
+    """What a forked child calls to look for modules as a fresh process of this Python
+    does: ``sys.path`` becomes ``first`` and the interpreter's own path (none of the
+    folders pytest put first), and every module the test process imported from
+    elsewhere is forgotten (a test file, a helper, a user module of the same name that
+    an earlier test imported): the child imports such a name afresh, or misses it.
+    What the interpreter's path holds (torch, pytest) stays imported, and so does
+    schedtrain: its imported modules are the code under test."""
     base = _interpreter_path()
     real = [os.path.realpath(f) for f in base]
 
     def start() -> None:
-        sys.path[:] = [sysconfig.get_path("scripts"), *base]
-        os.environ.pop("PYTHONPATH", None)
+        sys.path[:] = [*first, *base]
         for name, module in list(sys.modules.items()):
             if name.partition(".")[0] in ("schedtrain", "__main__", "__mp_main__"):
                 continue
@@ -197,6 +195,19 @@ def as_installed_command() -> Callable[[], None]:
                    for w in where):
                 del sys.modules[name]
         importlib.invalidate_caches()
+
+    return start
+
+
+def as_installed_command() -> Callable[[], None]:
+    """fork_main's ``before`` for a child that looks for modules as the installed
+    ``schedtrain`` command does in a fresh process (as_fresh_process: the script's
+    folder first, no PYTHONPATH), where what the command finds is what is tested."""
+    fresh = as_fresh_process([sysconfig.get_path("scripts")])
+
+    def start() -> None:
+        fresh()
+        os.environ.pop("PYTHONPATH", None)
 
     return start
 
