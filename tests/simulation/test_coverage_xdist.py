@@ -190,7 +190,7 @@ def test_short():
     def test_without_xdist_loaded_the_plugin_works(self, pytester: pytest.Pytester) -> None:
         """``-p no:xdist``: the xdist hook is not registered (it would be unknown)."""
         pytester.makepyfile(test_one=GAP_ONE)
-        result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:xdist",
+        result = pytester.runpytest("-p", "no:cacheprovider", *LEAN, "-p", "no:xdist",
                                     "--schedule-coverage")
         assert result.ret == pytest.ExitCode.OK
         result.stdout.fnmatch_lines(["*late.trigger.all[[]1[]] (start = *): window never entered"])
