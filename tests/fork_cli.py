@@ -221,7 +221,7 @@ def fresh_env(folder: Path) -> dict[str, str]:
     import schedtrain
 
     code = folder / "code"
-    code.mkdir(exist_ok=True)
+    code.mkdir(parents=True, exist_ok=True)
     link = code / "schedtrain"
     if not link.exists():
         link.symlink_to(Path(schedtrain.__file__).resolve().parent)

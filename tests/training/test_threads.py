@@ -79,7 +79,7 @@ def test_train_sets_threads_unless_told(tmp_path: Path, env: dict[str, str], dev
     argv = ["train", str(spec), "--run-dir", str(tmp_path / "run")]
     chosen = cpu_threads(int(env.get("LOCAL_WORLD_SIZE", "1")))
     if env == FRESH:
-        base = {k: v for k, v in fresh_env(tmp_path).items() if k not in READ}
+        base = {k: v for k, v in fresh_env(tmp_path / "fresh").items() if k not in READ}
         got = subprocess.run([sys.executable, "-m", "schedtrain", *argv], cwd=tmp_path,
                              text=True, capture_output=True,
                              env={**base, **env, "THREADS_SEEN": str(seen)}, check=False)
