@@ -5,19 +5,25 @@ are imported once, in the parent, instead of once per command (seconds each on a
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
+import importlib
 import logging
 import os
 import runpy
 import signal
+import subprocess
 import sys
+import sysconfig
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 
-def leave_child(code: int) -> None:
+def leave_child(code: int) -> NoReturn:
     """End a forked child with ``code``: its output flushed and logging shut down, then
     ``os._exit``, never back into the test process's pytest."""
     for stream in (sys.stdout, sys.stderr):
@@ -138,3 +144,86 @@ def fork_script(script: Path, args: Sequence[str], *, stderr: Path) -> int:
             leave_child(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+
+def warm_up() -> None:
+    """Import, once in the test process, what a ``check --import`` or ``train`` of a
+    small task imports, so that each forked command starts at once."""
+    import torch
+
+    import schedtrain.callbacks
+    import schedtrain.cli.main
+    import schedtrain.training  # noqa: F401
+
+    torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)  # imports torch._dynamo
+
+@functools.cache
+def _interpreter_path() -> tuple[str, ...]:
+    """The folders a fresh interpreter of this Python, started without PYTHONPATH, looks
+    in (its standard library and site-packages), asked of one: cheap, without torch."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    got = subprocess.run([sys.executable, "-c", "import sys; print(sys.path[1:])"], env=env,
+                         capture_output=True, text=True, check=True)
+    return tuple(ast.literal_eval(got.stdout))
+
+
+def _under(path: str, folders: Sequence[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
+
+
+def as_fresh_process(first: Sequence[str] = ()) -> Callable[[], None]:
+    """What a forked child calls to look for modules as a fresh process of this Python
+    does: ``sys.path`` becomes ``first`` and the interpreter's own path (none of the
+    folders pytest put first), and every module the test process imported from
+    elsewhere is forgotten (a test file, a helper, a user module of the same name that
+    an earlier test imported): the child imports such a name afresh, or misses it.
+    What the interpreter's path holds (torch, pytest) stays imported, and so does
+    schedtrain: its imported modules are the code under test."""
+    base = _interpreter_path()
+    real = [os.path.realpath(f) for f in base]
+
+    def start() -> None:
+        sys.path[:] = [*first, *base]
+        for name, module in list(sys.modules.items()):
+            if name.partition(".")[0] in ("schedtrain", "__main__", "__mp_main__"):
+                continue
+            file = getattr(module, "__file__", None)
+            where = [file] if file else list(getattr(module, "__path__", None) or [])
+            # torch.ops and torch.classes name no real file: they stay
+            if any(Path(w).is_absolute() and not _under(os.path.realpath(w), real)
+                   for w in where):
+                del sys.modules[name]
+        importlib.invalidate_caches()
+
+    return start
+
+
+def as_installed_command() -> Callable[[], None]:
+    """fork_main's ``before`` for a child that looks for modules as the installed
+    ``schedtrain`` command does in a fresh process (as_fresh_process: the script's
+    folder first, no PYTHONPATH), where what the command finds is what is tested."""
+    fresh = as_fresh_process([sysconfig.get_path("scripts")])
+
+    def start() -> None:
+        fresh()
+        os.environ.pop("PYTHONPATH", None)
+
+    return start
+
+
+def fresh_env(folder: Path) -> dict[str, str]:
+    """The environment for a fresh interpreter that runs the code under test as an
+    installed package: no PYTHONPATH of the test process (its folders would be looked
+    in for a user's modules), but one that holds only a link to the schedtrain package
+    this process imported (``folder``/code), so a worktree's code is what runs, not
+    whichever checkout the interpreter has installed."""
+    import schedtrain
+
+    code = folder / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    link = code / "schedtrain"
+    if not link.exists():
+        link.symlink_to(Path(schedtrain.__file__).resolve().parent)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": str(code)}

@@ -8,11 +8,16 @@ share a name with a test file or a folder.
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
 import sys
+import time
+import traceback
 from collections import Counter
 from pathlib import Path
+
+import pytest
+from fork_cli import as_fresh_process, leave_child, wait
 
 TESTS = Path(__file__).resolve().parents[1]
 #: Folders under tests/ that hold data or jobs, not test files.
@@ -66,9 +71,38 @@ def test_helpers_import_by_name_from_every_folder(tmp_path: Path) -> None:
     for folder in _folders():
         (copy / folder.name / f"test_probe_{folder.name}.py").write_text(body)
     # The default (prepend) mode is what the suite itself runs under.
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-         "--import-mode=importlib", "tests"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{len(_folders())} passed" in result.stdout, result.stdout
+    code, output = _pytest(["-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                            "--import-mode=importlib", "tests"], cwd=tmp_path)
+    assert code == 0, output
+    assert f"{len(_folders())} passed" in output, output
+
+
+def _pytest(args: list[str], cwd: Path) -> tuple[int, str]:
+    """``python -m pytest ARGS`` run from ``cwd``, in a forked child of this process that
+    looks for modules as that fresh process would (its folder, PYTHONPATH, the
+    interpreter's path) and has forgotten every module imported from elsewhere, the
+    helpers and conftest among them: each is imported afresh from the copy, while
+    torch, lightning and the like, imported here already, are not imported again. Its
+    exit code and output."""
+    output = cwd / "pytest-output.txt"
+    fresh = as_fresh_process([str(cwd), *filter(None, os.environ.get("PYTHONPATH", "").split(
+        os.pathsep))])
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(cwd)
+            out = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            sys.stdout = os.fdopen(1, "w", buffering=1)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+            fresh()
+            code = int(pytest.main(args))
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            leave_child(code)
+    codes = wait([pid], time.monotonic() + 240)
+    assert codes is not None, "the inner pytest outlived 240 s"
+    return codes[0], output.read_text()

@@ -120,6 +120,13 @@ def test_long():
 '''
 
 
+#: Installed plugins the inner sessions do not use, left out of all but one session: each
+#: of a session's processes (the controller and every xdist worker) would import them,
+#: hypothesis alone about 1 s of CPU. Naming a plugin that is not installed is harmless.
+LEAN = tuple(arg for name in ("hypothesispytest", "benchmark", "anyio", "timeout",
+                              "xdist.looponfail") for arg in ("-p", f"no:{name}"))
+
+
 def _coverage_section(result: pytest.RunResult) -> list[str]:
     lines = result.outlines
     start = next(i for i, line in enumerate(lines) if "= schedule coverage =" in line)
@@ -135,12 +142,13 @@ class TestUnderXdist:
             self, pytester: pytest.Pytester) -> None:
         """Each file on its own worker (``--dist loadfile``): the gaps of both, the
         `val` window entered only on one, the first places, the count: the report is
-        the one-process report, and ``--schedule-coverage-fail`` fails the session."""
+        the one-process report, and ``--schedule-coverage-fail`` fails the session. The
+        one-process session loads every installed plugin; the others leave out LEAN's."""
         pytester.makepyfile(test_one=GAP_ONE, test_two=GAP_TWO)
         args = ("-p", "no:cacheprovider", "--schedule-coverage-fail")
         alone = pytester.runpytest_subprocess(*args)
         assert alone.ret == pytest.ExitCode.TESTS_FAILED
-        shared = pytester.runpytest_subprocess(*args, "-n", "2", "--dist", "loadfile")
+        shared = pytester.runpytest_subprocess(*args, *LEAN, "-n", "2", "--dist", "loadfile")
         assert shared.ret == pytest.ExitCode.TESTS_FAILED
         shared.assert_outcomes(passed=2)
         ran = {p.name for p in pytester.path.iterdir() if p.name.startswith("gw")}
@@ -165,7 +173,7 @@ def test_short():
              epochs=2, steps_per_epoch=100)
 ''', test_two=GAP_TWO.replace('"quiet": every("3 steps") | every("6 steps")',
                               '"quiet": every("3 steps")'))
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2",
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *LEAN, "-n", "2",
                                                "--dist", "loadfile",
                                                "--schedule-coverage-fail")
         assert result.ret == pytest.ExitCode.OK
@@ -173,7 +181,7 @@ def test_short():
                                      "decided a firing"])
         (pytester.path / "test_two.py").unlink()
         pytester.makepyfile(test_one=GAP_ONE)
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2",
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *LEAN, "-n", "2",
                                                "--schedule-coverage-fail")
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         result.stdout.fnmatch_lines(["*late.trigger.all[[]1[]] (start = *): window never entered",
@@ -182,7 +190,7 @@ def test_short():
     def test_without_xdist_loaded_the_plugin_works(self, pytester: pytest.Pytester) -> None:
         """``-p no:xdist``: the xdist hook is not registered (it would be unknown)."""
         pytester.makepyfile(test_one=GAP_ONE)
-        result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:xdist",
+        result = pytester.runpytest("-p", "no:cacheprovider", *LEAN, "-p", "no:xdist",
                                     "--schedule-coverage")
         assert result.ret == pytest.ExitCode.OK
         result.stdout.fnmatch_lines(["*late.trigger.all[[]1[]] (start = *): window never entered"])
@@ -197,7 +205,10 @@ def test_dies():
     os._exit(3)
 ''', test_two=GAP_TWO.replace('"quiet": every("3 steps") | every("6 steps")',
                               '"quiet": every("3 steps")'))
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2",
-                                               "--dist", "loadfile", "--schedule-coverage")
+        # xdist gives the dying file to a replacement worker, which dies too: once, not
+        # the default 8 times (each a fresh worker process)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *LEAN, "-n", "2",
+                                               "--dist", "loadfile", "--max-worker-restart",
+                                               "1", "--schedule-coverage")
         result.stdout.fnmatch_lines(["incomplete: xdist worker(s) gw* went down without "
                                      "sending their schedule coverage"])

@@ -1,15 +1,25 @@
 """Where a spec's task and class modules are found, and what a miss says: the spec's
-folder, its parent, the current directory, from whichever folder the command runs."""
+folder, its parent, the current directory, from whichever folder the command runs.
+
+One test runs a fresh ``python -m schedtrain``, as a shell does; the others run the
+command in a forked child of the test process (torch and schedtrain imported once),
+which starts from the installed command's module path, forgets every module imported
+from elsewhere (fork_cli.as_installed_command) and so finds, or misses, a module as a
+fresh ``schedtrain`` does. A stale ``mytask`` (it has no task) is planted in this
+process to show a name cached here never reaches a command.
+"""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
+import time
+import types
 from pathlib import Path
 
 import pytest
+from fork_cli import as_installed_command, fork_main, fresh_env, wait, warm_up
 
 TASK = """
 import torch
@@ -44,10 +54,33 @@ trigger = { every = "1 epoch" }
 """
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, "-m", "schedtrain", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False)
+@pytest.fixture(scope="module", autouse=True)
+def _warm() -> None:
+    warm_up()
+
+
+@pytest.fixture(autouse=True)
+def _stale_mytask(monkeypatch: pytest.MonkeyPatch,
+                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A ``mytask`` module imported in the test process from another folder, with no
+    ``make_task`` and no ``Quiet``: a command that used it would fail to find either."""
+    stale = types.ModuleType("mytask")
+    stale.__file__ = str(tmp_path_factory.mktemp("stale") / "mytask.py")
+    monkeypatch.setitem(sys.modules, "mytask", stale)
+
+
+def _cli(*args: str, cwd: Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``schedtrain ARGS`` run from ``cwd``: in a fresh ``python -m schedtrain`` where
+    ``fresh``, else in a forked child that starts as the installed command does."""
+    if fresh:
+        return subprocess.run([sys.executable, "-m", "schedtrain", *args], cwd=cwd,
+                              env=fresh_env(cwd.parent), capture_output=True, text=True,
+                              check=False)
+    out, err = cwd.parent / "stdout.txt", cwd.parent / "stderr.txt"
+    pid = fork_main(args, cwd, stdout=out, stderr=err, before=as_installed_command())
+    codes = wait([pid], time.monotonic() + 240)
+    assert codes is not None, "the command outlived 240 s"
+    return subprocess.CompletedProcess(args, codes[0], out.read_text(), err.read_text())
 
 
 def _project(tmp_path: Path, place: str, task: str = "mytask:make_task",
@@ -77,7 +110,8 @@ def test_found_from_any_folder(place: str, tmp_path: Path) -> None:
 def test_train_finds_the_module_next_to_the_spec(tmp_path: Path) -> None:
     """``train`` runs a spec whose task module sits next to it, from another folder."""
     spec, run_from = _project(tmp_path, "spec folder")
-    got = _cli("train", str(spec), "--run-dir", str(tmp_path / "run"), cwd=run_from)
+    got = _cli("train", str(spec), "--run-dir", str(tmp_path / "run"), cwd=run_from,
+               fresh=True)
     assert got.returncode == 0, got.stderr
     assert got.stdout.startswith("finished: reached max_epochs = 1")
 
