@@ -61,6 +61,7 @@ class ClassificationMetrics(Callback):
 
 def main(run_dir: str | Path | None = None, epochs: int = 3) -> dict[str, Any]:
     """Train, evaluating every epoch; returns the metrics and the confusion matrices."""
+    torch.set_num_threads(1)  # a tiny model: one thread is faster (docs/performance.md#cpu-threads)
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix="classification-metrics-"))
     train, val = loaders()
     net = model()

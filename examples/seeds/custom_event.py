@@ -47,6 +47,7 @@ class VerifyBatchOnEvent(Callback):
 
 def main() -> list[tuple[int, ...]]:
     """Train one epoch; returns the batch shapes the listener checked."""
+    torch.set_num_threads(1)  # a tiny model: one thread is faster (docs/performance.md#cpu-threads)
     train, _ = loaders()
     net = model()
     listener = VerifyBatchOnEvent()

@@ -48,6 +48,7 @@ def main(*, drop_last: bool = True) -> int:
 
     With ``drop_last=False`` the last, smaller batch fails the check.
     """
+    torch.set_num_threads(1)  # a tiny model: one thread is faster (docs/performance.md#cpu-threads)
     train, _ = loaders(n=250)
     train = torch.utils.data.DataLoader(train.dataset, batch_size=BATCH, drop_last=drop_last)
     net = model()

@@ -196,8 +196,6 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
     Raises:
         SpecError: every problem found in one phase, with its key path.
     """
-    from schedtrain.training.data_position import seed_everything
-
     trains = spec.run is not None
     problems = train_problems(spec) if trains else []
     if problems:
@@ -212,16 +210,22 @@ def prepare_run(spec: Spec, *, build_task: bool = True) -> Prepared:
     if problems:  # it would train and never save or stop on it: refuse before training
         raise SpecError(problems)
     notes += porting_notes(bindings)
-    task = None
-    if trains and build_task:
-        assert spec.run is not None and spec.run.task
-        seed_everything(spec.run.seed)  # before the task builds its model
-        bound = attrs.evolve(bound, seeded=spec.run.seed)
-        task = load_task(spec, spec.run.task)
-        problems = _optimizer_problems(spec, bindings, task.optimizer)
-        if problems:  # a setter of a key that is no number would fail its first firing
-            raise SpecError(problems)
-    return Prepared(bindings, task, tuple(notes), bound)
+    prepared = Prepared(bindings, None, tuple(notes), bound)
+    return _with_task(spec, prepared) if trains and build_task else prepared
+
+
+def _with_task(spec: Spec, prepared: Prepared) -> Prepared:
+    """``prepared`` with the task built (seeded first), its optimizer checked."""
+    from schedtrain.training.data_position import seed_everything
+
+    assert spec.run is not None and spec.run.task and prepared.bound is not None
+    seed_everything(spec.run.seed)  # before the task builds its model
+    bound = attrs.evolve(prepared.bound, seeded=spec.run.seed)
+    task = load_task(spec, spec.run.task)
+    problems = _optimizer_problems(spec, prepared.bindings, task.optimizer)
+    if problems:  # a setter of a key that is no number would fail its first firing
+        raise SpecError(problems)
+    return attrs.evolve(prepared, task=task, bound=bound)
 
 
 def _optimizer_problems(spec: Spec, bindings: dict[str, Any],
@@ -310,7 +314,12 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
         spec = load_spec(spec.path, imports=True)
     if spec.run is None:  # a spec for planning and Python
         raise SpecError(train_problems(spec))
-    prepared = prepare_run(spec)
+    prepared = prepare_run(spec, build_task=False)
+    out_dir = run_dir_of(spec, run_dir)
+    # One process only: under torchrun the trainer's chief refuses, so every rank hears it
+    if resume is None and not overwrite and os.environ.get("WORLD_SIZE", "1") == "1":
+        RunDirectory(out_dir).refuse_fresh()  # before the task: its import may take seconds
+    prepared = _with_task(spec, prepared)
     if os.environ.get("RANK", "0") == "0":  # the chief warns for every rank
         compiled = set(spec.analysis.notes) if spec.analysis is not None else set()
         for note in (*spec.warnings, *prepared.notes, *run_notes(spec, prepared)):
@@ -318,7 +327,6 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
                 warnings.warn(note, ScheduleWarning, stacklevel=2)
     run, task = spec.run, prepared.task
     assert run is not None and task is not None
-    out_dir = run_dir_of(spec, run_dir)
     config = attrs.evolve(run, run_dir=str(out_dir), overwrite=overwrite,
                           log_events="jsonl" in run.sinks, schedule_change=schedule_change)
     trainer = Trainer(

@@ -94,6 +94,17 @@ class RunDirectory:
         return (self.status() is not None or self.events.exists()
                 or bool(list_checkpoints(self.checkpoints)))
 
+    def refuse_fresh(self) -> None:
+        """Raise what ``open_for_run`` raises a fresh run here without ``overwrite`` (in
+        use, holding a run), without keeping the lock or creating the directory.
+
+        Raises:
+            RunDirError: in use by another process, or holding a run.
+        """
+        if self.holds_a_run():
+            self.open_for_run(fresh=True, overwrite=False, ends_at=None)
+            self.release()
+
     # -- using it ----------------------------------------------------------------------------
     def acquire(self) -> None:
         """Lock the directory for this process; refuse at once if another run holds it.
