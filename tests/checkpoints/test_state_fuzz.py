@@ -22,9 +22,12 @@ from fuzz_runs import PASSES, run_case
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+# no_fsync: each case's resume, forked from this process, writes a score of checkpoints
+# (tests/conftest.py); so do the fixture runs, made inside the first test that asks.
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.distributed.is_available(),
-                                 reason="the notice fixture runs on two processes")]
+                                 reason="the notice fixture runs on two processes"),
+              pytest.mark.usefixtures("no_fsync")]
 
 #: Cases drawn, over both fixtures together.
 CASES = 48
