@@ -29,10 +29,8 @@ from fuzz_host import (
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-# no_fsync: each case's resume, forked from this process, saves (tests/conftest.py).
 pytestmark = [pytest.mark.slow,
-              pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("no_fsync")]
+              pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")]
 
 
 class HostFuzz:
