@@ -1,10 +1,11 @@
 """Calls between schedtrain's modules from a live retime request to its application.
 
 The job (``schedtrain train``, in this process, on its main thread) trains 60 steps of
-a tiny model, ``--step-ms`` each (a sleep in the loss), with a ``ModelSaver`` every 5
-steps. A second thread waits until ``run.json`` shows step 5, then runs the real command,
-``main(["retime", RUN_DIR, "new.toml"])``, whose schedule saves every 4 steps. The job
-takes the request on its slow path, applies it and answers.
+a tiny model, ``--step-ms`` each (a sleep in the loss) until the command has its answer,
+with a ``ModelSaver`` every 5 steps. A second thread waits until ``run.json`` shows step
+5, then runs the real command, ``main(["retime", RUN_DIR, "new.toml"])``, whose schedule
+saves every 4 steps. The job takes the request on its slow path, applies it and answers;
+its steps after that (outside both windows) are not slowed.
 
 A hop is a call whose caller and callee are both functions of schedtrain and sit in
 different modules (``sys.setprofile``, one thread each). The job's window opens when its
@@ -47,6 +48,11 @@ from torch.utils.data import DataLoader, TensorDataset
 from schedtrain.training import Task
 
 PAUSE = {pause}
+
+
+def unpace():  # the retime was answered: the steps left need no pace
+    global PAUSE
+    PAUSE = 0.0
 
 
 def make_task():
@@ -194,6 +200,7 @@ def main() -> None:
             said["code"] = cli(["retime", str(run_dir), str(folder / "new.toml")])
         command.open = False
         sys.setprofile(None)
+        sys.modules["trace_task"].unpace()
         said["out"], said["err"] = out.getvalue(), err.getvalue()
 
     thread = threading.Thread(target=ask, daemon=True)

@@ -212,6 +212,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def _fsync_skipped(fd: int) -> None:
+    """``os.fsync`` where a test asks for ``no_fsync``."""
+
+
+@pytest.fixture
+def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.fsync`` does nothing for the test, in its process and the processes it forks.
+    An fsync makes a write survive the machine's crash or a power cut, which no test
+    makes (a killed process loses nothing the kernel has); on this project's CI disk each
+    costs 5-20 ms, and a run that saves every step calls it several times a save. Asked
+    for by the files whose runs save many times (``pytestmark``)."""
+    monkeypatch.setattr(os, "fsync", _fsync_skipped)
+
+
 @pytest.fixture(autouse=True)
 def _reset_structlog() -> Iterator[None]:
     """The CLI configures structlog globally; keep one test's setup out of the next."""

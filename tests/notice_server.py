@@ -18,6 +18,10 @@ from typing import Any
 TOKEN = "local-token"
 #: Seconds between the bytes of a trickled answer.
 TRICKLE_GAP = 0.05
+#: Seconds between the serving thread's looks at a shutdown request: ``shutdown()`` (each
+#: ``with`` block's end) waits for the next look, half a second by the standard library's
+#: default, in every test that serves a notice.
+SHUTDOWN_LOOK = 0.005
 
 
 class NoticeServer:
@@ -58,7 +62,8 @@ class NoticeServer:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        args=(SHUTDOWN_LOOK,), daemon=True)
 
     def url(self, kind: str) -> str:
         """``[run] preempt_notice`` for this server answering as ``kind``."""

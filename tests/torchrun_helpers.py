@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import runpy
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -98,9 +97,12 @@ def _ranks(argv: list[str], start: Callable[[dict[str, str], Path, Path], int], 
         raise RuntimeError("the test process holds a process group: its forked ranks "
                            "would inherit it instead of forming their own")
     _warm_up()
-    with socket.socket() as probe:  # a free port for rank 0's store
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    # The ranks' store, listening before any rank starts, in this process as torchrun's
+    # agent hosts it for its workers (TORCHELASTIC_USE_AGENT_STORE): hosted by rank 0, a
+    # rank that came first would retry its connection after a backoff (0.6 s a run).
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    port = store.port
     with tempfile.TemporaryDirectory() as scratch:
         outs = [(Path(scratch) / f"{rank}.out", Path(scratch) / f"{rank}.err")
                 for rank in range(nproc)]
@@ -108,7 +110,7 @@ def _ranks(argv: list[str], start: Callable[[dict[str, str], Path, Path], int], 
             "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0",
             "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-            **(env or {})}, out, err)
+            "TORCHELASTIC_USE_AGENT_STORE": "True", **(env or {})}, out, err)
             for rank, (out, err) in enumerate(outs)]
         until = time.monotonic() + timeout
         if kill is not None:

@@ -97,7 +97,7 @@ def blackhole() -> Iterator[str]:
     done = threading.Event()
 
     def accept() -> None:
-        server.settimeout(0.2)
+        server.settimeout(0.02)  # the fixture's end waits for the next look at `done`
         while not done.is_set():
             try:
                 held.append(server.accept()[0])
@@ -122,10 +122,15 @@ def refusing() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
+#: The per-try timeout of ``_quick_options`` (connect + read), which every try at an
+#: endpoint that never answers waits in full: short, as a user may set it.
+QUICK = 0.5
+
+
 def _quick_options(endpoint: str) -> dict[str, Any]:
-    """An endpoint with 1 s connect and read timeouts (overridden in storage_options)."""
+    """An endpoint with 0.25 s connect and read timeouts (set in storage_options)."""
     return {"client_kwargs": {"endpoint_url": endpoint},
-            "config_kwargs": {"connect_timeout": 1, "read_timeout": 1}}
+            "config_kwargs": {"connect_timeout": QUICK / 2, "read_timeout": QUICK / 2}}
 
 
 @pytest.fixture
@@ -212,7 +217,7 @@ class TestFailingEndpoints:
         assert code == 1
         [line] = _error_lines(err)
         assert "'s3://bucket/job/ck" in line and "failed after 2 attempts" in line
-        assert "no answer within 2 s" in line
+        assert f"no answer within {QUICK:g} s" in line
         retrying = [x for x in err.splitlines() if "more times" in x]
         assert len(retrying) == 1 and "StorageWarning" in retrying[0]
         assert {k for k in _tree(tmp_path) if not k.startswith("run/")} == {"job.toml"}
@@ -229,9 +234,9 @@ class TestFailingEndpoints:
     def test_blackhole_at_save(self, blackhole: str) -> None:
         """A checkpoint write to a store that stops answering fails by its URL."""
         store = FsspecStorage("s3://bucket/job/ck", _quick_options(blackhole))
-        assert store.timeout == 2.0
+        assert store.timeout == QUICK
         with pytest.raises(StorageError, match=r"step-00000004\.pt'.* failed after 2 "
-                                               r"attempts .*no answer within 2 s"):
+                                               rf"attempts .*no answer within {QUICK:g} s"):
             store.write("step-00000004.pt", lambda f: f.write(b"x"))
 
     def test_refused_with_credentials_in_endpoint(self, tmp_path: Path, refusing: str,

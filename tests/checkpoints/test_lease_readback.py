@@ -236,7 +236,8 @@ def proxy(s3_endpoint: str) -> Iterator[_Proxy]:
 def test_store_refusing_for_3_s_is_retried(s3_bucket: Bucket, proxy: _Proxy) -> None:
     """Writes, reads and listings while the endpoint refuses connections for 3 s: each
     is retried with backoff and goes through once it listens again, well inside the
-    deadline; one warning says retrying started."""
+    deadline; one warning says retrying started. A read refused for 1 s (its second
+    try, 0.5 s after the first, is refused too) is retried in the same way."""
     url = s3_bucket[0]
     storage = FsspecStorage(f"{url}/ck", {"client_kwargs": {
         "endpoint_url": f"http://127.0.0.1:{proxy.port}"}})
@@ -251,8 +252,10 @@ def test_store_refusing_for_3_s_is_retried(s3_bucket: Bucket, proxy: _Proxy) -> 
         assert sorted(storage.committed()) == ["step-00000001.pt", "step-00000002.pt"]
     assert 2.5 < written < storage.bound()
     assert len(seen) == 1 and "trying" in str(seen[0].message)
-    proxy.refuse(3.0)
+    proxy.refuse(1.0)
+    start = time.monotonic()
     assert storage.read("step-00000002.pt") == b"two"
+    assert time.monotonic() - start > 0.9
 
 
 # -- manifests -----------------------------------------------------------------------------

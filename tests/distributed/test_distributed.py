@@ -18,8 +18,10 @@ from schedtrain.testing import fired_at, simulate
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
-                                reason="torch.distributed is not available")
+# no_fsync: the ranks forked from this process save every few steps (tests/conftest.py).
+pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(),
+                                 reason="torch.distributed is not available"),
+              pytest.mark.usefixtures("no_fsync")]
 
 BASE = """\
 [run]

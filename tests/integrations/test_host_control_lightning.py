@@ -47,6 +47,9 @@ from schedtrain.planning.changes import canonical
 from schedtrain.triggers import before_deadline
 from schedtrain.triggers.auto import auto_every
 
+# Each fit saves and records its run state several times (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 few = host_settings(6)
 OLD = {"a": every("2 steps"), "b": every("1 epoch") | on("train_end")}
 NEW = {"a": every("3 batches"), "b": every("1 epoch") | on("train_end")}

@@ -29,6 +29,9 @@ from schedtrain.training import Trainer
 from schedtrain.training.control.notice import POLL_ENV
 from schedtrain.triggers import before_deadline
 
+#: Each run saves at every step: its fsyncs would be most of its time (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 STEPS, EPOCHS = 6, 3  # 6 steps an epoch: the run's last step is 18
 LAST = STEPS * EPOCHS
 
