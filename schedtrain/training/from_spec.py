@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 import torch
 
 from schedtrain.checkpoints import CheckpointError, newest_valid
@@ -25,6 +24,7 @@ from schedtrain.checkpoints.storage import open_storage
 from schedtrain.checkpoints.store import stored_newest_valid
 from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
+from schedtrain.logs import get_logger
 from schedtrain.monitors.cadence import build_sinks
 from schedtrain.spec import Spec, load_spec
 from schedtrain.spec.load import default_run_dir
@@ -49,7 +49,7 @@ __all__ = [
     "train_from_spec",
 ]
 
-_log = structlog.get_logger("schedtrain.training")
+_log = get_logger("schedtrain.training")
 
 
 @attrs.define
