@@ -14,15 +14,15 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-import structlog
 import torch
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.logs import get_logger
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["HOST_METRICS", "DeviceStatsMonitor", "GPUUtilizationTracker", "gpu_metrics"]
 
-_log = structlog.get_logger("schedtrain.callbacks")
+_log = get_logger("schedtrain.callbacks")
 _GB = 1024**3
 
 #: Host metrics, recorded with or without a GPU.

@@ -20,12 +20,11 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-import structlog
-
 from schedtrain.callbacks.base import Callback
 from schedtrain.callbacks.params import param_problem, value_problem
 from schedtrain.errors import RunDirError
 from schedtrain.files import read_regular
+from schedtrain.logs import get_logger
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MAX_BYTES", "HumanHyperParamSetter", "read_value"]
@@ -33,7 +32,7 @@ __all__ = ["MAX_BYTES", "HumanHyperParamSetter", "read_value"]
 #: The longest file the setter reads: a few lines a person wrote.
 MAX_BYTES: Final = 64 * 1024
 
-_log = structlog.get_logger("schedtrain.callbacks")
+_log = get_logger("schedtrain.callbacks")
 
 
 def read_value(text: str, param: str) -> float | None:

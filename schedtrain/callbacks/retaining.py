@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from schedtrain.callbacks.base import Callback
+from schedtrain.logs import get_logger
 from schedtrain.readback import PartStateError, printable
 from schedtrain.retention import Policy, Saved, retained, saved_at, saved_row
 from schedtrain.time import Timestamp
 
 __all__ = ["Ranking", "Records", "save_folder", "save_time"]
 
-_log = structlog.get_logger("schedtrain.callbacks")
+_log = get_logger("schedtrain.callbacks")
 
 
 def save_time(cb: Callback) -> Timestamp:

@@ -13,20 +13,19 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
-import structlog
-
 from schedtrain.callbacks.autosave import AutoPacing, logged_decisions
 from schedtrain.callbacks.base import Callback
 from schedtrain.callbacks.retaining import Ranking, Records, save_folder, save_time
 from schedtrain.callbacks.topk import TopKSaver
 from schedtrain.checkpoints.files import NAME_RE, checkpoint_name, plain_name
+from schedtrain.logs import get_logger
 from schedtrain.retention import Policy, Saved, parse_keep, saver_keep
 from schedtrain.time import Timestamp
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["MaxSaver", "MinSaver", "ModelSaver", "TopKSaver"]
 
-_log = structlog.get_logger("schedtrain.callbacks")
+_log = get_logger("schedtrain.callbacks")
 
 
 class ModelSaver(Callback):

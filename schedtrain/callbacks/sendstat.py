@@ -12,15 +12,14 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
-import structlog
-
 from schedtrain.callbacks.base import Callback
+from schedtrain.logs import get_logger
 from schedtrain.names import PLACEHOLDER_RE
 from schedtrain.triggers import Trigger, every
 
 __all__ = ["SendStat"]
 
-_log = structlog.get_logger("schedtrain.callbacks")
+_log = get_logger("schedtrain.callbacks")
 #: Placeholders every command may use besides its metrics.
 CLOCK_FIELDS: Final = ("step", "epoch", "run_dir")
 

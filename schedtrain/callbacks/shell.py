@@ -14,14 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-import structlog
-
 from schedtrain.callbacks.base import Callback
+from schedtrain.logs import get_logger
 from schedtrain.triggers import Trigger, any_of, every
 
 __all__ = ["InjectShell", "open_shell"]
 
-_log = structlog.get_logger("schedtrain.callbacks")
+_log = get_logger("schedtrain.callbacks")
 
 ShellHook = Callable[[dict[str, Any], str], None]
 """Opens a shell: ``hook(namespace, banner)``; returns when the person leaves it."""

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal
 
-import structlog
-
 from schedtrain.callbacks.base import Callback
+from schedtrain.logs import get_logger
 from schedtrain.readback import state_number
 from schedtrain.time import MAX_COUNT
 from schedtrain.triggers import Trigger, any_of, every, on, plateau
@@ -15,7 +14,7 @@ from schedtrain.triggers.metric import Plateau, early_stop
 
 __all__ = ["EarlyStopping", "TerminateOnNaN"]
 
-_log = structlog.get_logger("schedtrain.callbacks")
+_log = get_logger("schedtrain.callbacks")
 
 
 class EarlyStopping(Callback):

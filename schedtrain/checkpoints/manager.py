@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from schedtrain.checkpoints.background import Writer, checked, nonfinite
 from schedtrain.checkpoints.contract import Landing, RunParts, Save, failure
 from schedtrain.checkpoints.export import export_weights
@@ -39,11 +37,12 @@ from schedtrain.checkpoints.staging import snapshot, trim
 from schedtrain.checkpoints.storage import open_storage
 from schedtrain.checkpoints.store import newest_valid
 from schedtrain.distributed.comm import Comm
+from schedtrain.logs import get_logger
 from schedtrain.spec.run import CheckpointOptions
 
 __all__ = ["Checkpoints", "RunParts", "Save"]
 
-_log = structlog.get_logger("schedtrain.training")
+_log = get_logger("schedtrain.training")
 
 
 class Checkpoints:

@@ -4,10 +4,40 @@
 a table, JSON or a PNG timeline. ``schedtrain plan`` is a thin shell over these.
 """
 
-from schedtrain.planning.plan import MAX_ALWAYS_STEPS as MAX_ALWAYS_STEPS
-from schedtrain.planning.plan import MAX_FIRINGS as MAX_FIRINGS
-from schedtrain.planning.plan import Plan as Plan
-from schedtrain.planning.plan import PlanError as PlanError
-from schedtrain.planning.plan import plan_spec as plan_spec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+#: Public name -> the module that defines it: loaded on first use (PEP 562), so a module
+#: of this package that a run reads (``planning.requests``) does not import the planner.
+_EXPORTS: Final = {
+    "MAX_ALWAYS_STEPS": "schedtrain.planning.plan",
+    "MAX_FIRINGS": "schedtrain.planning.plan",
+    "Plan": "schedtrain.planning.plan",
+    "PlanError": "schedtrain.planning.plan",
+    "plan_spec": "schedtrain.planning.plan",
+}  # fmt: skip
 
 __all__ = ["MAX_ALWAYS_STEPS", "MAX_FIRINGS", "Plan", "PlanError", "plan_spec"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # what static tools see; at run time the names load on first use
+    from schedtrain.planning.plan import MAX_ALWAYS_STEPS as MAX_ALWAYS_STEPS
+    from schedtrain.planning.plan import MAX_FIRINGS as MAX_FIRINGS
+    from schedtrain.planning.plan import Plan as Plan
+    from schedtrain.planning.plan import PlanError as PlanError
+    from schedtrain.planning.plan import plan_spec as plan_spec

@@ -11,14 +11,15 @@ however many rules read it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedtrain.events import EventSet
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.spec.document import parse_toml
-from schedtrain.spec.load import read_spec
-from schedtrain.spec.model import Spec
 from schedtrain.spec.problems import Problems
+
+if TYPE_CHECKING:
+    from schedtrain.spec.model import Spec
 
 __all__ = ["StoredSchedule", "stored"]
 
@@ -69,6 +70,9 @@ class StoredSchedule:
             SpecError: it is not a valid schedule.
         """
         if self._spec is None:
+            # The loader and its checkers: a run imports them only to read a schedule it stored.
+            from schedtrain.spec.load import read_spec
+
             self._spec = read_spec(dict(self.doc), self.source, schedule_only=True)
         return self._spec
 

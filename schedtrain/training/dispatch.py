@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import structlog
-
 from schedtrain.callbacks.base import PER_EVENT_HOOKS, Callback, overrides
 from schedtrain.checkpoints.manager import Checkpoints
 from schedtrain.distributed.agreement import Alone
 from schedtrain.errors import StopTraining, locate_failure
+from schedtrain.logs import get_logger
 from schedtrain.monitors.store import MetricStore
 from schedtrain.schedule.firings import Firing
 from schedtrain.schedule.schedule import HookGate
@@ -33,7 +32,7 @@ from schedtrain.time import Timestamp
 
 __all__ = ["DEFAULT_KEEP_FIRINGS", "Dispatcher"]
 
-_log = structlog.get_logger("schedtrain.training")
+_log = get_logger("schedtrain.training")
 
 
 

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from schedtrain.checkpoints.rng import preserved_rng
 from schedtrain.distributed.agreement import PreemptRequested
 from schedtrain.distributed.comm import reraise_on_all
@@ -32,6 +30,7 @@ from schedtrain.errors import (
     failure_place,
     locate_failure,
 )
+from schedtrain.logs import get_logger, is_configured
 from schedtrain.spec.run import RunConfig
 from schedtrain.training.parts import Parts
 from schedtrain.training.run_dir import RunDirectory
@@ -39,7 +38,7 @@ from schedtrain.training.stage import OWNS_DIRECTORY, Stage, Stopped
 
 __all__ = ["Lifecycle", "Stage"]
 
-_log = structlog.get_logger("schedtrain.training")
+_log = get_logger("schedtrain.training")
 
 
 class Lifecycle:
@@ -230,7 +229,7 @@ class Lifecycle:
         parts.model.train()
         # Unconfigured structlog prints every debug line: log firings only when an
         # application (the CLI) has configured it.
-        parts.dispatch.log_firings = parts.checkpoints.log = structlog.is_configured()
+        parts.dispatch.log_firings = parts.checkpoints.log = is_configured()
         parts.dispatch.stop_reason = None
         # A checkpoint taken as training stopped, or after train_end with no more
         # training asked for, resumes to that end.

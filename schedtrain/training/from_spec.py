@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 import torch
 
 from schedtrain.checkpoints import CheckpointError, newest_valid
@@ -25,10 +24,10 @@ from schedtrain.checkpoints.storage import open_storage
 from schedtrain.checkpoints.store import stored_newest_valid
 from schedtrain.errors import Problem, ScheduleWarning, SpecError, did_you_mean
 from schedtrain.imports import add_user_paths, import_module
+from schedtrain.logs import get_logger
 from schedtrain.monitors.cadence import build_sinks
-from schedtrain.spec import Spec, load_spec
-from schedtrain.spec.load import default_run_dir
 from schedtrain.spec.metrics import metric_problems
+from schedtrain.spec.model import Spec
 from schedtrain.spec.readiness import train_problems
 from schedtrain.training.binding import Bound, bind, order_problems, produced_metrics
 from schedtrain.training.run_dir import RunDirectory
@@ -49,7 +48,7 @@ __all__ = [
     "train_from_spec",
 ]
 
-_log = structlog.get_logger("schedtrain.training")
+_log = get_logger("schedtrain.training")
 
 
 @attrs.define
@@ -311,6 +310,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
     from schedtrain.training.trainer import Trainer
 
     if spec.unimported and spec.path:  # custom trigger classes: `train` imports them
+        from schedtrain.spec.load import load_spec  # the loader: only the CLI has it already
+
         spec = load_spec(spec.path, imports=True)
     if spec.run is None:  # a spec for planning and Python
         raise SpecError(train_problems(spec))
@@ -343,6 +344,8 @@ def train_from_spec(spec: Spec, run_dir: str | None, resume: str | None,
 def run_dir_of(spec: Spec, run_dir: str | None) -> Path:
     """The run directory ``train`` uses: ``--run-dir``, else ``[run] run_dir``, else
     ``runs/<spec stem>``."""
+    from schedtrain.spec.load import default_run_dir
+
     return Path(run_dir or (spec.run.run_dir if spec.run else None)
                 or default_run_dir(spec.path))
 

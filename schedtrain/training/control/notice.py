@@ -28,9 +28,8 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Final
 
-import structlog
-
 from schedtrain.distributed.comm import Comm
+from schedtrain.logs import get_logger
 from schedtrain.readback import parse_json, printable
 from schedtrain.spec.deadlines import notice_source
 from schedtrain.training.control.inbox import Inbox
@@ -39,7 +38,7 @@ from schedtrain.urls import redact, redact_text
 
 __all__ = ["DEFAULT_POLL", "GCE_NOTICE", "POLL_ENV", "NoticeWatcher", "watch_notices"]
 
-_log = structlog.get_logger("schedtrain.training")
+_log = get_logger("schedtrain.training")
 
 #: Seconds between polls (AWS and GCE update their notices about this often).
 DEFAULT_POLL: Final = 5.0

@@ -63,7 +63,6 @@ from schedtrain.planning.requests import (
 from schedtrain.planning.stored import stored
 from schedtrain.schedule.schedule import Schedule
 from schedtrain.schedule.table import TriggerTable
-from schedtrain.spec import load_spec, loads_spec
 from schedtrain.training.control.schedule_change import ScheduleChange
 from schedtrain.triggers.auto import auto_parts
 
@@ -366,6 +365,9 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
 
 def _text_of(schedule: Schedule | str | Path) -> str:
     """A schedule's canonical TOML."""
+    # The spec loader and its checkers: a run imports them when it is retimed by a file.
+    from schedtrain.spec.load import load_spec, loads_spec
+
     if isinstance(schedule, Path):
         schedule = load_spec(schedule, schedule_only=True).schedule()
     elif isinstance(schedule, str):
