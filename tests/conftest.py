@@ -121,6 +121,13 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     "docs/test_compat.py": (
         "test_old_path_is_the_new_module_and_warns",
     ),
+    "docs/test_fast_tier.py": (
+        "test_the_fast_tier_leaves_out_what_contributing_says",
+    ),
+    "docs/test_import_cost.py": (
+        "test_check_and_plan_run_without_torch_or_structlog",
+        "test_the_trainer_imports_rare_parts_only_when_used",
+    ),
     "docs/test_test_folders.py": (
         "test_helpers_import_by_name_from_every_folder",
     ),
@@ -175,9 +182,16 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_a_signal_preempts_at_its_step_with_the_deadline_triggers",
         "test_before_deadline_fires_at_the_notice_step",
     ),
+    "training/test_preempt_notice.py": (
+        "test_a_trickling_server_never_hides_a_later_notice",
+    ),
     "training/test_retime_command.py": (
         "test_a_job_ending_is_said_to_be_ending",
         "test_a_job_starting_up_is_said_to_be_starting_and_waited_for",
+        "test_the_diff_is_told_from_the_step_the_answer_gives",
+    ),
+    "training/test_run_dir.py": (
+        "TestLock::test_a_second_process_is_refused_at_once",
     ),
     "training/test_run_files.py": (
         "TestTaskFactories::test_the_run_is_refused",
@@ -201,6 +215,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # work stealing (pyproject's addopts) a worker left idle at the end takes short tests
     # from the other's queue, so the run does not end waiting on one long test started last.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """No collector pass while the test modules import: each walks torch's heap (tens of
+    thousands of objects), a fifth of a worker's collection time; the one collection
+    below frees what collecting left."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
