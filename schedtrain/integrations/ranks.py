@@ -48,14 +48,21 @@ _EVENTS: Final = ("batch_end", "step_end", "epoch_end")
 
 
 def reads_time(table: TriggerTable) -> bool:
-    """Whether a trigger of ``table`` may read wall time: a time unit in its clock part, or
-    a part evaluated at every point (a condition, a user's trigger), which might."""
+    """Whether a trigger of ``table`` may read wall time: a time unit in the clock part of
+    any of its parts, at any depth (a composite's own bound keeps one part's counter:
+    ``every("1 step") & every("1 s")``'s is the step's), or a trigger evaluated at every
+    point (a condition, a user's trigger), which might."""
     zero = Timestamp()
-    for node in table.nodes:
+    if any(node.bound(event, zero) == ANY_TIME for node in table.nodes for event in _EVENTS):
+        return True
+    todo = list(table.triggers)
+    while todo:
+        trigger = todo.pop()
         for event in _EVENTS:
-            due = node.bound(event, zero)
-            if due == ANY_TIME or due[5] != float("inf"):
+            due = trigger.bound(event, zero)
+            if due != ANY_TIME and due[5] != float("inf"):
                 return True
+        todo.extend(trigger.children())
     return False
 
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torchrun_helpers import forked_script_ranks
 
-from schedtrain import Schedule, ScheduleWarning, Unit
+from schedtrain import Schedule, ScheduleWarning, Unit, every
 from schedtrain.integrations import ScheduleDriver
 from schedtrain.integrations.ranks import RankAgreement, reads_time
 from schedtrain.testing import simulate_ranks
@@ -222,6 +222,20 @@ def run_threads(sched: Schedule, shape: tuple[int, int, int], rows: Sequence[int
     for t in threads:
         t.join()
     return tuple(out)
+
+
+@pytest.mark.parametrize("trigger", [
+    every("1 step") & every("1 s"), every("1 s") & every("1 step"),
+    every("2 steps") & (every("1 s") | every("5 steps"))], ids=repr)
+def test_a_time_part_at_any_depth_is_decided_on_the_chiefs_clock(trigger: object) -> None:
+    """A part in seconds inside an ``all_of`` (whose bound keeps its step part) is still
+    decided on the chief's clock: rank 1's own clock (1.7 times faster) passes 1 s at
+    step 6, the chief's never does in these 6 steps, and neither rank fires there."""
+    sched = Schedule({"cb0": trigger})
+    assert reads_time(ScheduleDriver(sched).table)
+    zero, one = run_threads(sched, (2, 3, 1), (0, 0), [[0.0] * 6] * 2)
+    assert counters(zero) == counters(one)
+    assert not any(f[2] == 6 for f in counters(zero))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
