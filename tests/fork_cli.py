@@ -34,6 +34,17 @@ def leave_child(code: int) -> NoReturn:
     os._exit(code)
 
 
+def output_to(stdout: Path, stderr: Path) -> None:
+    """A forked child's stdout and stderr written to the files ``stdout`` and ``stderr``
+    (made afresh), line-buffered as a fresh process's."""
+    for fd, path in ((1, stdout), (2, stderr)):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+
+
 def fork_main(argv: Sequence[str], cwd: Path, *, stderr: Path, stdout: Path | None = None,
               env: dict[str, str] | None = None,
               before: Callable[[], None] | None = None) -> int:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fork_cli import fork_main, leave_child, wait
+from fork_cli import fork_main, leave_child, output_to, wait
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -156,12 +156,7 @@ def _main_child(run: Callable[[], object], argv: list[str], cwd: Path, env: dict
     try:
         os.chdir(cwd)
         os.environ.update(env)
-        for fd, path in ((1, out), (2, err)):
-            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(opened, fd)
-            os.close(opened)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
+        output_to(out, err)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         _one_thread()
@@ -264,12 +259,7 @@ def _launcher_child(args: list[str], cwd: Path, env: dict[str, str], out: Path,
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
-        for fd, path in ((1, out), (2, err)):
-            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(opened, fd)
-            os.close(opened)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
+        output_to(out, err)
         faulthandler.enable(sys.stderr)  # SIGABRT prints its stack, as PYTHONFAULTHANDLER
         logging.root.handlers.clear()  # pytest's capture: torchrun's lines go to stderr
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM):

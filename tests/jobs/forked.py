@@ -11,14 +11,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from fork_cli import leave_child
+from fork_cli import leave_child, output_to
 
 __all__ = ["Forked", "schedtrain", "warm_up"]
 
@@ -78,12 +77,7 @@ def _child(body: Callable[[], int], cwd: Path, env: Mapping[str, str], out: Path
     try:
         os.chdir(cwd)
         os.environ.update(env)
-        for fd, path in ((1, out), (2, err)):
-            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(opened, fd)
-            os.close(opened)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
+        output_to(out, err)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as python starts
