@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from schedtrain import compat as _compat
 from schedtrain._version import __version__ as __version__
+from schedtrain.lazy import LazyNames
 
 _compat.install()  # moved import paths keep working, with a warning (schedtrain.compat)
 
@@ -52,23 +53,19 @@ __all__ = [
 ]  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        moved = _MOVED_OUT.get(name)
-        if moved is None:
-            raise AttributeError(f"module 'schedtrain' has no attribute {name!r}")
-        warnings.warn(f"schedtrain.{name} moved to {moved}.{name}; import it from there (the "
-                      f"top-level name stops working in {_compat.REMOVED_IN})",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(moved), name)  # not cached: warns each time
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+def _moved_out(name: str) -> Any:
+    moved = _MOVED_OUT.get(name)
+    if moved is None:
+        raise AttributeError(f"module 'schedtrain' has no attribute {name!r}")
+    warnings.warn(f"schedtrain.{name} moved to {moved}.{name}; import it from there (the "
+                  f"top-level name stops working in {_compat.REMOVED_IN})",
+                  DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(moved), name)  # not cached: warns each time
 
 
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+_NAMES = LazyNames(__name__, globals(), _EXPORTS, other=_moved_out)
+__getattr__ = _NAMES.load
+__dir__ = _NAMES.names
 
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load on first use

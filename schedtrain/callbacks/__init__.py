@@ -18,8 +18,9 @@ trainer imports ``autosave``) does not import every family and what it needs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from schedtrain.lazy import LazyNames
 
 #: Public name -> the module that defines it.
 _EXPORTS: Final = {
@@ -68,17 +69,9 @@ __all__ = ["BatchInfo", "Callback", "ClassificationError", "DeviceStatsMonitor",
            "TerminateOnNaN", "TopKSaver", "TorchMetric"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+_NAMES = LazyNames(__name__, globals(), _EXPORTS)
+__getattr__ = _NAMES.load
+__dir__ = _NAMES.names
 
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load on first use

@@ -6,8 +6,9 @@ a table, JSON or a PNG timeline. ``schedtrain plan`` is a thin shell over these.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from schedtrain.lazy import LazyNames
 
 #: Public name -> the module that defines it: loaded on first use (PEP 562), so a module
 #: of this package that a run reads (``planning.requests``) does not import the planner.
@@ -22,17 +23,9 @@ _EXPORTS: Final = {
 __all__ = ["MAX_ALWAYS_STEPS", "MAX_FIRINGS", "Plan", "PlanError", "plan_spec"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+_NAMES = LazyNames(__name__, globals(), _EXPORTS)
+__getattr__ = _NAMES.load
+__dir__ = _NAMES.names
 
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load on first use

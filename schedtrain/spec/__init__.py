@@ -23,8 +23,9 @@ This package never imports torch, nor anything a spec names unless asked.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Final
+
+from schedtrain.lazy import LazyNames
 
 #: Public name -> the module that defines it: loaded on first use (PEP 562), so a module
 #: that needs one part of the spec (the trainer reads ``spec.failures``) does not import
@@ -49,12 +50,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
+def _old_name(name: str) -> object:
     if name == "RunSpec":  # the old name of RunConfig: it warns (spec.model)
         from schedtrain.spec import model
 
@@ -62,8 +58,9 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+_NAMES = LazyNames(__name__, globals(), _EXPORTS, other=_old_name)
+__getattr__ = _NAMES.load
+__dir__ = _NAMES.names
 
 
 if TYPE_CHECKING:  # what static tools see; at run time the names load on first use

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "schedtrain.events", "schedtrain.clock", "schedtrain.imports",
                     "schedtrain.files", "schedtrain.urls", "schedtrain.compat",
                     "schedtrain.readback", "schedtrain.nesting", "schedtrain.retention",
-                    "schedtrain._version", "schedtrain.logs",
+                    "schedtrain._version", "schedtrain.logs", "schedtrain.lazy",
                     *TORCH_FREE_FOUNDATION)),
     ("triggers", ("schedtrain.triggers",)),
     ("schedule", ("schedtrain.schedule",)),
